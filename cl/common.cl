@@ -1,0 +1,24 @@
+// Shared by every kernel source. One source serves both builds (seed 003):
+//  IS_DYNAMIC=1: dims come from the shape_info buffer, the first kernel argument;
+//  IS_DYNAMIC=0: shape_info is a compile-time table (SHAPE_INFO_INIT), so dims fold to constants.
+//
+// shape_info layout (the engine writes it, engine/kernels.py): for each tensor argument in
+// order, a block of 1 + MAX_RANK ints: [element offset, dims right-aligned to MAX_RANK (leading
+// 1s)], then the op's integer parameters.
+#define MAX_RANK 6
+#define TBLOCK (MAX_RANK + 1)
+
+#if IS_DYNAMIC
+#define OPTIONAL_SHAPE_INFO_ARG __global const int* shape_info,
+#define OPTIONAL_SHAPE_INFO_TENSOR shape_info,
+#else
+#define OPTIONAL_SHAPE_INFO_ARG
+#define OPTIONAL_SHAPE_INFO_TENSOR
+__constant int shape_info[] = SHAPE_INFO_INIT;
+#endif
+
+#define KERNEL(name) __kernel void name
+#define T_OFF(t) (shape_info[(t) * TBLOCK])
+#define T_DIM(t, d) (shape_info[(t) * TBLOCK + 1 + (d)])
+#define T_COUNT(t) (T_DIM(t, 0) * T_DIM(t, 1) * T_DIM(t, 2) * T_DIM(t, 3) * T_DIM(t, 4) * T_DIM(t, 5))
+#define PARAM(i) (shape_info[NUM_TENSORS * TBLOCK + (i)])

@@ -1,0 +1,67 @@
+// N-ary elementwise op with numpy broadcasting (NUM_INPUTS 0..5).
+// JIT: NUM_INPUTS, T0..T4 input types, TOUT, OPERATION(a, b, c, d, e): the C expression.
+// PARAM(0): 1 when no input broadcasts (every input has the output's shape): flat indexing.
+KERNEL(eltwise)(OPTIONAL_SHAPE_INFO_ARG
+#if NUM_INPUTS > 0
+    __global const T0* in0,
+#endif
+#if NUM_INPUTS > 1
+    __global const T1* in1,
+#endif
+#if NUM_INPUTS > 2
+    __global const T2* in2,
+#endif
+#if NUM_INPUTS > 3
+    __global const T3* in3,
+#endif
+#if NUM_INPUTS > 4
+    __global const T4* in4,
+#endif
+    __global TOUT* out)
+{
+    const int gid = get_global_id(0);
+    if (gid >= T_COUNT(NUM_INPUTS)) return;
+    int off[5] = {0, 0, 0, 0, 0};
+    if (PARAM(0)) {
+        for (int t = 0; t < NUM_INPUTS; ++t) off[t] = gid;
+    } else {
+        int stride[5] = {1, 1, 1, 1, 1};
+        int rem = gid;
+        for (int d = MAX_RANK - 1; d >= 0; --d) {
+            const int od = T_DIM(NUM_INPUTS, d);
+            const int i = rem % od;
+            rem /= od;
+            for (int t = 0; t < NUM_INPUTS; ++t) {
+                const int id = T_DIM(t, d);
+                if (id != 1) off[t] += i * stride[t];
+                stride[t] *= id;
+            }
+        }
+    }
+#if NUM_INPUTS > 0
+    const T0 a = in0[T_OFF(0) + off[0]];
+#else
+    const float a = 0;
+#endif
+#if NUM_INPUTS > 1
+    const T1 b = in1[T_OFF(1) + off[1]];
+#else
+    const float b = 0;
+#endif
+#if NUM_INPUTS > 2
+    const T2 c = in2[T_OFF(2) + off[2]];
+#else
+    const float c = 0;
+#endif
+#if NUM_INPUTS > 3
+    const T3 d = in3[T_OFF(3) + off[3]];
+#else
+    const float d = 0;
+#endif
+#if NUM_INPUTS > 4
+    const T4 e = in4[T_OFF(4) + off[4]];
+#else
+    const float e = 0;
+#endif
+    out[T_OFF(NUM_INPUTS) + gid] = OPERATION(a, b, c, d, e);
+}

@@ -1,0 +1,3 @@
+from dyncli.cli import main
+
+main()

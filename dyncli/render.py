@@ -1,0 +1,106 @@
+"""Rich rendering of run results (tables, summary) and their JSON form."""
+from __future__ import annotations
+
+import statistics
+
+from rich.table import Table
+
+from dyncli.shapes import format_shape
+
+
+def _shapes(d: dict) -> str:
+    if len(d) == 1:
+        return format_shape(next(iter(d.values())))
+    return ", ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def inference_table(result) -> Table:
+    t = Table(title=f"{result.model} on {result.device}", title_justify="left")
+    for col, just in [("#", "right"), ("inputs", "left"), ("outputs", "left"), ("ms", "right"),
+                      ("kernels", "right"), ("shape inf run/skip", "right"),
+                      ("buffers reuse/alloc", "right"), ("allocated", "right")]:
+        t.add_column(col, justify=just)
+    has_check = any(r.checks for r in result.records)
+    if has_check:
+        t.add_column("check (max abs err)", justify="right")
+    for r in result.records:
+        c = r.counters
+        row = [str(r.iter), _shapes(r.in_shapes), _shapes(r.out_shapes), f"{r.latency_ms:.2f}",
+               str(c.get("kernels", 0)),
+               f"{c.get('update_shape.infer', 0)}/{c.get('update_shape.skip', 0)}",
+               f"{c.get('realloc.reuse', 0)}/{c.get('realloc.alloc', 0)}",
+               _bytes(c.get("bytes_allocated", 0))]
+        if has_check:
+            worst = max((x.max_abs for x in r.checks), default=0.0)
+            row.append(f"[green]ok[/] {worst:.1e}" if r.ok else f"[red]FAIL[/] {worst:.1e}")
+        t.add_row(*row)
+    return t
+
+
+def summary(result) -> dict:
+    recs = result.records
+    lat = [r.latency_ms for r in recs]
+    tot = {}
+    for r in recs:
+        for k, v in r.counters.items():
+            if k != "latency_ms":
+                tot[k] = tot.get(k, 0) + v
+    return {
+        "model": result.model, "device": result.device, "status": result.status,
+        "error": result.error, "inferences": len(recs), "planned": result.planned,
+        "nodes": result.nodes, "folded_nodes": result.folded,
+        "latency_ms": {"total": sum(lat), "mean": statistics.fmean(lat) if lat else 0.0,
+                       "median": statistics.median(lat) if lat else 0.0,
+                       "max": max(lat, default=0.0), "first": lat[0] if lat else 0.0},
+        "counters": dict(sorted(tot.items())),
+        "check": None if not any(r.checks for r in recs) else {
+            "passed": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs),
+            "max_abs": max((c.max_abs for r in recs for c in r.checks), default=0.0),
+            "max_rel": max((c.max_rel for r in recs for c in r.checks), default=0.0),
+            "per_output": {name: {"max_abs": max(c.max_abs for r in recs for c in r.checks if c.output == name),
+                                  "max_rel": max(c.max_rel for r in recs for c in r.checks if c.output == name)}
+                           for name in dict.fromkeys(c.output for r in recs for c in r.checks)}},
+        "trace": result.trace_path,
+    }
+
+
+def summary_table(s: dict) -> Table:
+    t = Table(title="summary", title_justify="left", show_header=False)
+    t.add_column(justify="left")
+    t.add_column(justify="right")
+    c = s["counters"]
+    lat = s["latency_ms"]
+    rows = [
+        ("inferences", f"{s['inferences']}/{s['planned']}"),
+        ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded)"),
+        ("latency ms: first / median / max", f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['max']:.2f}"),
+        ("kernels enqueued", str(c.get("kernels", 0))),
+        ("shape inference run / skipped", f"{c.get('update_shape.infer', 0)} / {c.get('update_shape.skip', 0)}"),
+        ("  skipped: unchanged / shape_of / subgraph",
+         f"{c.get('update_shape.skip.shape_unchanged', 0)} / {c.get('update_shape.skip.shape_of_unchanged', 0)}"
+         f" / {c.get('update_shape.skip.shape_of_subgraph_unchanged', 0)}"),
+        ("device reads for shape inference", str(c.get("device_reads", 0))),
+        ("kernel builds (compile ms)", f"{c.get('update_impl.build', 0)} ({c.get('compile_ms', 0):.0f})"),
+        ("impl cache hits", str(c.get("update_impl.cache_hit", 0))),
+        ("buffers reused / allocated / views", f"{c.get('realloc.reuse', 0)} / {c.get('realloc.alloc', 0)} / "
+                                               f"{c.get('realloc.view', 0)}"),
+        ("bytes allocated", _bytes(c.get("bytes_allocated", 0))),
+        ("set_args done / skipped", f"{c.get('set_args.set', 0)} / {c.get('set_args.skip', 0)}"),
+        ("executions skipped (empty output)", str(c.get("execute.skip.empty_output", 0))),
+    ]
+    if s["check"]:
+        ch = s["check"]
+        rows.append(("check vs onnxruntime", f"{ch['passed']} passed, {ch['failed']} failed"))
+        for name, e in ch["per_output"].items():
+            rows.append((f"  {name}: max abs / rel err", f"{e['max_abs']:.2e} / {e['max_rel']:.2e}"))
+    rows.append(("trace", s["trace"]))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t

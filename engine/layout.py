@@ -1,0 +1,83 @@
+"""Layout: a (partial) shape, an element type and a memory format (the seeds' `cldnn::layout`).
+
+A dim is an int when known and None when unknown (a `dim_param` or an empty dim in the
+ONNX graph). At run time every layout the engine executes with is static.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import TensorProto
+
+# Element types the engine executes: name -> (numpy dtype, OpenCL C type)
+DTYPES = {
+    "f32": (np.dtype(np.float32), "float"),
+    "i64": (np.dtype(np.int64), "long"),
+    "i32": (np.dtype(np.int32), "int"),
+    "bool": (np.dtype(np.bool_), "uchar"),
+}
+_FROM_ONNX = {TensorProto.FLOAT: "f32", TensorProto.INT64: "i64", TensorProto.INT32: "i32",
+              TensorProto.BOOL: "bool"}
+_FROM_NUMPY = {v[0]: k for k, v in DTYPES.items()}
+
+
+def dtype_from_onnx(elem_type: int) -> str | None:
+    """Our dtype name for an ONNX TensorProto element type; None when unsupported."""
+    return _FROM_ONNX.get(elem_type)
+
+
+def dtype_from_numpy(dt) -> str:
+    dt = np.dtype(dt)
+    if dt not in _FROM_NUMPY:
+        raise TypeError(f"unsupported element type {dt}")
+    return _FROM_NUMPY[dt]
+
+
+def np_dtype(dtype: str) -> np.dtype:
+    return DTYPES[dtype][0]
+
+
+def cl_type(dtype: str) -> str:
+    return DTYPES[dtype][1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    shape: tuple  # of int | None
+    dtype: str = "f32"
+    format: str = "bfyx"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(d is not None for d in self.shape)
+
+    @property
+    def count(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return np_dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.itemsize
+
+    def with_shape(self, shape) -> "Layout":
+        return Layout(tuple(int(d) for d in shape), self.dtype, self.format)
+
+    def __str__(self) -> str:
+        dims = "x".join("?" if d is None else str(d) for d in self.shape) or "scalar"
+        return f"{dims}:{self.dtype}"
+
+
+def shape_str(shape) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape) or "scalar"

@@ -1,0 +1,29 @@
+"""Runtime tensors: where a value lives (device buffer and/or host array) and its layout."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from engine.layout import Layout
+
+
+@dataclass(eq=False)
+class Tensor:
+    """One tensor of the running network. A device value is (buf, offset in elements); a host
+    value is an ndarray. Views share their source's buffer. `version` changes whenever the
+    value may have changed, so users can tell whether a host dep needs re-reading."""
+    name: str
+    layout: Layout | None = None
+    buf: cl.Buffer | None = None
+    offset: int = 0
+    host: np.ndarray | None = None
+    version: int = 0
+    dev_version: int = -1          # version the device copy holds (uploads of host values)
+    capacity: int = 0              # bytes of `buf` owned by this tensor (0 for views)
+    constant: bool = False
+
+    @property
+    def on_device(self) -> bool:
+        return self.buf is not None and self.dev_version == self.version

@@ -1,0 +1,193 @@
+"""Network: one executable instance of a Program on an OpenCL device (seed: cldnn::network).
+It owns the context and queue, every tensor's memory, the impl cache, the ShapePredictor and
+the trace sink, and runs inferences node by node."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import numpy as np
+import pyopencl as cl
+
+from engine.device import describe, select_device
+from engine.impls import ImplCache
+from engine.kernels import Impl, build_program, impl_name
+from engine.layout import Layout, dtype_from_numpy, np_dtype
+from engine.memory import Tensor
+from engine.primitive_inst import PrimitiveInst
+from engine.program import ModelError, Program
+from engine.shape_predictor import PreallocSettings, ShapePredictor
+
+
+class NullTrace:
+    iter = -1
+
+    def event(self, *a, **k):
+        pass
+
+    def flush(self):
+        pass
+
+
+class Network:
+    def __init__(self, program: Program, device: cl.Device | None = None, trace=None,
+                 prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300):
+        self.program = program
+        self.device = device or select_device()
+        self.ctx = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.ctx)
+        self.trace = trace or NullTrace()
+        self.predictor = ShapePredictor(prealloc, self.device.global_mem_size)
+        self.impls = ImplCache(impl_cache_capacity)
+        self.iter = -1
+        self.counters: Counter = Counter()
+        self.shape_of_changed: set = set()
+        self.used_bytes = 0
+        self._keep: list = []
+        self._dummy = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 64)
+
+        self.tensors: dict[str, Tensor] = {}
+        for name, v in program.constants.items():
+            v = np.require(v, requirements="C")
+            self.tensors[name] = Tensor(name, Layout(v.shape, dtype_from_numpy(v.dtype)),
+                                        host=v, constant=True)
+        for name in program.inputs:
+            self.tensors[name] = Tensor(name)
+        self.insts = []
+        for node in program.nodes:
+            inst = PrimitiveInst(node, self)
+            for o in node.outputs:
+                self.tensors.setdefault(o, Tensor(o))
+            inst.outputs = [self.tensors[o] for o in node.outputs]
+            inputs = list(node.inputs)
+            while inputs and not inputs[-1]:
+                inputs.pop()
+            inst.inputs = [self.tensors[i] if i else None for i in inputs]
+            self.insts.append(inst)
+
+    @property
+    def device_name(self) -> str:
+        return describe(self.device)
+
+    # ---- decisions ----------------------------------------------------------------------
+    def record(self, kind: str, action: str, reason: str = "", node=None, **fields) -> None:
+        c = self.counters
+        c[f"{kind}.{action}"] += 1
+        if reason:
+            c[f"{kind}.{action}.{reason}"] += 1
+        if kind == "realloc" and action == "alloc":
+            c["bytes_allocated"] += fields.get("bytes", 0)
+        elif kind == "execute" and action == "enqueue":
+            c["kernels"] += fields.get("kernels", 0)
+        elif kind == "update_shape":
+            c["device_reads"] += fields.get("device_reads", 0)
+        self.trace.event(kind, node.name if node else "", node.op if node else "", action, reason,
+                         **fields)
+
+    # ---- memory -------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> cl.Buffer:
+        self.used_bytes += nbytes
+        return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+
+    def release(self, t: Tensor) -> None:
+        self.used_bytes -= t.capacity
+        t.buf, t.capacity = None, 0
+
+    def keep(self, obj) -> None:
+        """Host arrays of non-blocking copies must outlive the copy: kept until the inference ends."""
+        self._keep.append(obj)
+
+    def upload(self, t: Tensor) -> None:
+        """Put a host value on the device (constants once, shape-subgraph values when changed)."""
+        nbytes = t.host.nbytes
+        if t.buf is None or t.capacity < nbytes:
+            self.release(t)
+            t.buf, t.capacity = self.alloc(nbytes), nbytes
+        if nbytes:
+            arr = np.require(t.host, requirements="C")
+            cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
+            self.keep(arr)
+        t.offset = 0
+        t.dev_version = t.version
+
+    def device_buffer(self, t: Tensor) -> cl.Buffer:
+        if t.layout is None or t.layout.count == 0:
+            return self._dummy
+        if t.host is not None and t.dev_version != t.version:
+            self.upload(t)
+        return t.buf
+
+    def read_to_host(self, t: Tensor) -> np.ndarray:
+        l = t.layout
+        arr = np.empty(l.shape, dtype=np_dtype(l.dtype))
+        if l.count:
+            cl.enqueue_copy(self.queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
+        t.host = arr
+        return arr
+
+    # ---- impls --------------------------------------------------------------------------
+    def get_impl(self, call, node) -> Impl:
+        jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+        key = ("dynamic", call.source, jit)
+        impl = self.impls.get(key)
+        if impl is not None:
+            self.record("update_impl", "cache_hit", node=node, impl=impl.name)
+            return impl
+        try:
+            prg, ms = build_program(self.ctx, call.source, jit)
+        except cl.RuntimeError as e:
+            raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
+        impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
+        for k in self.impls.put(key, impl):
+            self.record("update_impl", "evict", node=node, impl=k[1])
+        self.counters["compile_ms"] += ms
+        self.record("update_impl", "build", node=node, impl=impl.name, compile_ms=round(ms, 3))
+        return impl
+
+    # ---- inference ----------------------------------------------------------------------
+    def set_input(self, name: str, value: np.ndarray) -> None:
+        t = self.tensors[name]
+        value = np.require(value, requirements="C")
+        t.layout = Layout(tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
+        t.host = value
+        t.version += 1
+        action = "reuse" if t.buf is not None and t.capacity >= value.nbytes else "alloc"
+        self.upload(t)
+        self.record("realloc", "external", action, _InputNode(name), bytes=value.nbytes)
+
+    def infer(self, feeds: dict) -> dict:
+        self.iter += 1
+        self.trace.iter = self.iter
+        self.counters = Counter()
+        self.shape_of_changed = set()
+        t0 = time.perf_counter()
+        self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
+        for name in self.program.inputs:
+            if name not in feeds:
+                raise ModelError(f"no value for input {name!r}")
+            self.set_input(name, feeds[name])
+        for inst in self.insts:
+            inst.execute()
+        outs = {}
+        for name in self.program.outputs:
+            t = self.tensors[name]
+            if t.host is None:
+                self.read_to_host(t)
+            outs[name] = t.host
+        self.queue.finish()
+        self._keep.clear()
+        latency = (time.perf_counter() - t0) * 1e3
+        self.counters["latency_ms"] = latency
+        self.trace.event("infer_end", latency_ms=round(latency, 3),
+                         out_shapes={k: list(v.shape) for k, v in outs.items()},
+                         counters=dict(self.counters))
+        self.trace.flush()
+        return outs
+
+
+class _InputNode:
+    """Graph inputs appear in the trace as nodes of op "Parameter" (OpenVINO's name)."""
+    op = "Parameter"
+
+    def __init__(self, name):
+        self.name = name

@@ -1,0 +1,41 @@
+"""The op registry: one `OpDef` per ONNX op type, defined in the family modules of this package.
+
+An op says three things, all from the current input layouts (never from a previous run):
+- `infer(node, ins, deps)`: output layouts; `deps` holds the host values of the inputs listed
+  in `shape_deps` (the seed's memory deps: Reshape's target, Slice's starts, ...);
+- `kernels(node, ins, outs, deps)`: the `KernelCall`s of its shape-agnostic device impl;
+- or `view=True` when its output is its first input's buffer under a new layout (no kernel).
+Every op also runs as a host impl (onnx.reference) inside shape subgraphs and constant folding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+OPS: dict[str, "OpDef"] = {}
+
+
+@dataclass
+class OpDef:
+    name: str
+    infer: Callable
+    kernels: Callable | None = None
+    shape_deps: tuple = ()             # input indices whose values shape inference reads
+    view: bool = False                 # output aliases input 0's buffer
+    host_ok: bool = False              # may run on the host inside a shape subgraph
+    dynamic_output: bool = False       # output shape depends on data (NonZero, ...)
+
+
+def register(name: str, **kw):
+    def deco(fn):
+        OPS[name] = OpDef(name=name, infer=fn, **kw)
+        return fn
+    return deco
+
+
+def supported_ops() -> list[str]:
+    return sorted(OPS)
+
+
+# Importing the families fills OPS.
+from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm  # noqa: E402,F401

@@ -1,0 +1,63 @@
+"""Helpers shared by the op families: broadcasting, axis normalisation, ONNX type codes."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from engine.kernels import KernelCall, MAX_RANK
+from engine.layout import Layout, cl_type, dtype_from_onnx
+
+
+class ShapeInferenceError(ValueError):
+    pass
+
+
+def broadcast(*shapes) -> tuple:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ShapeInferenceError(
+            "shapes " + ", ".join("x".join(map(str, s)) or "scalar" for s in shapes)
+            + " do not broadcast") from None
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a < max(rank, 1):
+        raise ShapeInferenceError(f"axis {axis} out of range for rank {rank}")
+    return a
+
+
+def onnx_dtype(code: int) -> str:
+    dt = dtype_from_onnx(code)
+    if dt is None:
+        raise ShapeInferenceError(f"element type {TensorProto.DataType.Name(code)} is not supported")
+    return dt
+
+
+def contiguous_strides(shape) -> list[int]:
+    strides, s = [], 1
+    for d in reversed(shape):
+        strides.append(s)
+        s *= int(d)
+    return strides[::-1]
+
+
+def eltwise_call(node, ins: list[Layout], out: Layout, expr: str, dims: dict | None = None,
+                 inputs: tuple | None = None) -> KernelCall:
+    """One eltwise kernel computing `expr` over (a, b, c, d, e) = the node's inputs."""
+    idx = tuple(range(len(ins))) if inputs is None else inputs
+    n = len(idx)
+    dims = dims or {}
+    in_dims = [dims.get(k, ins[i].shape) for k, i in enumerate(idx)]
+    flat = all(tuple(d) == tuple(out.shape) for d in in_dims)
+    jit = [("NUM_INPUTS", n), ("TOUT", cl_type(out.dtype)),
+           ("OPERATION(a, b, c, d, e)", f"({expr})"), ("IMPL_TAG", node.op)]
+    jit += [(f"T{k}", cl_type(ins[i].dtype)) for k, i in enumerate(idx)]
+    return KernelCall("eltwise", "eltwise", tuple(jit),
+                      args=tuple(("in", i) for i in idx) + (("out", 0),),
+                      params=(1 if flat else 0,), gws=(max(out.count, 1),), dims=dims)
+
+
+__all__ = ["ShapeInferenceError", "broadcast", "norm_axis", "onnx_dtype", "contiguous_strides",
+           "eltwise_call", "MAX_RANK", "Layout"]

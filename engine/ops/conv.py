@@ -1,0 +1,142 @@
+"""Conv (2-D, NCHW): a direct, register-blocked kernel (cl/conv.cl).
+
+Strides, dilations and the presence of a bias are JIT constants (attributes); the pads (computed
+from the input shape for auto_pad SAME_*), the channel blocking and the output sizes go through
+shape_info, so one build serves every input shape.
+"""
+from __future__ import annotations
+
+from engine.kernels import KernelCall
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError
+
+PW = 8          # output pixels along x per work-item (float8 accumulators)
+
+
+def _ints(node, name, n, default):
+    v = node.attrs.get(name)
+    if v is None:
+        return [default] * n
+    v = [int(x) for x in v]
+    if len(v) != n:
+        raise ShapeInferenceError(f"{node.op} {node.name}: {name}={v} must have {n} values")
+    return v
+
+
+def spatial_out(node, in_sizes, kernel, strides, dilations, ceil_mode=False):
+    """ONNX output sizes and begin pads of a pooling/conv window over `in_sizes` (any rank).
+    Returns (out_sizes, pads_begin, pads_end)."""
+    n = len(in_sizes)
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if any(s < 1 for s in strides):
+        raise ShapeInferenceError(f"{node.op} {node.name}: strides {strides} must be >= 1")
+    if any(d < 1 for d in dilations):
+        raise ShapeInferenceError(f"{node.op} {node.name}: dilations {dilations} must be >= 1")
+    if any(k < 1 for k in kernel):
+        raise ShapeInferenceError(f"{node.op} {node.name}: kernel {kernel} must be >= 1")
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    outs, pb, pe = [], [], []
+    if auto_pad in ("NOTSET", ""):
+        pads = _ints(node, "pads", 2 * n, 0)
+        if any(p < 0 for p in pads):
+            raise ShapeInferenceError(f"{node.op} {node.name}: negative pads {pads}")
+        for i in range(n):
+            b, e = pads[i], pads[i + n]
+            span = in_sizes[i] + b + e - eff[i]
+            if span < 0:
+                raise ShapeInferenceError(
+                    f"{node.op} {node.name}: window {eff[i]} larger than padded input "
+                    f"{in_sizes[i] + b + e} (input spatial {tuple(in_sizes)})")
+            o = (span + strides[i] - 1) // strides[i] + 1 if ceil_mode else span // strides[i] + 1
+            # ceil_mode: the last window must start inside the input or the begin pad
+            if ceil_mode and (o - 1) * strides[i] >= in_sizes[i] + b:
+                o -= 1
+            outs.append(o)
+            pb.append(b)
+            pe.append(e)
+    elif auto_pad == "VALID":
+        for i in range(n):
+            span = in_sizes[i] - eff[i]
+            if span < 0:
+                raise ShapeInferenceError(
+                    f"{node.op} {node.name}: window {eff[i]} larger than input {tuple(in_sizes)}")
+            o = (span + strides[i] - 1) // strides[i] + 1 if ceil_mode else span // strides[i] + 1
+            outs.append(o)
+            pb.append(0)
+            pe.append(0)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(n):
+            o = (in_sizes[i] + strides[i] - 1) // strides[i]
+            total = max(0, (o - 1) * strides[i] + eff[i] - in_sizes[i])
+            small = total // 2
+            b = small if auto_pad == "SAME_UPPER" else total - small
+            outs.append(o)
+            pb.append(b)
+            pe.append(total - b)
+    else:
+        raise ShapeInferenceError(f"{node.op} {node.name}: unknown auto_pad {auto_pad!r}")
+    return outs, pb, pe
+
+
+def _conv_geometry(node, ins):
+    if len(ins) < 2 or ins[0] is None or ins[1] is None:
+        raise ShapeInferenceError(f"Conv {node.name}: needs X and W")
+    x, w = ins[0], ins[1]
+    if x.rank != 4:
+        raise ShapeInferenceError(f"Conv {node.name}: only 2-D (NCHW) convolution is supported, "
+                                  f"got input {x}")
+    if w.rank != 4:
+        raise ShapeInferenceError(f"Conv {node.name}: weight {w} must be [OC, C/group, KH, KW]")
+    if any(l is not None and l.dtype != "f32" for l in ins):
+        raise ShapeInferenceError(f"Conv {node.name}: float32 only")
+    N, C, H, W = x.shape
+    OC, ICg, KH, KW = w.shape
+    group = int(node.attrs.get("group", 1))
+    if group < 1 or C % group or OC % group or C // group != ICg:
+        raise ShapeInferenceError(
+            f"Conv {node.name}: input {x} and weight {w} do not match group={group}")
+    ks = node.attrs.get("kernel_shape")
+    if ks is not None and [int(k) for k in ks] != [KH, KW]:
+        raise ShapeInferenceError(f"Conv {node.name}: kernel_shape {list(ks)} != weight {w}")
+    if len(ins) > 2 and ins[2] is not None and tuple(ins[2].shape) != (OC,):
+        raise ShapeInferenceError(f"Conv {node.name}: bias {ins[2]} must be [{OC}]")
+    strides = _ints(node, "strides", 2, 1)
+    dil = _ints(node, "dilations", 2, 1)
+    (OH, OW), pb, pe = spatial_out(node, (H, W), (KH, KW), strides, dil)
+    return dict(N=N, C=C, H=H, W=W, OC=OC, ICg=ICg, KH=KH, KW=KW, group=group,
+                strides=strides, dil=dil, OH=OH, OW=OW, pads=pb)
+
+
+def _ocb(ocg: int) -> int:
+    # Channel blocking from the weight's shape (a constant for real models): depthwise convs
+    # get one channel per work-item, wide layers 16 (16 float8 accumulators).
+    if ocg >= 16:
+        return 16
+    if ocg >= 4:
+        return 4
+    return 1
+
+
+def _conv_kernels(node, ins, outs, deps):
+    g = _conv_geometry(node, ins)
+    has_bias = len(ins) > 2 and ins[2] is not None
+    ocg = g["OC"] // g["group"]
+    ocb = _ocb(ocg)
+    bpg = (ocg + ocb - 1) // ocb
+    xb = (g["OW"] + PW - 1) // PW
+    jit = (("OCB", ocb), ("PW", PW), ("SY", g["strides"][0]), ("SX", g["strides"][1]),
+           ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
+           ("IMPL_TAG", "Conv"))
+    args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
+    params = (g["pads"][0], g["pads"][1], ocg, bpg, xb)
+    return [KernelCall("conv", "conv2d", jit, args, params=params,
+                       gws=(max(g["OH"] * xb, 1), g["group"] * bpg, max(g["N"], 1)))]
+
+
+@register("Conv", kernels=_conv_kernels)
+def _conv(node, ins, deps):
+    g = _conv_geometry(node, ins)
+    return [Layout((g["N"], g["OC"], g["OH"], g["OW"]), "f32")]

@@ -1,0 +1,72 @@
+"""Elementwise ops: one broadcasting kernel (cl/eltwise.cl), the op is a C expression."""
+from __future__ import annotations
+
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call, onnx_dtype
+
+# op -> C expression over the inputs a, b, c, ... (already of their own types)
+BINARY = {
+    "Add": "a + b", "Sub": "a - b", "Mul": "a * b", "Div": "a / b",
+    "Pow": "pow((float)a, (float)b)",
+}
+UNARY = {
+    "Relu": "fmax(a, (TOUT)0)", "Sigmoid": "(TOUT)1 / ((TOUT)1 + exp(-a))", "Tanh": "tanh(a)",
+    "Erf": "erf(a)", "Sqrt": "sqrt(a)",
+}
+
+
+def _same_dtype(node, ins):
+    dts = {l.dtype for l in ins}
+    if len(dts) != 1:
+        raise ShapeInferenceError(f"{node.op} inputs have different types {sorted(dts)}")
+    return ins[0].dtype
+
+
+def _kernels_from(expr_of):
+    def kernels(node, ins, outs, deps):
+        return [eltwise_call(node, ins, outs[0], expr_of(node, ins, outs))]
+    return kernels
+
+
+def _infer_broadcast(node, ins, deps):
+    return [Layout(broadcast(*[l.shape for l in ins]), _same_dtype(node, ins))]
+
+
+for _op, _expr in BINARY.items():
+    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
+for _op, _expr in UNARY.items():
+    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
+
+
+def _sum_expr(node, ins, outs):
+    if len(ins) > 5:
+        raise ShapeInferenceError("Sum of more than 5 inputs is not supported")
+    return " + ".join("abcde"[: len(ins)])
+
+
+register("Sum", kernels=_kernels_from(_sum_expr), host_ok=True)(_infer_broadcast)
+
+
+@register("Equal", kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True)
+def _equal(node, ins, deps):
+    _same_dtype(node, ins)
+    return [Layout(broadcast(ins[0].shape, ins[1].shape), "bool")]
+
+
+@register("Where", kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True)
+def _where(node, ins, deps):
+    if ins[0].dtype != "bool":
+        raise ShapeInferenceError("Where condition must be bool")
+    return [Layout(broadcast(*[l.shape for l in ins]), _same_dtype(node, ins[1:]))]
+
+
+def _cast_expr(node, ins, outs):
+    if outs[0].dtype == "bool":
+        return "(TOUT)(a != 0)"
+    return "(TOUT)a"
+
+
+@register("Cast", kernels=_kernels_from(_cast_expr), host_ok=True)
+def _cast(node, ins, deps):
+    return [Layout(ins[0].shape, onnx_dtype(node.attrs["to"]))]

@@ -1,0 +1,213 @@
+"""Data movement: views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout), strided
+copies (Transpose, Slice, Expand, Concat) and Gather."""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.kernels import KernelCall, MAX_RANK
+from engine.layout import Layout, cl_type
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides, norm_axis
+
+
+def _pad(vals, fill):
+    vals = list(vals)
+    return [fill] * (MAX_RANK - len(vals)) + vals
+
+
+def copy_call(node, dtype, iter_shape, src_strides, src_off, dst_strides, dst_off,
+              src=("in", 0), dst=("out", 0)) -> KernelCall:
+    """Copy the region `iter_shape` from src to dst with the given element strides/offsets."""
+    params = tuple(_pad(src_strides, 0)) + (src_off,) + tuple(_pad(dst_strides, 0)) + (dst_off,)
+    count = int(np.prod(iter_shape)) if len(iter_shape) else 1
+    return KernelCall("movement", "copy_strided", (("T", cl_type(dtype)), ("IMPL_TAG", node.op)),
+                      args=(src, dst), params=params, gws=(max(count, 1),),
+                      dims={1: tuple(iter_shape)})
+
+
+# ---- views -------------------------------------------------------------------------------
+def _view(name, deps=(), host_ok=True):
+    return register(name, view=True, shape_deps=deps, host_ok=host_ok)
+
+
+@_view("Reshape", deps=(1,))
+def _reshape(node, ins, deps):
+    shape = [int(v) for v in deps[1]]
+    src = ins[0].shape
+    allow_zero = node.attrs.get("allowzero", 0)
+    out = [src[i] if (d == 0 and not allow_zero) else d for i, d in enumerate(shape)]
+    if out.count(-1) > 1:
+        raise ShapeInferenceError("Reshape target has more than one -1")
+    known = int(np.prod([d for d in out if d != -1]))
+    total = ins[0].count
+    if -1 in out:
+        if known == 0 or total % known:
+            raise ShapeInferenceError(f"cannot reshape {ins[0]} to {shape}")
+        out[out.index(-1)] = total // known
+    if int(np.prod(out)) != total:
+        raise ShapeInferenceError(f"cannot reshape {ins[0]} to {shape}")
+    return [Layout(tuple(out), ins[0].dtype)]
+
+
+@_view("Flatten")
+def _flatten(node, ins, deps):
+    s = ins[0].shape
+    axis = node.attrs.get("axis", 1)
+    axis = axis + len(s) if axis < 0 else axis
+    return [Layout((int(np.prod(s[:axis])), int(np.prod(s[axis:]))), ins[0].dtype)]
+
+
+def _axes(node, deps, idx=1):
+    if "axes" in node.attrs:
+        return list(node.attrs["axes"])
+    if idx in deps and deps[idx] is not None:
+        return [int(a) for a in deps[idx]]
+    return None
+
+
+@_view("Squeeze", deps=(1,))
+def _squeeze(node, ins, deps):
+    s = ins[0].shape
+    axes = _axes(node, deps)
+    if axes is None:
+        axes = [i for i, d in enumerate(s) if d == 1]
+    axes = {norm_axis(a, len(s)) for a in axes}
+    if any(s[a] != 1 for a in axes):
+        raise ShapeInferenceError(f"Squeeze of a dim that is not 1 in {ins[0]}")
+    return [Layout(tuple(d for i, d in enumerate(s) if i not in axes), ins[0].dtype)]
+
+
+@_view("Unsqueeze", deps=(1,))
+def _unsqueeze(node, ins, deps):
+    s = list(ins[0].shape)
+    axes = _axes(node, deps)
+    rank = len(s) + len(axes)
+    for a in sorted(norm_axis(a, rank) for a in axes):
+        s.insert(a, 1)
+    return [Layout(tuple(s), ins[0].dtype)]
+
+
+@_view("Identity")
+def _identity(node, ins, deps):
+    return [Layout(ins[0].shape, ins[0].dtype)]
+
+
+@_view("Dropout")
+def _dropout(node, ins, deps):
+    # Inference mode: output = input; the optional mask output is all true.
+    outs = [Layout(ins[0].shape, ins[0].dtype)]
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise ShapeInferenceError("Dropout's mask output is not supported")
+    return outs
+
+
+# ---- strided copies ----------------------------------------------------------------------
+def _transpose_kernels(node, ins, outs, deps):
+    src = ins[0].shape
+    perm = node.attrs.get("perm", list(range(len(src)))[::-1])
+    st = contiguous_strides(src)
+    return [copy_call(node, ins[0].dtype, outs[0].shape, [st[p] for p in perm], 0,
+                      contiguous_strides(outs[0].shape), 0)]
+
+
+@register("Transpose", kernels=_transpose_kernels, host_ok=True)
+def _transpose(node, ins, deps):
+    s = ins[0].shape
+    perm = node.attrs.get("perm", list(range(len(s)))[::-1])
+    if sorted(perm) != list(range(len(s))):
+        raise ShapeInferenceError(f"bad perm {perm} for {ins[0]}")
+    return [Layout(tuple(s[p] for p in perm), ins[0].dtype)]
+
+
+def _concat_kernels(node, ins, outs, deps):
+    axis = norm_axis(node.attrs["axis"], outs[0].rank)
+    ost = contiguous_strides(outs[0].shape)
+    calls, pos = [], 0
+    for i, l in enumerate(ins):
+        if l.count:
+            calls.append(copy_call(node, l.dtype, l.shape, contiguous_strides(l.shape), 0,
+                                   ost, pos * ost[axis], src=("in", i)))
+        pos += l.shape[axis]
+    return calls
+
+
+@register("Concat", kernels=_concat_kernels, host_ok=True)
+def _concat(node, ins, deps):
+    rank = ins[0].rank
+    axis = norm_axis(node.attrs["axis"], rank)
+    out = list(ins[0].shape)
+    for l in ins[1:]:
+        if l.rank != rank or any(l.shape[d] != out[d] for d in range(rank) if d != axis):
+            raise ShapeInferenceError(f"Concat inputs {ins[0]} and {l} differ off axis {axis}")
+        out[axis] += l.shape[axis]
+    return [Layout(tuple(out), ins[0].dtype)]
+
+
+def _slice_params(node, ins, deps):
+    """Per-dim (start, step) and the output shape, numpy semantics (opset 1 attrs or 10+ inputs)."""
+    shape = ins[0].shape
+    if "starts" in node.attrs:  # opset < 10
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        axes, steps = node.attrs.get("axes"), None
+    else:
+        starts, ends = [int(v) for v in deps[1]], [int(v) for v in deps[2]]
+        axes = [int(v) for v in deps[3]] if deps.get(3) is not None else None
+        steps = [int(v) for v in deps[4]] if deps.get(4) is not None else None
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    start = [0] * len(shape)
+    step = [1] * len(shape)
+    out = list(shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = norm_axis(a, len(shape))
+        if st == 0:
+            raise ShapeInferenceError("Slice step 0")
+        rng = range(shape[a])[slice(s, e, st)]
+        start[a], step[a], out[a] = (rng.start if len(rng) else 0), st, len(rng)
+    return start, step, tuple(out)
+
+
+def _slice_kernels(node, ins, outs, deps):
+    start, step, out = _slice_params(node, ins, deps)
+    st = contiguous_strides(ins[0].shape)
+    off = sum(a * b for a, b in zip(start, st))
+    return [copy_call(node, ins[0].dtype, out, [a * b for a, b in zip(st, step)], off,
+                      contiguous_strides(out), 0)]
+
+
+@register("Slice", kernels=_slice_kernels, shape_deps=(1, 2, 3, 4), host_ok=True)
+def _slice(node, ins, deps):
+    return [Layout(_slice_params(node, ins, deps)[2], ins[0].dtype)]
+
+
+def _expand_kernels(node, ins, outs, deps):
+    out = outs[0].shape
+    src = (1,) * (len(out) - ins[0].rank) + tuple(ins[0].shape)
+    st = contiguous_strides(src)
+    return [copy_call(node, ins[0].dtype, out, [0 if d == 1 else s for d, s in zip(src, st)], 0,
+                      contiguous_strides(out), 0)]
+
+
+@register("Expand", kernels=_expand_kernels, shape_deps=(1,), host_ok=True)
+def _expand(node, ins, deps):
+    return [Layout(broadcast(ins[0].shape, tuple(int(v) for v in deps[1])), ins[0].dtype)]
+
+
+def _gather_kernels(node, ins, outs, deps):
+    data, idx = ins[0], ins[1]
+    axis = norm_axis(node.attrs.get("axis", 0), data.rank)
+    outer = int(np.prod(data.shape[:axis]))
+    inner = int(np.prod(data.shape[axis + 1:]))
+    return [KernelCall("gather", "gather",
+                       (("T", cl_type(data.dtype)), ("TIDX", cl_type(idx.dtype)), ("IMPL_TAG", "Gather")),
+                       args=(("in", 0), ("in", 1), ("out", 0)),
+                       params=(outer, data.shape[axis], inner, idx.count), gws=(max(outs[0].count, 1),))]
+
+
+@register("Gather", kernels=_gather_kernels, host_ok=True)
+def _gather(node, ins, deps):
+    data, idx = ins
+    axis = norm_axis(node.attrs.get("axis", 0), data.rank)
+    if idx.dtype not in ("i64", "i32"):
+        raise ShapeInferenceError("Gather indices must be int64 or int32")
+    return [Layout(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.dtype)]

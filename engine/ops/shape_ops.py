@@ -1,0 +1,46 @@
+"""Shape, ConstantOfShape and Constant. Shape always runs on the host (its value is the input
+layout, no device round trip); ConstantOfShape fills on the device unless it is shape math."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+from engine.layout import Layout, dtype_from_numpy
+from engine.ops import register
+from engine.ops.common import eltwise_call
+
+
+@register("Shape", host_ok=True)
+def _shape(node, ins, deps):
+    r = ins[0].rank
+    start, end = node.attrs.get("start", 0), node.attrs.get("end", r)
+    n = len(range(r)[slice(start, end)])
+    return [Layout((n,), "i64")]
+
+
+def shape_value(node, in_shape) -> np.ndarray:
+    r = len(in_shape)
+    start, end = node.attrs.get("start", 0), node.attrs.get("end", r)
+    return np.asarray(in_shape[slice(start, end)], dtype=np.int64)
+
+
+def fill_value(node) -> np.ndarray:
+    v = node.attrs.get("value")
+    return np.zeros(1, np.float32) if v is None else numpy_helper.to_array(v).reshape(-1)
+
+
+def _cos_kernels(node, ins, outs, deps):
+    v = fill_value(node)[0]
+    lit = repr(float(v)) + "f" if outs[0].dtype == "f32" else str(int(v))
+    return [eltwise_call(node, [], outs[0], f"(TOUT){lit}", inputs=())]
+
+
+@register("ConstantOfShape", kernels=_cos_kernels, shape_deps=(0,), host_ok=True)
+def _constant_of_shape(node, ins, deps):
+    shape = tuple(int(v) for v in deps[0])
+    return [Layout(shape, dtype_from_numpy(fill_value(node).dtype))]
+
+
+@register("Constant")
+def _constant(node, ins, deps):  # folded at import: never executed
+    raise AssertionError("Constant nodes are folded when the program is built")

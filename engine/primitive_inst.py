@@ -1,0 +1,226 @@
+"""PrimitiveInst: one node's runtime state; `execute()` is seed 002's Figure 1.
+
+    update_shape -> (empty output? skip) -> update_impl -> update_weights -> realloc_if_needed
+    -> set_arguments -> enqueue
+
+Every branch taken is reported to the network (`net.record`), which counts it and writes it to
+the trace.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from engine.kernels import KernelCall, compose_shape_info, round_up
+from engine.layout import Layout, dtype_from_numpy
+from engine.memory import Tensor
+from engine.shape_predictor import BufferState
+
+
+class _Bound:
+    """One kernel of this node's current impl with its bound arguments."""
+    __slots__ = ("call", "kernel", "impl", "info", "info_buf", "arg_ids", "gws", "lws")
+
+    def __init__(self, call: KernelCall, impl):
+        self.call, self.impl = call, impl
+        self.kernel = cl.Kernel(impl.program, call.kernel)  # per node: arguments stay bound
+        self.info = None
+        self.info_buf = None
+        self.arg_ids = None
+        lws = call.lws
+        self.gws = tuple(round_up(g, l) for g, l in zip(call.gws, lws)) if lws else call.gws
+        self.lws = lws
+
+
+class PrimitiveInst:
+    def __init__(self, node, net):
+        self.node = node
+        self.net = net
+        self.opdef = node.opdef
+        self.inputs: list[Tensor | None] = []
+        self.outputs: list[Tensor] = []
+        self.in_layouts = None
+        self.dep_state: dict = {}
+        self.bound: list[_Bound] = []
+        self.buffers = [BufferState() for _ in node.outputs]
+        self.shape_changed = False
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _rec(self, kind, action, reason="", **fields):
+        self.net.record(kind, action, reason, self.node, **fields)
+
+    def _deps(self) -> tuple[dict, bool, int]:
+        """Host values of the inputs shape inference reads (the seed's memory deps), whether
+        any changed since the last inference, and how many needed a device read."""
+        deps, changed, reads = {}, False, 0
+        for i in self.opdef.shape_deps:
+            t = self.inputs[i] if i < len(self.inputs) else None
+            if t is None or t.layout is None:
+                continue
+            if t.host is None:
+                self.net.read_to_host(t)
+                reads += 1
+            prev = self.dep_state.get(i)
+            if prev is None or prev[0] != t.version or not np.array_equal(prev[1], t.host):
+                changed = True
+                self.dep_state[i] = (t.version, t.host)
+            deps[i] = t.host
+        return deps, changed, reads
+
+    # ---- the flow -----------------------------------------------------------------------
+    def execute(self) -> None:
+        node, net = self.node, self.net
+        in_layouts = [t.layout if t is not None else None for t in self.inputs]
+        if node.host:
+            return self._execute_host(in_layouts)
+
+        # update_shape
+        deps, deps_changed, reads = self._deps()
+        self.shape_changed = in_layouts != self.in_layouts or deps_changed
+        if not self.shape_changed:
+            self._rec("update_shape", "skip", "shape_unchanged")
+        else:
+            reason = "first_run" if self.in_layouts is None else (
+                "shape_changed" if in_layouts != self.in_layouts else "memory_deps_changed")
+            out_layouts = self.opdef.infer(node, in_layouts, deps)
+            self.in_layouts = in_layouts
+            for t, l in zip(self.outputs, out_layouts):
+                t.layout = l
+            self._rec("update_shape", "infer", reason, device_reads=reads,
+                      in_shapes=[l.shape if l else None for l in in_layouts],
+                      out_shapes=[l.shape for l in out_layouts])
+        self.deps = deps
+        outs = [t.layout for t in self.outputs]
+
+        if self.opdef.view:
+            return self._execute_view()
+        if all(l.count == 0 for l in outs):
+            for t in self.outputs:
+                t.buf, t.offset = None, 0
+                t.version += 1
+            self._rec("realloc", "empty")
+            self._rec("execute", "skip", "empty_output")
+            self.bound = []  # arguments must be re-bound once there is memory again
+            return
+
+        impl_changed = self.shape_changed and self.update_impl(in_layouts, outs, deps)
+        # update_weights: dynamic impls take weights as they are (reorders come with static impls)
+        mem_changed = self.realloc_if_needed()
+        self.set_arguments(impl_changed or mem_changed)
+        for b in self.bound:
+            cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
+        for t in self.outputs:
+            t.version += 1
+            t.dev_version = t.version
+            t.host = None
+        self._rec("execute", "enqueue", kernels=len(self.bound))
+
+    def _execute_host(self, in_layouts) -> None:
+        """Shape subgraph: numpy (onnx.reference) on host values, re-run only when its Shape
+        sources saw a new shape."""
+        node, net = self.node, self.net
+        if node.op == "Shape":
+            if in_layouts == self.in_layouts:
+                self._rec("update_shape", "skip", "shape_of_unchanged")
+                return
+            from engine.ops.shape_ops import shape_value
+            vals = [shape_value(node, in_layouts[0].shape)]
+            net.shape_of_changed.add(node.name)
+        else:
+            if self.in_layouts is not None and in_layouts == self.in_layouts and \
+                    not (node.shape_sources & net.shape_of_changed):
+                self._rec("update_shape", "skip", "shape_of_subgraph_unchanged")
+                return
+            args = []
+            for t in self.inputs:
+                if t is not None and t.host is None:
+                    net.read_to_host(t)
+                args.append(None if t is None else t.host)
+            vals = node.run_host(args)
+        self.in_layouts = in_layouts
+        for t, v in zip(self.outputs, vals):
+            t.host = v
+            t.layout = Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype))
+            t.version += 1
+        self._rec("update_shape", "infer", "shape_changed",
+                  out_shapes=[t.layout.shape for t in self.outputs])
+        self._rec("execute", "host")
+
+    def _execute_view(self) -> None:
+        src, dst = self.inputs[0], self.outputs[0]
+        if src.buf is None and src.layout.count:
+            self.net.upload(src)
+        dst.buf, dst.offset, dst.host = src.buf, src.offset, src.host
+        dst.version = src.version
+        dst.dev_version = src.dev_version
+        self._rec("realloc", "view")
+        self._rec("execute", "skip", "view")
+
+    def update_impl(self, ins, outs, deps) -> bool:
+        """Pick the impl for the new shapes. Every device node has a shape-agnostic impl,
+        built once per (kernel source, JIT constants) and shared through the impl cache; the
+        dispatch data (shape_info, work sizes) is recomputed for the new shapes."""
+        calls = self.opdef.kernels(self.node, ins, outs, deps)
+        new, changed = [], False
+        for k, call in enumerate(calls):
+            impl = self.net.get_impl(call, self.node)
+            old = self.bound[k] if k < len(self.bound) else None
+            if old is not None and old.impl is impl and old.call.kernel == call.kernel:
+                old.call = call
+                lws = call.lws
+                old.gws = tuple(round_up(g, l) for g, l in zip(call.gws, lws)) if lws else call.gws
+                old.lws = lws
+                new.append(old)
+            else:
+                new.append(_Bound(call, impl))
+                changed = True
+        changed |= len(new) != len(self.bound)
+        self.bound = new
+        return changed
+
+    def realloc_if_needed(self) -> bool:
+        """Output memory (seed 000): reuse the buffer when the new size fits, else allocate,
+        with the ShapePredictor's preallocation when it predicts and 90% of memory allows."""
+        net, changed = self.net, False
+        for k, t in enumerate(self.outputs):
+            l = t.layout
+            if l.count == 0:
+                t.buf = None
+                continue
+            bits = l.itemsize * 8
+            d = self.buffers[k].realloc_if_needed(net.predictor, f"{self.node.name}:{k}", l.shape,
+                                                  bits, net.used_bytes)
+            if d.action == "reuse" and t.buf is not None:
+                self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity)
+                continue
+            nbytes = max(d.alloc_elems, l.count) * l.itemsize
+            net.release(t)
+            t.buf, t.offset, t.capacity = net.alloc(nbytes), 0, nbytes
+            changed = True
+            self._rec("realloc", "alloc", "reclaim" if d.reclaimed else "",
+                      bytes=nbytes, capacity=nbytes, predicted=d.predicted, mode=d.mode)
+        return changed
+
+    def set_arguments(self, force: bool) -> None:
+        """Bind kernel arguments only when the impl or a buffer changed (seed 002); rewrite the
+        shape_info buffer only when the dims or offsets changed."""
+        net = self.net
+        did_set = False
+        for b in self.bound:
+            call = b.call
+            tensors = [self.inputs[i] if kind == "in" else self.outputs[i] for kind, i in call.args]
+            blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
+            info = compose_shape_info(blocks, call.params)
+            if b.info is None or not np.array_equal(info, b.info):
+                if b.info_buf is None or b.info_buf.size < info.nbytes:
+                    b.info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY, info.nbytes)
+                    b.arg_ids = None
+                cl.enqueue_copy(net.queue, b.info_buf, info, is_blocking=False)
+                net.keep(info)
+                b.info = info
+            bufs = [b.info_buf] + [net.device_buffer(t) for t in tensors]
+            if force or b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
+                b.kernel.set_args(*bufs)
+                b.arg_ids = bufs  # holding them keeps identities meaningful
+                did_set = True
+        self._rec("set_args", "set" if did_set else "skip")

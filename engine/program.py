@@ -1,0 +1,244 @@
+"""ONNX import: the `Program` (seed: cldnn::program) of `Node`s after constant folding.
+
+What happens here, once per model:
+- parse with `onnx`; graph inputs that are also initializers are constants (IR < 4 models);
+- refuse, before anything runs, a model with any op outside the registry (one message);
+- topological order; Constant nodes and every node whose inputs are all constants are folded
+  with the host impl (onnx.reference), so weights built by ConstantOfShape become plain data;
+- mark shape subgraphs: Shape nodes and the shape math that depends only on them and on
+  constants run on the host (numpy, no device round trip), as the GPU plugin runs its
+  shape_of subgraphs on CPU impls.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from engine.layout import Layout, dtype_from_numpy, dtype_from_onnx
+from engine.ops import OPS
+
+MIN_OPSET, MAX_OPSET = 9, 21
+
+
+class ModelError(ValueError):
+    """The model cannot be run by this engine (unsupported op, type, opset, malformed graph)."""
+
+
+@dataclass(eq=False)
+class Node:
+    name: str
+    op: str
+    inputs: list            # tensor names, "" for an omitted optional input
+    outputs: list
+    attrs: dict
+    proto: onnx.NodeProto
+    opset: int
+    index: int = -1
+    host: bool = False      # runs as a host impl (shape subgraph)
+    shape_sources: frozenset = frozenset()  # Shape nodes this host node's value derives from
+    _host_impl: object = field(default=None, repr=False)
+
+    @property
+    def opdef(self):
+        return OPS[self.op]
+
+    def run_host(self, values: list) -> list:
+        """Evaluate with onnx.reference (the host impl; also used for constant folding)."""
+        if self._host_impl is None:
+            names = [f"i{k}" if n else "" for k, n in enumerate(self.inputs)]
+            outs = [f"o{k}" for k in range(len(self.outputs))]
+            p = onnx.NodeProto()
+            p.CopyFrom(self.proto)
+            del p.input[:]
+            p.input.extend(names)
+            del p.output[:]
+            p.output.extend(outs)
+            g = helper.make_graph([p], "host", [helper.make_tensor_value_info(n, 0, None) for n in names if n],
+                                  [helper.make_tensor_value_info(o, 0, None) for o in outs])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
+            self._host_impl = (ReferenceEvaluator(m), [n for n in names if n])
+        ev, names = self._host_impl
+        feeds = {n: v for n, v in zip(names, [v for v, name in zip(values, self.inputs) if name])}
+        return [np.asarray(v) for v in ev.run(None, feeds)]
+
+
+@dataclass
+class Program:
+    path: str
+    nodes: list
+    constants: dict          # tensor name -> np.ndarray
+    inputs: dict             # graph input name -> declared Layout (dims None/int)
+    input_dim_names: dict    # graph input name -> tuple of dim_param str | int | None
+    outputs: list
+    opset: int
+    producers: dict = field(default_factory=dict)   # tensor -> (node, output index)
+    users: dict = field(default_factory=dict)       # tensor -> [nodes]
+    folded: int = 0
+
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    out = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            out[a.name] = a.t
+        else:
+            out[a.name] = helper.get_attribute_value(a)
+            if isinstance(out[a.name], bytes):
+                out[a.name] = out[a.name].decode()
+    return out
+
+
+def _declared(vi) -> tuple[Layout, tuple]:
+    tt = vi.type.tensor_type
+    dt = dtype_from_onnx(tt.elem_type)
+    if dt is None:
+        raise ModelError(f"input {vi.name!r} has element type "
+                         f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, not supported "
+                         "(float32, int64, int32, bool are)")
+    names, shape = [], []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            names.append(d.dim_value)
+            shape.append(d.dim_value)
+        else:
+            names.append(d.dim_param or None)
+            shape.append(None)
+    return Layout(tuple(shape), dt), tuple(names)
+
+
+def _toposort(nodes: list, available: set) -> list:
+    ready = set(available) | {""}
+    pending = list(nodes)
+    order = []
+    while pending:
+        progressed = False
+        rest = []
+        for n in pending:
+            if all(i in ready for i in n.inputs):
+                order.append(n)
+                ready.update(n.outputs)
+                progressed = True
+            else:
+                rest.append(n)
+        if not progressed:
+            missing = sorted({i for n in rest for i in n.inputs if i not in ready})
+            raise ModelError(f"graph has a cycle or undefined tensors: {', '.join(missing[:5])}")
+        pending = rest
+    return order
+
+
+def load_program(path: str | os.PathLike) -> Program:
+    path = str(path)
+    try:
+        model = onnx.load(path)
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {path}") from None
+    except Exception as e:  # protobuf errors have no common base worth naming
+        raise ModelError(f"cannot parse {path} as ONNX: {e}") from None
+    return build_program(model, path)
+
+
+def build_program(model: onnx.ModelProto, path: str = "<model>") -> Program:
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")
+    g = model.graph
+    foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
+    unsupported: dict[str, list] = {}
+    for n in g.node:
+        if n.domain in ("", "ai.onnx") and n.op_type not in OPS:
+            unsupported.setdefault(n.op_type, []).append(n.name or n.output[0])
+    if unsupported or foreign:
+        parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
+                 for op, ns in sorted(unsupported.items())] + [f"{f} (custom domain)" for f in foreign]
+        raise ModelError("unsupported ops: " + "; ".join(parts))
+
+    constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    inputs, dim_names = {}, {}
+    for vi in g.input:
+        if vi.name in constants:
+            continue
+        inputs[vi.name], dim_names[vi.name] = _declared(vi)
+    if not inputs:
+        raise ModelError("the model has no inputs")
+
+    nodes = []
+    for k, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{k}"
+        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, opset))
+    nodes = _toposort(nodes, set(constants) | set(inputs))
+
+    # Constant folding (and Constant nodes) with the host impl.
+    kept, folded = [], 0
+    for n in nodes:
+        if all(i == "" or i in constants for i in n.inputs):
+            vals = n.run_host([constants.get(i) for i in n.inputs])
+            for o, v in zip(n.outputs, vals):
+                if o:
+                    constants[o] = v
+            folded += 1
+        else:
+            kept.append(n)
+    for k, n in enumerate(kept):
+        n.index = k
+
+    outputs = [o.name for o in g.output]
+    prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded)
+    for n in kept:
+        for k, o in enumerate(n.outputs):
+            prog.producers[o] = (n, k)
+        for i in n.inputs:
+            prog.users.setdefault(i, []).append(n)
+    _check_outputs(prog)
+    _mark_shape_subgraphs(prog)
+    return prog
+
+
+def _check_outputs(prog: Program) -> None:
+    for o in prog.outputs:
+        if o not in prog.producers and o not in prog.inputs and o not in prog.constants:
+            raise ModelError(f"graph output {o!r} is produced by no node")
+    for name, v in prog.constants.items():
+        if v.dtype.kind == "f" and v.dtype != np.float32 and name in prog.users:
+            raise ModelError(f"constant {name!r} is {v.dtype}; only float32 data is supported")
+
+
+def _mark_shape_subgraphs(prog: Program) -> None:
+    """A node is host-run shape math when it is a Shape, or a host-capable op whose non-constant
+    inputs all come from host nodes; float-valued fills (ConstantOfShape, Expand) stay on the
+    device since they make data, not shapes."""
+    host_tensors: dict[str, frozenset] = {}
+    for n in prog.nodes:
+        if n.op == "Shape":
+            n.host, n.shape_sources = True, frozenset([n.name])
+        else:
+            live = [i for i in n.inputs if i and i not in prog.constants]
+            if not (n.opdef.host_ok and live and all(i in host_tensors for i in live)):
+                continue
+            if n.op in ("ConstantOfShape", "Expand"):
+                v = prog.constants.get(n.inputs[0]) if n.op == "Expand" else None
+                is_float = (v is not None and v.dtype.kind == "f") or (
+                    n.op == "ConstantOfShape" and n.attrs.get("value") is not None
+                    and numpy_helper.to_array(n.attrs["value"]).dtype.kind == "f")
+                if is_float or n.op == "ConstantOfShape" and n.attrs.get("value") is None:
+                    continue
+            n.host = True
+            n.shape_sources = frozenset().union(*(host_tensors[i] for i in live))
+        for o in n.outputs:
+            if n.host and o:
+                host_tensors[o] = n.shape_sources
+
+
+def input_dtype(prog: Program, name: str):
+    return prog.inputs[name].dtype
+
+
+__all__ = ["Program", "Node", "ModelError", "load_program", "build_program", "dtype_from_numpy"]

@@ -1,0 +1,35 @@
+"""Write the example models used by dyncli demos.
+
+    python examples/make_models.py
+
+examples/encoder.onnx: tiny BERT-like encoder layer
+    inputs  input_ids int64[batch, seq], attention_mask int64[batch, seq]
+    output  y float[batch, seq, 64]
+examples/cnn.onnx: small CNN
+    input   x float[batch, 3, height, width]  (height, width >= 8)
+    output  y float[batch, 10]
+"""
+import os
+import sys
+
+import onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # repo root, so tests.models imports
+
+from tests.models import encoder_block, small_cnn  # noqa: E402
+
+
+def main():
+    models = {
+        "encoder.onnx": encoder_block(vocab=1000, d_model=64, heads=4, ff=128),
+        "cnn.onnx": small_cnn(),
+    }
+    for name, model in models.items():
+        path = os.path.join(HERE, name)
+        onnx.save(model, path)
+        print(f"wrote {path} ({os.path.getsize(path) / 1024:.0f} KiB)")
+
+
+if __name__ == "__main__":
+    main()

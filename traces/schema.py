@@ -1,0 +1,75 @@
+"""The trace schema: one definition shared by the writer, the reader and docs/trace-schema.md.
+
+A trace is JSON Lines. Line 1 is the header (`kind: "header"`); every other line is an event
+with the core fields below. `KINDS` maps each event kind to its actions and the extra fields
+it carries; the reader validates against it and the docs are checked against it in tests.
+"""
+SCHEMA_VERSION = 1
+
+# Fields every event carries. `iter` counts inferences from 0 (-1 outside an inference),
+# `node`/`op` are empty for run-level events, `ts` is seconds since the run started.
+CORE_FIELDS = ("kind", "iter", "node", "op", "action", "reason", "ts")
+
+KINDS: dict[str, dict] = {
+    "header": {
+        "actions": {""},
+        "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes"),
+        "doc": "First line: schema version, model path, device description, run options.",
+    },
+    "infer_start": {
+        "actions": {""},
+        "fields": ("shapes",),
+        "doc": "An inference begins; `shapes` maps each input to its dims.",
+    },
+    "update_shape": {
+        "actions": {"infer", "skip"},
+        "reasons": {"shape_changed", "first_run", "memory_deps_changed", "shape_unchanged",
+                    "shape_of_unchanged", "shape_of_subgraph_unchanged", "static_output",
+                    "done_by_other", "dynamic_output"},
+        "fields": ("in_shapes", "out_shapes", "device_reads"),
+        "doc": "Shape inference ran (`infer`, new output shapes) or was skipped (reason).",
+    },
+    "update_impl": {
+        "actions": {"build", "cache_hit", "host", "keep"},
+        "fields": ("impl", "compile_ms"),
+        "doc": "Impl selection after a shape change: a dynamic (shape-agnostic) kernel built "
+               "(`build`, compile time) or taken from the impl cache, or a host (numpy) impl.",
+    },
+    "realloc": {
+        "actions": {"external", "reuse", "alloc", "view", "host", "const", "empty"},
+        "fields": ("bytes", "capacity", "predicted"),
+        "doc": "Output memory: graph input (`external`), existing buffer fits (`reuse`), new "
+               "buffer (`alloc`, `bytes` allocated), alias of the input buffer (`view`), host "
+               "tensor (`host`), zero-size (`empty`).",
+    },
+    "set_args": {
+        "actions": {"set", "skip"},
+        "doc": "Kernel arguments re-bound (impl or a buffer changed) or kept.",
+    },
+    "execute": {
+        "actions": {"enqueue", "host", "skip"},
+        "reasons": {"", "empty_output", "view", "unchanged"},
+        "fields": ("kernels", "gws"),
+        "doc": "The node ran: kernels enqueued on the device, a host impl, or nothing (reason).",
+    },
+    "compile": {
+        "actions": {"build"},
+        "fields": ("impl", "compile_ms", "source"),
+        "doc": "An OpenCL program was built (pyopencl's binary cache may serve it).",
+    },
+    "infer_end": {
+        "actions": {""},
+        "fields": ("latency_ms", "out_shapes", "counters"),
+        "doc": "An inference finished; `counters` are this inference's decision counts.",
+    },
+    "check": {
+        "actions": {"pass", "fail"},
+        "fields": ("output", "max_abs", "max_rel"),
+        "doc": "Comparison of one output against onnxruntime (with --check).",
+    },
+    "run_end": {
+        "actions": {"ok", "error", "interrupted"},
+        "fields": ("inferences", "summary"),
+        "doc": "Last line of a run that ended (however it ended).",
+    },
+}

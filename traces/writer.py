@@ -1,0 +1,53 @@
+"""JSON Lines trace writer: buffered, flushed at every inference end (so a killed run loses at
+most the inference in flight)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from traces.schema import SCHEMA_VERSION
+
+
+class TraceWriter:
+    def __init__(self, path: str | os.PathLike, header: dict):
+        self.path = str(path)
+        self._f = open(self.path, "w", encoding="utf-8")
+        self._t0 = time.perf_counter()
+        self._buf: list[str] = []
+        self.iter = -1
+        self.write({"kind": "header", "schema": SCHEMA_VERSION, "tool": "dyncli", **header})
+        self.flush()
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def write(self, record: dict) -> None:
+        self._buf.append(json.dumps(record, separators=(",", ":"), default=_default))
+
+    def event(self, kind: str, node: str = "", op: str = "", action: str = "", reason: str = "",
+              **fields) -> None:
+        rec = {"kind": kind, "iter": self.iter, "node": node, "op": op, "action": action,
+               "reason": reason, "ts": round(self.now(), 6)}
+        rec.update(fields)
+        self.write(rec)
+
+    def flush(self) -> None:
+        if self._buf:
+            self._f.write("\n".join(self._buf) + "\n")
+            self._buf.clear()
+        self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self.flush()
+            self._f.close()
+
+
+def _default(o):
+    # numpy scalars and tuples of numpy ints show up in shapes
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

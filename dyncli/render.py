@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import statistics
 
+from rich import box
 from rich.table import Table
 
 from dyncli.shapes import format_shape
 
 
 def _shapes(d: dict) -> str:
-    if len(d) == 1:
-        return format_shape(next(iter(d.values())))
-    return ", ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
+    """One shape when every tensor has it (the usual ids/mask pair), else name:shape pairs."""
+    vals = {tuple(v) for v in d.values()}
+    if len(vals) == 1:
+        return format_shape(vals.pop()) + (f" (x{len(d)})" if len(d) > 1 else "")
+    return " ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
 
 
 def _bytes(n: float) -> str:
@@ -22,14 +25,15 @@ def _bytes(n: float) -> str:
 
 
 def inference_table(result) -> Table:
-    t = Table(title=f"{result.model} on {result.device}", title_justify="left")
+    t = Table(title=f"{result.model}: one row per inference", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for col, just in [("#", "right"), ("inputs", "left"), ("outputs", "left"), ("ms", "right"),
-                      ("kernels", "right"), ("shape inf run/skip", "right"),
-                      ("buffers reuse/alloc", "right"), ("allocated", "right")]:
-        t.add_column(col, justify=just)
+                      ("kernels", "right"), ("shape\ninfer/skip", "right"),
+                      ("buffers\nreuse/alloc", "right"), ("allocated", "right")]:
+        t.add_column(col, justify=just, no_wrap=col not in ("inputs", "outputs"))
     has_check = any(r.checks for r in result.records)
     if has_check:
-        t.add_column("check (max abs err)", justify="right")
+        t.add_column("check\nmax abs", justify="right", no_wrap=True)
     for r in result.records:
         c = r.counters
         row = [str(r.iter), _shapes(r.in_shapes), _shapes(r.out_shapes), f"{r.latency_ms:.2f}",
@@ -39,7 +43,7 @@ def inference_table(result) -> Table:
                _bytes(c.get("bytes_allocated", 0))]
         if has_check:
             worst = max((x.max_abs for x in r.checks), default=0.0)
-            row.append(f"[green]ok[/] {worst:.1e}" if r.ok else f"[red]FAIL[/] {worst:.1e}")
+            row.append(f"[green]ok[/] {worst:.0e}" if r.ok else f"[red]FAIL[/] {worst:.0e}")
         t.add_row(*row)
     return t
 
@@ -78,6 +82,7 @@ def summary_table(s: dict) -> Table:
     c = s["counters"]
     lat = s["latency_ms"]
     rows = [
+        ("device", s["device"]),
         ("inferences", f"{s['inferences']}/{s['planned']}"),
         ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded)"),
         ("latency ms: first / median / max", f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['max']:.2f}"),

@@ -17,6 +17,15 @@ from engine.memory import Tensor
 from engine.shape_predictor import BufferState
 
 
+def work_sizes(call: KernelCall) -> tuple:
+    """Global/local sizes for this execution (update_dispatch_data). 1-D kernels get a fixed
+    work-group of 64 so a new global size never changes the local size: PoCL specialises a
+    kernel per local size, and GPUs want a fixed group anyway; kernels bounds-check."""
+    lws = call.lws or ((64,) if len(call.gws) == 1 else None)
+    gws = tuple(round_up(g, l) for g, l in zip(call.gws, lws)) if lws else call.gws
+    return gws, lws
+
+
 class _Bound:
     """One kernel of this node's current impl with its bound arguments."""
     __slots__ = ("call", "kernel", "impl", "info", "info_buf", "arg_ids", "gws", "lws")
@@ -27,9 +36,7 @@ class _Bound:
         self.info = None
         self.info_buf = None
         self.arg_ids = None
-        lws = call.lws
-        self.gws = tuple(round_up(g, l) for g, l in zip(call.gws, lws)) if lws else call.gws
-        self.lws = lws
+        self.gws, self.lws = work_sizes(call)
 
 
 class PrimitiveInst:
@@ -167,9 +174,7 @@ class PrimitiveInst:
             old = self.bound[k] if k < len(self.bound) else None
             if old is not None and old.impl is impl and old.call.kernel == call.kernel:
                 old.call = call
-                lws = call.lws
-                old.gws = tuple(round_up(g, l) for g, l in zip(call.gws, lws)) if lws else call.gws
-                old.lws = lws
+                old.gws, old.lws = work_sizes(call)
                 new.append(old)
             else:
                 new.append(_Bound(call, impl))

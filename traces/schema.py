@@ -30,17 +30,20 @@ KINDS: dict[str, dict] = {
         "doc": "Shape inference ran (`infer`, new output shapes) or was skipped (reason).",
     },
     "update_impl": {
-        "actions": {"build", "cache_hit", "host", "keep"},
+        "actions": {"build", "cache_hit", "evict"},
         "fields": ("impl", "compile_ms"),
         "doc": "Impl selection after a shape change: a dynamic (shape-agnostic) kernel built "
-               "(`build`, compile time) or taken from the impl cache, or a host (numpy) impl.",
+               "(`build`, compile time) or taken from the impl cache; `evict` when the LRU "
+               "impl cache dropped one.",
     },
     "realloc": {
-        "actions": {"external", "reuse", "alloc", "view", "host", "const", "empty"},
-        "fields": ("bytes", "capacity", "predicted"),
-        "doc": "Output memory: graph input (`external`), existing buffer fits (`reuse`), new "
-               "buffer (`alloc`, `bytes` allocated), alias of the input buffer (`view`), host "
-               "tensor (`host`), zero-size (`empty`).",
+        "actions": {"external", "reuse", "alloc", "view", "empty"},
+        "reasons": {"", "alloc", "reuse", "reclaim"},
+        "fields": ("bytes", "capacity", "predicted", "mode"),
+        "doc": "Output memory: graph input (`external`; reason says whether its buffer was "
+               "reused), existing buffer fits (`reuse`), new buffer (`alloc`, `bytes` allocated, "
+               "`predicted` when the ShapePredictor enlarged it, reason `reclaim` when the old one "
+               "was over 10x too big), alias of the input buffer (`view`), zero-size (`empty`).",
     },
     "set_args": {
         "actions": {"set", "skip"},
@@ -73,3 +76,39 @@ KINDS: dict[str, dict] = {
         "doc": "Last line of a run that ended (however it ended).",
     },
 }
+
+
+def render_markdown() -> str:
+    """docs/trace-schema.md is this text (a test keeps them equal):
+    `python -m traces.schema > docs/trace-schema.md`."""
+    out = [
+        "# dyncli trace schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}. A trace is JSON Lines: the first line is the header, "
+        "every other line one event. Lines are flushed at the end of every inference, so a run "
+        "that is killed loses at most the inference in flight. Generated from `traces/schema.py`.",
+        "",
+        "Core fields of every event:",
+        "",
+        "| field | meaning |",
+        "|---|---|",
+        "| `kind` | the pipeline stage or record type (below) |",
+        "| `iter` | inference number from 0; -1 outside an inference |",
+        "| `node`, `op` | the node name and its ONNX op (graph inputs: op `Parameter`); empty for run-level events |",
+        "| `action` | what was decided |",
+        "| `reason` | why (empty when the action says it all) |",
+        "| `ts` | seconds since the run started |",
+        "",
+        "| kind | actions | reasons | extra fields | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, spec in KINDS.items():
+        acts = ", ".join(f"`{a}`" for a in sorted(spec.get("actions", ())) if a) or "-"
+        reasons = ", ".join(f"`{r}`" for r in sorted(spec.get("reasons", ())) if r) or "-"
+        fields = ", ".join(f"`{f}`" for f in spec.get("fields", ())) or "-"
+        out.append(f"| `{kind}` | {acts} | {reasons} | {fields} | {spec['doc']} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

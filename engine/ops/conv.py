@@ -115,6 +115,8 @@ def _ocb(ocg: int) -> int:
     # get one channel per work-item, wide layers 16 (16 float8 accumulators).
     if ocg >= 16:
         return 16
+    if ocg >= 8:
+        return 8
     if ocg >= 4:
         return 4
     return 1

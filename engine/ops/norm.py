@@ -1,1 +1,238 @@
-"""(filled in next)"""
+"""Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization,
+LRN and ReduceMean (cl/norm.cl; GlobalAveragePool shares the mean reduction)."""
+from __future__ import annotations
+
+import math
+
+from engine.kernels import KernelCall
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError, norm_axis
+
+
+def _f(v) -> str:
+    """A float attribute as an OpenCL C literal."""
+    v = float(v)
+    if not math.isfinite(v):
+        raise ShapeInferenceError(f"non-finite float attribute {v}")
+    return f"{v!r}f"
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _check_f32(node, *ls):
+    for l in ls:
+        if l is not None and l.dtype != "f32":
+            raise ShapeInferenceError(f"{node.op} {node.name}: float32 only, got {l}")
+
+
+def _no_extra_outputs(node, what):
+    if any(o for o in node.outputs[1:]):
+        raise ShapeInferenceError(f"{node.op} {node.name}: the {what} output(s) are not supported "
+                                  "(only the first output)")
+
+
+# ---- mean reduction --------------------------------------------------------------------------
+def reduce_call(node, shape, axes) -> KernelCall:
+    """Mean of `shape` over `axes`; the output is the input's element order minus those dims."""
+    axes = set(axes)
+    groups = []  # [size, reduced] outermost first, size-1 dims dropped, same kinds merged
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        red = d in axes
+        if groups and groups[-1][1] == red:
+            groups[-1][0] *= n
+        else:
+            groups.append([n, red])
+    stride, strides = 1, []
+    for n, _ in reversed(groups):
+        strides.append(stride)
+        stride *= n
+    strides.reverse()
+    kept = [(n, s) for (n, r), s in zip(groups, strides) if not r][::-1]   # innermost first
+    red = [(n, s) for (n, r), s in zip(groups, strides) if r]              # outermost first
+    if len(kept) > 3 or len(red) > 3:  # cannot happen for rank <= 6
+        raise ShapeInferenceError(f"{node.op} {node.name}: too many dim groups in {shape}")
+    kept += [(1, 0)] * (3 - len(kept))
+    red = [(1, 0)] * (3 - len(red)) + red
+    if any(shape[a] == 0 for a in axes):
+        red = [(0, 0)] + red[1:]  # empty reduction: 0 / 0
+    params = tuple(n for n, _ in kept) + tuple(s for _, s in kept) + \
+        tuple(n for n, _ in red) + tuple(s for _, s in red)
+    out_count = _prod(n for d, n in enumerate(shape) if d not in axes)
+    return KernelCall("norm", "reduce_mean", (("REDUCE_MEAN", 1), ("IMPL_TAG", "ReduceMean")),
+                      (("in", 0), ("out", 0)), params=params, gws=(max(out_count, 1),),
+                      dims={1: (out_count,)})
+
+
+def _reduce_axes(node, ins, deps):
+    """Normalised reduced axes (a sorted tuple) and keepdims."""
+    rank = ins[0].rank
+    keepdims = int(node.attrs.get("keepdims", 1))
+    if node.opset >= 18:
+        axes = deps.get(1)
+        axes = [] if axes is None else [int(a) for a in axes.reshape(-1)]
+        if not axes:
+            if int(node.attrs.get("noop_with_empty_axes", 0)):
+                return (), keepdims
+            axes = list(range(rank))
+    else:
+        axes = node.attrs.get("axes")
+        axes = list(range(rank)) if axes is None or len(axes) == 0 else [int(a) for a in axes]
+    norm = sorted({norm_axis(a, rank) for a in axes}) if rank else []
+    if len(norm) != len(axes):
+        raise ShapeInferenceError(f"ReduceMean {node.name}: repeated axes {axes}")
+    return tuple(norm), keepdims
+
+
+def _reduce_mean_kernels(node, ins, outs, deps):
+    axes, _ = _reduce_axes(node, ins, deps)
+    return [reduce_call(node, ins[0].shape, axes)]
+
+
+@register("ReduceMean", kernels=_reduce_mean_kernels, shape_deps=(1,), host_ok=True)
+def _reduce_mean(node, ins, deps):
+    _check_f32(node, ins[0])
+    axes, keepdims = _reduce_axes(node, ins, deps)
+    s = ins[0].shape
+    if keepdims:
+        out = tuple(1 if d in axes else n for d, n in enumerate(s))
+    else:
+        out = tuple(n for d, n in enumerate(s) if d not in axes)
+    return [Layout(out, "f32")]
+
+
+# ---- softmax ---------------------------------------------------------------------------------
+def _softmax_view(node, shape):
+    """(outer, A, inner): opset < 13 normalises over the flattened tail from `axis` (default 1),
+    opset >= 13 over the single dim `axis` (default -1)."""
+    rank = len(shape)
+    if node.opset < 13:
+        axis = norm_axis(int(node.attrs.get("axis", 1)), rank) if rank else 0
+        return _prod(shape[:axis]), _prod(shape[axis:]), 1
+    axis = norm_axis(int(node.attrs.get("axis", -1)), rank) if rank else 0
+    if rank == 0:
+        return 1, 1, 1
+    return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
+
+
+def _softmax_kernels(node, ins, outs, deps):
+    outer, a, inner = _softmax_view(node, ins[0].shape)
+    return [KernelCall("norm", "softmax", (("SOFTMAX", 1), ("IMPL_TAG", "Softmax")),
+                       (("in", 0), ("out", 0)), params=(a, inner, outer * inner),
+                       gws=(max(outer * inner, 1),))]
+
+
+@register("Softmax", kernels=_softmax_kernels)
+def _softmax(node, ins, deps):
+    _check_f32(node, ins[0])
+    _softmax_view(node, ins[0].shape)  # validates the axis
+    return [Layout(ins[0].shape, "f32")]
+
+
+# ---- layer normalization ---------------------------------------------------------------------
+def _suffix_count(node, what, l, norm_shape):
+    """Element count of a Scale/B that broadcasts to the normalised dims as a suffix."""
+    s = list(l.shape)
+    while s and s[0] == 1:
+        s.pop(0)
+    n = len(norm_shape)
+    if len(s) > n or tuple(s) != tuple(norm_shape[n - len(s):]):
+        raise ShapeInferenceError(f"LayerNormalization {node.name}: {what} {l} does not match the "
+                                  f"normalised dims {tuple(norm_shape)}")
+    return max(_prod(s), 1)
+
+
+def _ln_geometry(node, ins):
+    x, scale = ins[0], ins[1] if len(ins) > 1 else None
+    bias = ins[2] if len(ins) > 2 else None
+    if scale is None:
+        raise ShapeInferenceError(f"LayerNormalization {node.name}: Scale is required")
+    _check_f32(node, x, scale, bias)
+    if x.rank == 0:
+        raise ShapeInferenceError(f"LayerNormalization {node.name}: scalar input")
+    axis = norm_axis(int(node.attrs.get("axis", -1)), x.rank)
+    norm_shape = x.shape[axis:]
+    sc = _suffix_count(node, "Scale", scale, norm_shape)
+    bc = _suffix_count(node, "B", bias, norm_shape) if bias is not None else 1
+    return _prod(x.shape[:axis]), _prod(norm_shape), sc, bc, bias is not None
+
+
+def _ln_kernels(node, ins, outs, deps):
+    rows, d, sc, bc, has_bias = _ln_geometry(node, ins)
+    eps = _f(node.attrs.get("epsilon", 1e-5))
+    jit = (("LAYER_NORM", 1), ("HAS_BIAS", int(has_bias)), ("EPS", eps),
+           ("IMPL_TAG", "LayerNormalization"))
+    args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
+    return [KernelCall("norm", "layer_norm", jit, args, params=(rows, d, sc, bc),
+                       gws=(max(rows, 1),))]
+
+
+@register("LayerNormalization", kernels=_ln_kernels)
+def _layer_norm(node, ins, deps):
+    _no_extra_outputs(node, "Mean/InvStdDev")
+    _ln_geometry(node, ins)
+    return [Layout(ins[0].shape, "f32")]
+
+
+# ---- batch normalization (inference) ---------------------------------------------------------
+def _bn_check(node, ins):
+    if len(ins) < 5 or any(l is None for l in ins[:5]):
+        raise ShapeInferenceError(f"BatchNormalization {node.name}: needs X, scale, B, mean, var")
+    if int(node.attrs.get("training_mode", 0)):
+        raise ShapeInferenceError(f"BatchNormalization {node.name}: training_mode=1 is not supported")
+    _no_extra_outputs(node, "running mean/var (training)")
+    x = ins[0]
+    _check_f32(node, *ins[:5])
+    if x.rank < 2:
+        raise ShapeInferenceError(f"BatchNormalization {node.name}: input {x} needs rank >= 2")
+    c = x.shape[1]
+    for what, l in zip(("scale", "B", "mean", "var"), ins[1:5]):
+        if tuple(l.shape) != (c,):
+            raise ShapeInferenceError(f"BatchNormalization {node.name}: {what} {l} must be [{c}] "
+                                      "(spatial=0 is not supported)")
+    return x
+
+
+def _bn_kernels(node, ins, outs, deps):
+    x = _bn_check(node, ins)
+    c, hw = x.shape[1], _prod(x.shape[2:])
+    jit = (("BATCH_NORM", 1), ("EPS", _f(node.attrs.get("epsilon", 1e-5))),
+           ("IMPL_TAG", "BatchNormalization"))
+    return [KernelCall("norm", "batch_norm", jit, tuple(("in", i) for i in range(5)) + (("out", 0),),
+                       params=(c, hw, x.count), gws=(max(x.count, 1),))]
+
+
+@register("BatchNormalization", kernels=_bn_kernels)
+def _batch_norm(node, ins, deps):
+    x = _bn_check(node, ins)
+    return [Layout(x.shape, "f32")]
+
+
+# ---- LRN -------------------------------------------------------------------------------------
+def _lrn_kernels(node, ins, outs, deps):
+    x = ins[0]
+    a = node.attrs
+    jit = (("LRN", 1), ("LRN_SIZE", int(a["size"])), ("LRN_ALPHA", _f(a.get("alpha", 1e-4))),
+           ("LRN_BETA", _f(a.get("beta", 0.75))), ("LRN_BIAS", _f(a.get("bias", 1.0))),
+           ("IMPL_TAG", "LRN"))
+    return [KernelCall("norm", "lrn", jit, (("in", 0), ("out", 0)),
+                       params=(x.shape[1], _prod(x.shape[2:])), gws=(max(x.count, 1),))]
+
+
+@register("LRN", kernels=_lrn_kernels)
+def _lrn(node, ins, deps):
+    x = ins[0]
+    _check_f32(node, x)
+    if x.rank < 3:
+        raise ShapeInferenceError(f"LRN {node.name}: input {x} needs rank >= 3 (N, C, ...)")
+    size = node.attrs.get("size")
+    if size is None or int(size) < 1:
+        raise ShapeInferenceError(f"LRN {node.name}: size attribute must be >= 1, got {size}")
+    return [Layout(x.shape, "f32")]

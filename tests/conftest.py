@@ -1,0 +1,51 @@
+"""Shared test helpers: run a model through the engine over a sequence of inputs and compare
+every output of every inference with onnxruntime."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine import Network, build_program, select_device  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The OpenCL device of the suite; a missing device fails loudly, never skips."""
+    return select_device()
+
+
+def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, rtol=1e-4, atol=1e-5, what=""):
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
+
+
+def run_vs_ort(model: onnx.ModelProto, feed_seq, device=None, rtol=1e-4, atol=1e-5, net=None,
+               check_nonconstant=True) -> Network:
+    """Run each feeds dict through one Network (the dynamic-shape path) and onnxruntime."""
+    net = net or Network(build_program(model), device)
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    for i, feeds in enumerate(feed_seq):
+        outs = net.infer(feeds)
+        ref = dict(zip(names, sess.run(None, feeds)))
+        shapes = {k: v.shape for k, v in feeds.items()}
+        for name in names:
+            assert_close(outs[name], ref[name], rtol, atol, f"inference {i} {shapes} output {name}")
+            if check_nonconstant and ref[name].size > 1 and ref[name].dtype.kind == "f":
+                # a constant reference hides errors: the models are built to avoid it
+                assert np.ptp(ref[name]) > 0, f"reference output {name} is constant"
+    return net

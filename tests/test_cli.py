@@ -1,0 +1,124 @@
+"""The `dyncli run` command end to end: tables, --check, --json, trace file, inputs/outputs
+files, and one-line errors with documented exit statuses."""
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from dyncli.cli import app
+from tests.conftest import ort_session
+from tests.models import light_model_paths, mlp
+from traces import read_trace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENCODER = os.path.join(ROOT, "examples", "encoder.onnx")
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_run_encoder_check_table_and_trace(tmp_path):
+    trace = tmp_path / "enc.trace.jsonl"
+    r = invoke("run", ENCODER, "--shapes", "input_ids:1x{8..16..4},attention_mask:1x{8..16..4}",
+               "--shapes", "input_ids:2x8,attention_mask:2x8*2", "--shapes", "input_ids:1x4,attention_mask:1x4",
+               "--check", "--trace", trace)
+    assert r.exit_code == 0, r.output
+    assert "check vs onnxruntime" in r.output and "6 passed, 0 failed" in r.output
+    header, events = read_trace(str(trace))
+    assert header["kind"] == "header" and header["schema"] == 1 and header["model"].endswith("encoder.onnx")
+    events = list(events)
+    kinds = {e["kind"] for e in events}
+    assert {"infer_start", "update_shape", "update_impl", "realloc", "set_args", "execute",
+            "infer_end", "check", "run_end"} <= kinds
+    ends = [e for e in events if e["kind"] == "infer_end"]
+    assert len(ends) == 6
+    # inference 4 repeats inference 3's shapes: every node skips shape inference, nothing allocated
+    rep = ends[4]["counters"]
+    assert rep.get("update_shape.infer", 0) == 0 and rep.get("realloc.alloc", 0) == 0
+    assert events[-1]["kind"] == "run_end" and events[-1]["action"] == "ok"
+    for e in events:
+        for k in ("kind", "iter", "node", "op", "action", "reason", "ts"):
+            assert k in e
+
+
+def test_run_json_and_saved_tensors_roundtrip(tmp_path):
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), model)
+    ins, outs = tmp_path / "in.npz", tmp_path / "out.npz"
+    r = invoke("run", model, "--shapes", "[3,32][5,32]", "--shapes", "2x32", "--seed", 7, "--json",
+               "--save-inputs", ins, "--save-outputs", outs, "--trace", tmp_path / "t.jsonl")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["inferences"] == 3 and [d["inputs"]["x"] for d in s["inferences_detail"]] == [[3, 32], [5, 32], [2, 32]]
+    xi, yo = np.load(ins), np.load(outs)
+    assert sorted(xi.files) == ["0/x", "1/x", "2/x"] and yo["1/y"].shape == (5, 10)
+    sess = ort_session(mlp())
+    for i in range(3):  # anyone can check the saved results independently
+        np.testing.assert_allclose(yo[f"{i}/y"], sess.run(None, {"x": xi[f"{i}/x"]})[0], rtol=1e-4, atol=1e-5)
+    # --load-inputs replays the same tensors (shapes come from the file)
+    r2 = invoke("run", model, "--load-inputs", ins, "--check", "--json", "--trace", tmp_path / "t2.jsonl")
+    assert r2.exit_code == 0, r2.output
+    assert json.loads(r2.output)["check"]["failed"] == 0
+
+
+def test_check_mismatch_exits_1(tmp_path):
+    r = invoke("run", ENCODER, "--shapes", "input_ids:2x16,attention_mask:2x16", "--check",
+               "--atol", 0, "--rtol", 0, "--trace", tmp_path / "t.jsonl")
+    assert r.exit_code == 1
+    assert "differ from onnxruntime" in r.output
+
+
+def _unsupported_model(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    g = helper.make_graph([helper.make_node("Abs", ["x"], ["a"], name="abs1"),
+                           helper.make_node("Exp", ["a"], ["b"], name="exp1"),
+                           helper.make_node("Abs", ["b"], ["y"], name="abs2")], "g", [x], [y])
+    p = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    return p
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "missing.onnx", "--shapes", "1x2"], "model file not found"),
+    (["run", ENCODER, "--shapes", "foo:1x2"], "unknown input 'foo'"),
+    (["run", ENCODER, "--shapes", "1x8"], "input"),
+    (["run", ENCODER], "no inferences to run"),
+    (["run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--prealloc", "1 2"], "--prealloc"),
+    (["run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--device", "9:9"], "no OpenCL device"),
+])
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    r = runner.invoke(app, [str(a) for a in args])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+    assert "Traceback" not in r.output
+
+
+def test_unsupported_ops_listed_before_running(tmp_path):
+    r = runner.invoke(app, ["run", str(_unsupported_model(tmp_path)), "--shapes", "4"])
+    assert r.exit_code == 2
+    assert "Abs (nodes: abs1, abs2)" in r.output and "Exp (nodes: exp1)" in r.output
+
+
+def test_declared_static_dim_contradiction_and_relaxing(tmp_path):
+    squeeze = light_model_paths()["squeezenet"]
+    r = runner.invoke(app, ["run", squeeze, "--shapes", "1x3x64x64"])
+    assert r.exit_code == 2 and "dim 2 is 64 but the model declares 224" in r.output
+    assert "--model-shape" in r.output
+    r = invoke("run", squeeze, "--model-shape", "?x3x?x?", "--shapes", "[1,3,64,64][2,3,48,48]",
+               "--check", "--trace", tmp_path / "sq.jsonl", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert "2 passed, 0 failed" in r.output
+
+
+def test_devices_lists_a_working_device():
+    r = invoke("devices", "--json")
+    assert r.exit_code == 0
+    rows = json.loads(r.output)
+    assert any(d["builds"] for d in rows)

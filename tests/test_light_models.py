@@ -1,0 +1,38 @@
+"""The 9 "light" models shipped in the onnx wheel (onnx/backend/test/data/light): each runs
+and matches onnxruntime at its declared 1x3x224x224, with its shipped weights and with random
+weights of the same shapes (the shipped ones are all 0.02, which hides errors); densenet121 and
+squeezenet also over a sequence of batch and spatial sizes (the other seven hard-code batch 1
+in a Reshape)."""
+import numpy as np
+import onnx
+import pytest
+
+from tests.conftest import run_vs_ort
+from tests.models import light_model_paths, make_input_dynamic, randomize_weights, real_inputs
+
+MODELS = sorted(light_model_paths())
+
+
+def _feeds(model, shapes, seed):
+    rng = np.random.default_rng(seed)
+    (name,) = real_inputs(model)
+    return [{name: rng.standard_normal(s).astype(np.float32)} for s in shapes]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_light_model_shipped_and_random_weights(device, name):
+    model = onnx.load(light_model_paths()[name])
+    feeds = _feeds(model, [(1, 3, 224, 224)], seed=0)
+    # shipped weights: uniform-ish outputs, so no "non-constant" demand on the reference
+    run_vs_ort(model, feeds, device, rtol=1e-3, atol=1e-5, check_nonconstant=False)
+    rand = randomize_weights(model, seed=1)
+    run_vs_ort(rand, feeds, device, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,shapes", [
+    ("squeezenet", [(1, 3, 64, 64), (2, 3, 64, 64), (2, 3, 64, 64), (1, 3, 96, 80), (3, 3, 48, 48), (1, 3, 64, 64)]),
+    ("densenet121", [(1, 3, 64, 64), (2, 3, 64, 64), (1, 3, 96, 96), (2, 3, 64, 64)]),
+])
+def test_light_model_over_batch_and_spatial_sequence(device, name, shapes):
+    model = make_input_dynamic(randomize_weights(onnx.load(light_model_paths()[name]), seed=2))
+    run_vs_ort(model, _feeds(model, shapes, seed=3), device, rtol=1e-3, atol=1e-5)

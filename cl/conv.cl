@@ -5,7 +5,8 @@
 // PARAM(0) pad top, PARAM(1) pad left, PARAM(2) output channels per group,
 // PARAM(3) OCB-blocks per group, PARAM(4) PW-blocks per output row.
 // Work: gws = (OH * x-blocks, group * blocks per group, N); every work-item computes OCB output
-// channels of one group for PW consecutive output pixels of one row.
+// channels of one group for PW consecutive output pixels of one row. Pointwise convs (1x1,
+// stride 1, no pads) are given X and Y viewed as one row of H*W pixels (engine/ops/conv.py).
 #if HAS_BIAS
 #define Y_T 3
 #else

@@ -102,12 +102,11 @@ class PrimitiveInst:
         if self.opdef.view:
             return self._execute_view()
         if all(l.count == 0 for l in outs):
-            for t in self.outputs:
-                t.buf, t.offset = None, 0
+            for t in self.outputs:  # buffers are kept for the next non-empty shape
+                t.host = None
                 t.version += 1
             self._rec("realloc", "empty")
             self._rec("execute", "skip", "empty_output")
-            self.bound = []  # arguments must be re-bound once there is memory again
             return
 
         impl_changed = self.shape_changed and self.update_impl(in_layouts, outs, deps)
@@ -190,7 +189,6 @@ class PrimitiveInst:
         for k, t in enumerate(self.outputs):
             l = t.layout
             if l.count == 0:
-                t.buf = None
                 continue
             bits = l.itemsize * 8
             d = self.buffers[k].realloc_if_needed(net.predictor, f"{self.node.name}:{k}", l.shape,

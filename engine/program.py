@@ -203,6 +203,10 @@ def build_program(model: onnx.ModelProto, path: str = "<model>") -> Program:
 
 
 def _check_outputs(prog: Program) -> None:
+    for n in prog.nodes:
+        if n.op == "Dropout" and len(n.outputs) > 1 and n.outputs[1] and (
+                n.outputs[1] in prog.users or n.outputs[1] in prog.outputs):
+            raise ModelError(f"Dropout node {n.name}: its mask output is used, which is not supported")
     for o in prog.outputs:
         if o not in prog.producers and o not in prog.inputs and o not in prog.constants:
             raise ModelError(f"graph output {o!r} is produced by no node")

@@ -65,6 +65,7 @@ CONV_CASES = {
     # name: (C, OC, kernel, attrs, bias)
     "g1_pads1": (3, 20, (3, 3), dict(pads=[1, 1, 1, 1]), True),          # OC tail of a 16-block
     "g2_stride2": (4, 8, (3, 3), dict(group=2, strides=[2, 2]), False),
+    "g2_wide": (4, 36, (3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),  # 16-blocks + tail per group
     "depthwise_asym_pads": (6, 6, (3, 3), dict(group=6, pads=[0, 1, 2, 1]), True),
     "depthwise_mult2": (4, 8, (3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
     "dilation2": (3, 8, (3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),

@@ -128,14 +128,20 @@ def _conv_kernels(node, ins, outs, deps):
     ocg = g["OC"] // g["group"]
     ocb = _ocb(ocg)
     bpg = (ocg + ocb - 1) // ocb
-    xb = (g["OW"] + PW - 1) // PW
     jit = (("OCB", ocb), ("PW", PW), ("SY", g["strides"][0]), ("SX", g["strides"][1]),
            ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
            ("IMPL_TAG", "Conv"))
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
+    oh, ow, dims = g["OH"], g["OW"], {}
+    if (g["KH"], g["KW"]) == (1, 1) and g["strides"] == [1, 1] and g["pads"] == [0, 0] \
+            and (oh, ow) == (g["H"], g["W"]):
+        # pointwise: the image is one row of H*W pixels (x-blocks cross rows, no ragged tails)
+        oh, ow = 1, oh * ow
+        dims = {0: (g["N"], g["C"], 1, ow), len(args) - 1: (g["N"], g["OC"], 1, ow)}
+    xb = (ow + PW - 1) // PW
     params = (g["pads"][0], g["pads"][1], ocg, bpg, xb)
     return [KernelCall("conv", "conv2d", jit, args, params=params,
-                       gws=(max(g["OH"] * xb, 1), g["group"] * bpg, max(g["N"], 1)))]
+                       gws=(max(oh * xb, 1), g["group"] * bpg, max(g["N"], 1)), dims=dims)]
 
 
 @register("Conv", kernels=_conv_kernels)

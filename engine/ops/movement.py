@@ -94,11 +94,9 @@ def _identity(node, ins, deps):
 
 @_view("Dropout")
 def _dropout(node, ins, deps):
-    # Inference mode: output = input; the optional mask output is all true.
-    outs = [Layout(ins[0].shape, ins[0].dtype)]
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise ShapeInferenceError("Dropout's mask output is not supported")
-    return outs
+    # Inference mode: output = input. The optional mask output is refused at import when
+    # anything reads it (engine/program.py), so only the data output gets a layout.
+    return [Layout(ins[0].shape, ins[0].dtype)]
 
 
 # ---- strided copies ----------------------------------------------------------------------

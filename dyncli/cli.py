@@ -37,9 +37,10 @@ def fail(msg: str, code: int = EXIT_USAGE):
 
 @app.command(help="Run MODEL for a sequence of input shapes, print one row per inference and "
                   "write a JSON Lines trace of every runtime decision.\n\n"
-                  + shape_spec.__doc__.split("Grammar:")[0].strip()
-                  + "\n\nExamples:\n\n  dyncli run model.onnx --shapes 'input_ids:1x{8..64..8}' --check\n\n"
-                    "  dyncli run cnn.onnx --shapes '[1,3,32,32][2,3,64,64]' --shapes 1x3x32x32*3")
+                  "Examples:\n\n"
+                  "  dyncli run model.onnx --shapes 'input_ids:1x{8..64..8},attention_mask:1x{8..64..8}' --check\n\n"
+                  "  dyncli run cnn.onnx --shapes '[1,3,32,32][2,3,64,64]' --shapes 1x3x32x32*3",
+             epilog="\b\n" + shape_spec.__doc__.replace("\n\n", "\n\n\b\n"))
 def run(
     model: str = typer.Argument(..., help="ONNX model file."),
     shapes: List[str] = typer.Option([], "--shapes", "-s", help="Input shapes of one or more inferences "

@@ -52,3 +52,21 @@ def test_kv_decoder_grows_from_empty_cache(device):
                     "past_k": rng.standard_normal((1, 2, past, 16)).astype(np.float32),
                     "past_v": rng.standard_normal((1, 2, past, 16)).astype(np.float32)})
     run_vs_ort(kv_decoder_step(), seq, device, rtol=2e-4, atol=2e-5)
+
+
+def test_zero_size_skips_execution_and_shrink_allocates_nothing(device):
+    from engine import Network, build_program
+    net = Network(build_program(mlp()), device)
+    rng = np.random.default_rng(6)
+    net.infer({"x": rng.standard_normal((8, 32)).astype(np.float32)})
+    first = dict(net.counters)
+    assert first["realloc.alloc"] > 0 and first["update_impl.build"] > 0
+    net.infer({"x": rng.standard_normal((3, 32)).astype(np.float32)})  # shrink: reuse only
+    assert net.counters.get("realloc.alloc", 0) == 0 and net.counters["realloc.reuse"] > 0
+    assert net.counters.get("update_impl.build", 0) == 0  # shape-agnostic impls serve the new shape
+    out = net.infer({"x": np.zeros((0, 32), np.float32)})
+    assert out["y"].shape == (0, 10)
+    assert net.counters["execute.skip.empty_output"] == net.counters["execute.skip"] > 0
+    assert net.counters.get("kernels", 0) == 0
+    net.infer({"x": rng.standard_normal((3, 32)).astype(np.float32)})
+    assert net.counters.get("update_shape.infer", 0) > 0 and net.counters.get("realloc.alloc", 0) == 0

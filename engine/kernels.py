@@ -37,13 +37,6 @@ class Impl:
     kind: str                        # "dynamic" | "static"
     program: cl.Program
     compile_ms: float
-    kernels: dict = field(default_factory=dict)
-
-    def kernel(self, name: str) -> cl.Kernel:
-        k = self.kernels.get(name)
-        if k is None:
-            k = self.kernels[name] = getattr(self.program, name)
-        return k
 
 
 def load_source(name: str) -> str:

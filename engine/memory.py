@@ -23,7 +23,3 @@ class Tensor:
     dev_version: int = -1          # version the device copy holds (uploads of host values)
     capacity: int = 0              # bytes of `buf` owned by this tensor (0 for views)
     constant: bool = False
-
-    @property
-    def on_device(self) -> bool:
-        return self.buf is not None and self.dev_version == self.version

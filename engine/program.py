@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from engine.layout import Layout, dtype_from_numpy, dtype_from_onnx
+from engine.layout import Layout, dtype_from_onnx
 from engine.ops import OPS
 
 MIN_OPSET, MAX_OPSET = 9, 21
@@ -241,8 +241,4 @@ def _mark_shape_subgraphs(prog: Program) -> None:
                 host_tensors[o] = n.shape_sources
 
 
-def input_dtype(prog: Program, name: str):
-    return prog.inputs[name].dtype
-
-
-__all__ = ["Program", "Node", "ModelError", "load_program", "build_program", "dtype_from_numpy"]
+__all__ = ["Program", "Node", "ModelError", "load_program", "build_program"]

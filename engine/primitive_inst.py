@@ -28,7 +28,7 @@ def work_sizes(call: KernelCall) -> tuple:
 
 class _Bound:
     """One kernel of this node's current impl with its bound arguments."""
-    __slots__ = ("call", "kernel", "impl", "info", "info_buf", "arg_ids", "gws", "lws")
+    __slots__ = ("call", "kernel", "impl", "info", "info_buf", "arg_ids", "offsets", "gws", "lws")
 
     def __init__(self, call: KernelCall, impl):
         self.call, self.impl = call, impl
@@ -36,6 +36,7 @@ class _Bound:
         self.info = None
         self.info_buf = None
         self.arg_ids = None
+        self.offsets = None
         self.gws, self.lws = work_sizes(call)
 
 
@@ -212,15 +213,20 @@ class PrimitiveInst:
         for b in self.bound:
             call = b.call
             tensors = [self.inputs[i] if kind == "in" else self.outputs[i] for kind, i in call.args]
-            blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
-            info = compose_shape_info(blocks, call.params)
-            if b.info is None or not np.array_equal(info, b.info):
-                if b.info_buf is None or b.info_buf.size < info.nbytes:
-                    b.info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY, info.nbytes)
-                    b.arg_ids = None
-                cl.enqueue_copy(net.queue, b.info_buf, info, is_blocking=False)
-                net.keep(info)
-                b.info = info
+            offsets = tuple(t.offset for t in tensors)
+            # shape_info depends on the call (replaced on a shape change) and the offsets only:
+            # on a repeated shape nothing is recomposed or rewritten.
+            if b.info is None or self.shape_changed or offsets != b.offsets:
+                blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
+                info = compose_shape_info(blocks, call.params)
+                b.offsets = offsets
+                if b.info is None or not np.array_equal(info, b.info):
+                    if b.info_buf is None or b.info_buf.size < info.nbytes:
+                        b.info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY, info.nbytes)
+                        b.arg_ids = None
+                    cl.enqueue_copy(net.queue, b.info_buf, info, is_blocking=False)
+                    net.keep(info)
+                    b.info = info
             bufs = [b.info_buf] + [net.device_buffer(t) for t in tensors]
             if force or b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
                 b.kernel.set_args(*bufs)

@@ -195,14 +195,16 @@ class PrimitiveInst:
             d = self.buffers[k].realloc_if_needed(net.predictor, f"{self.node.name}:{k}", l.shape,
                                                   bits, net.used_bytes)
             if d.action == "reuse" and t.buf is not None:
-                self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity)
+                self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
+                          dtype=l.dtype)
                 continue
             nbytes = max(d.alloc_elems, l.count) * l.itemsize
             net.release(t)
             t.buf, t.offset, t.capacity = net.alloc(nbytes), 0, nbytes
             changed = True
             self._rec("realloc", "alloc", "reclaim" if d.reclaimed else "",
-                      bytes=nbytes, capacity=nbytes, predicted=d.predicted, mode=d.mode)
+                      bytes=nbytes, capacity=nbytes, predicted=d.predicted, mode=d.mode,
+                      shape=l.shape, dtype=l.dtype)
         return changed
 
     def set_arguments(self, force: bool) -> None:

@@ -39,11 +39,13 @@ KINDS: dict[str, dict] = {
     "realloc": {
         "actions": {"external", "reuse", "alloc", "view", "empty"},
         "reasons": {"", "alloc", "reuse", "reclaim"},
-        "fields": ("bytes", "capacity", "predicted", "mode"),
+        "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype"),
         "doc": "Output memory: graph input (`external`; reason says whether its buffer was "
                "reused), existing buffer fits (`reuse`), new buffer (`alloc`, `bytes` allocated, "
                "`predicted` when the ShapePredictor enlarged it, reason `reclaim` when the old one "
-               "was over 10x too big), alias of the input buffer (`view`), zero-size (`empty`).",
+               "was over 10x too big), alias of the input buffer (`view`), zero-size (`empty`). "
+               "`shape`/`dtype`: the output's required shape and element type (replayable by "
+               "`predictor-sim --from-trace`).",
     },
     "set_args": {
         "actions": {"set", "skip"},

@@ -11,9 +11,11 @@
 #if IS_DYNAMIC
 #define OPTIONAL_SHAPE_INFO_ARG __global const int* shape_info,
 #define OPTIONAL_SHAPE_INFO_TENSOR shape_info,
+#define SHAPE_INFO_PTR __global const int*
 #else
 #define OPTIONAL_SHAPE_INFO_ARG
 #define OPTIONAL_SHAPE_INFO_TENSOR
+#define SHAPE_INFO_PTR __constant int*
 __constant int shape_info[] = SHAPE_INFO_INIT;
 #endif
 
@@ -22,3 +24,27 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #define T_DIM(t, d) (shape_info[(t) * TBLOCK + 1 + (d)])
 #define T_COUNT(t) (T_DIM(t, 0) * T_DIM(t, 1) * T_DIM(t, 2) * T_DIM(t, 3) * T_DIM(t, 4) * T_DIM(t, 5))
 #define PARAM(i) (shape_info[NUM_TENSORS * TBLOCK + (i)])
+
+// Offset of output element `o` (linear, no offset) in tensor `in_t` broadcast to tensor `out_t`.
+inline int bcast_off(SHAPE_INFO_PTR si, int out_t, int in_t, int o) {
+    int off = 0, s = 1;
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        const int n = si[out_t * TBLOCK + 1 + d], m = si[in_t * TBLOCK + 1 + d];
+        if (m != 1) off += (o % n) * s;
+        o /= n;
+        s *= m;
+    }
+    return off;
+}
+
+// Fused eltwise ops (program-time fusion): a kernel that supports them passes each output value
+// through FUSED_OPS(v, o) before storing it (o: the element's linear index in the output, no
+// offset) and ends its parameter list with FUSED_ARGS (the fused inputs' buffers). The engine
+// defines both when it fuses ops into the node; by default they are no-ops.
+#ifndef FUSED_OPS
+#define HAS_FUSED_OPS 0
+#define FUSED_OPS(v, o) (v)
+#define FUSED_ARGS
+#else
+#define HAS_FUSED_OPS 1
+#endif

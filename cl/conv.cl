@@ -33,7 +33,7 @@ KERNEL(conv2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const f
 #if HAS_BIAS
                __global const float* B,
 #endif
-               __global float* Y)
+               __global float* Y FUSED_ARGS)
 {
     const int C = T_DIM(0, 3), H = T_DIM(0, 4), W = T_DIM(0, 5);
     const int ICg = T_DIM(1, 3), KH = T_DIM(1, 4), KW = T_DIM(1, 5);
@@ -113,6 +113,10 @@ KERNEL(conv2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const f
 #pragma unroll
     for (int j = 0; j < OCB; ++j) {
         if (oc0 + j < oc_end) {
+#if HAS_FUSED_OPS
+            const int o = (yp - Y - T_OFF(Y_T)) + j * OH * OW;
+            for (int l = 0; l < nvalid; ++l) set_lane(&acc[j], l, FUSED_OPS(get_lane(acc[j], l), o + l));
+#endif
             if (nvalid == PW) {
                 VSTORE(acc[j], yp + j * OH * OW);
             } else {

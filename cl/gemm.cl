@@ -13,7 +13,7 @@ KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global con
 #if HAS_BIAS
                    __global const float* C,
 #endif
-                   __global float* Y)
+                   __global float* Y FUSED_ARGS)
 {
     const int M = PARAM(0), N = PARAM(1), K = PARAM(2);
     const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2);
@@ -72,5 +72,5 @@ KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global con
         y += BETA * C[T_OFF(2) + off];
     }
 #endif
-    Y[y_off + row * N + col] = y;
+    Y[y_off + row * N + col] = FUSED_OPS(y, y_off - T_OFF(Y_T) + row * N + col);
 }

@@ -132,6 +132,14 @@ class PrimitiveInst:
                 return
             from engine.ops.shape_ops import shape_value
             vals = [shape_value(node, in_layouts[0].shape)]
+            prev = self.outputs[0].host
+            self.in_layouts = in_layouts
+            if prev is not None and np.array_equal(prev, vals[0]):
+                # e.g. Shape(start=1) when only the batch changed: its users see the same dims
+                self._rec("update_shape", "infer", "shape_changed", value_unchanged=True,
+                          out_shapes=[self.outputs[0].layout.shape])
+                self._rec("execute", "host")
+                return
             net.shape_of_changed.add(node.name)
         else:
             if self.in_layouts is not None and in_layouts == self.in_layouts and \

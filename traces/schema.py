@@ -26,8 +26,10 @@ KINDS: dict[str, dict] = {
         "reasons": {"shape_changed", "first_run", "memory_deps_changed", "shape_unchanged",
                     "shape_of_unchanged", "shape_of_subgraph_unchanged", "static_output",
                     "done_by_other", "dynamic_output"},
-        "fields": ("in_shapes", "out_shapes", "device_reads"),
-        "doc": "Shape inference ran (`infer`, new output shapes) or was skipped (reason).",
+        "fields": ("in_shapes", "out_shapes", "device_reads", "value_unchanged"),
+        "doc": "Shape inference ran (`infer`, new output shapes) or was skipped (reason). "
+               "`value_unchanged`: a Shape node re-ran but produced the same value, so its "
+               "shape subgraph is not re-run.",
     },
     "update_impl": {
         "actions": {"build", "cache_hit", "evict"},

@@ -51,3 +51,26 @@ def _default(o):
     if isinstance(o, (set, frozenset)):
         return sorted(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class MemoryTrace:
+    """The writer's event API kept in memory (tests, scripts): `events` holds one dict per event
+    with the same fields a trace file would."""
+
+    def __init__(self):
+        self._t0 = time.perf_counter()
+        self.iter = -1
+        self.events: list[dict] = []
+
+    def event(self, kind: str, node: str = "", op: str = "", action: str = "", reason: str = "",
+              **fields) -> None:
+        self.events.append({"kind": kind, "iter": self.iter, "node": node, "op": op,
+                            "action": action, "reason": reason,
+                            "ts": time.perf_counter() - self._t0, **fields})
+
+    def flush(self) -> None:
+        pass
+
+    def of(self, iter: int, kind: str | None = None, action: str | None = None) -> list[dict]:
+        return [e for e in self.events if e["iter"] == iter and (kind is None or e["kind"] == kind)
+                and (action is None or e["action"] == action)]

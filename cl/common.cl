@@ -37,14 +37,18 @@ inline int bcast_off(SHAPE_INFO_PTR si, int out_t, int in_t, int o) {
     return off;
 }
 
-// Fused eltwise ops (program-time fusion): a kernel that supports them passes each output value
+// Fused eltwise ops (engine/fusion.py): a kernel that supports them passes each output value
 // through FUSED_OPS(v, o) before storing it (o: the element's linear index in the output, no
 // offset) and ends its parameter list with FUSED_ARGS (the fused inputs' buffers). The engine
-// defines both when it fuses ops into the node; by default they are no-ops.
-#ifndef FUSED_OPS
+// defines FUSED_OPS_BODY / FUSED_PARAMS / FUSED_CALL when it fuses ops into the node; by
+// default the hooks are no-ops.
+#ifdef FUSED_OPS_BODY
+#define HAS_FUSED_OPS 1
+#define FUSED_ARGS FUSED_PARAMS
+inline float fused_ops(float v0, int o, SHAPE_INFO_PTR si FUSED_PARAMS) { FUSED_OPS_BODY }
+#define FUSED_OPS(v, o) fused_ops((v), (o), shape_info FUSED_CALL)
+#else
 #define HAS_FUSED_OPS 0
 #define FUSED_OPS(v, o) (v)
 #define FUSED_ARGS
-#else
-#define HAS_FUSED_OPS 1
 #endif

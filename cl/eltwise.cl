@@ -17,7 +17,7 @@ KERNEL(eltwise)(OPTIONAL_SHAPE_INFO_ARG
 #if NUM_INPUTS > 4
     __global const T4* in4,
 #endif
-    __global TOUT* out)
+    __global TOUT* out FUSED_ARGS)
 {
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(NUM_INPUTS)) return;
@@ -63,5 +63,5 @@ KERNEL(eltwise)(OPTIONAL_SHAPE_INFO_ARG
 #else
     const float e = 0;
 #endif
-    out[T_OFF(NUM_INPUTS) + gid] = OPERATION(a, b, c, d, e);
+    out[T_OFF(NUM_INPUTS) + gid] = FUSED_OPS(OPERATION(a, b, c, d, e), gid);
 }

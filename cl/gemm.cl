@@ -23,7 +23,9 @@ KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global con
     // broadcasting A and B where their batch dim is 1.
     int a_off = T_OFF(0), b_off = T_OFF(1), y_off = T_OFF(Y_T);
     {
-        int rem = bat, sa = M * K, sb = K * N, sy = M * N;
+        // matrix strides from the operands' dims: a padded operand (KV cache) has more rows
+        int rem = bat, sa = T_DIM(0, MAX_RANK - 2) * T_DIM(0, MAX_RANK - 1);
+        int sb = T_DIM(1, MAX_RANK - 2) * T_DIM(1, MAX_RANK - 1), sy = M * N;
         for (int d = MAX_RANK - 3; d >= 0; --d) {
             const int n = T_DIM(Y_T, d);
             const int i = rem % n;

@@ -47,6 +47,14 @@ class Layout:
     shape: tuple  # of int | None
     dtype: str = "f32"
     format: str = "bfyx"
+    # Padded layouts (the KV cache's preallocated sequence axis): the dims of the buffer region
+    # the tensor lives in, of which `shape` is the leading corner. None: dense. Only ops marked
+    # `padded_ok` ever see one.
+    pad: tuple | None = None
+
+    @property
+    def phys(self) -> tuple:
+        return self.pad or self.shape
 
     @property
     def rank(self) -> int:
@@ -76,7 +84,7 @@ class Layout:
 
     def __str__(self) -> str:
         dims = "x".join("?" if d is None else str(d) for d in self.shape) or "scalar"
-        return f"{dims}:{self.dtype}"
+        return f"{dims}:{self.dtype}" + (f" (in {shape_str(self.pad)})" if self.pad else "")
 
 
 def shape_str(shape) -> str:

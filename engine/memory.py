@@ -1,12 +1,13 @@
 """Runtime tensors: where a value lives (device buffer and/or host array) and its layout."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyopencl as cl
 
 from engine.layout import Layout
+from engine.shape_predictor import BufferState
 
 
 @dataclass(eq=False)
@@ -23,3 +24,6 @@ class Tensor:
     dev_version: int = -1          # version the device copy holds (uploads of host values)
     capacity: int = 0              # bytes of `buf` owned by this tensor (0 for views)
     constant: bool = False
+    # realloc_if_needed state (max size seen, predictor history key) of the buffer: per tensor,
+    # so a fused node and its unfused fallback manage one buffer
+    state: BufferState = field(default_factory=BufferState)

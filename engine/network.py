@@ -31,7 +31,8 @@ class NullTrace:
 
 class Network:
     def __init__(self, program: Program, device: cl.Device | None = None, trace=None,
-                 prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300):
+                 prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300,
+                 feedback: dict | None = None):
         self.program = program
         self.device = device or select_device()
         self.ctx = cl.Context([self.device])
@@ -47,23 +48,43 @@ class Network:
         self._dummy = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 64)
 
         self.tensors: dict[str, Tensor] = {}
-        for name, v in program.constants.items():
+        for name, v in program.constants.items():  # includes constants made by fusion
             v = np.require(v, requirements="C")
             self.tensors[name] = Tensor(name, Layout(v.shape, dtype_from_numpy(v.dtype)),
                                         host=v, constant=True)
         for name in program.inputs:
             self.tensors[name] = Tensor(name)
-        self.insts = []
         for node in program.nodes:
-            inst = PrimitiveInst(node, self)
             for o in node.outputs:
                 self.tensors.setdefault(o, Tensor(o))
-            inst.outputs = [self.tensors[o] for o in node.outputs]
-            inputs = list(node.inputs)
-            while inputs and not inputs[-1]:
-                inputs.pop()
-            inst.inputs = [self.tensors[i] if i else None for i in inputs]
-            self.insts.append(inst)
+        self.insts = [self._inst(n) for n in program.nodes if getattr(n, "fused_into", None) is None]
+        # --feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on device
+        self.feedback = dict(feedback or {})
+        for out, inp in self.feedback.items():
+            if out not in program.outputs or inp not in program.inputs:
+                raise ModelError(f"feedback {out}:{inp}: {out!r} must be a graph output and "
+                                 f"{inp!r} a graph input")
+            inst = next((i for i in self.insts if out in i.node.outputs), None)
+            if inst is not None and _kv_append_ok(program, inst.node, inp):
+                inst.kv_past = inp
+
+    def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
+        inst = PrimitiveInst(node, self)
+        inputs = list(node.inputs)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        inst.inputs = [self.tensors[i] if i else None for i in inputs]
+        inst.outputs = [self.tensors[o] for o in node.outputs]
+        f = getattr(node, "fusion", None)
+        if f is not None and not unfused:
+            # the fused node reads the fused ops' extra inputs and writes the chain's output;
+            # its unfused subgraph is kept ready for shapes that make the fusion invalid
+            inst.fusion = f
+            inst.n_own = len(inputs)
+            inst.inputs += [self.tensors[i] for i in f.extra]
+            inst.outputs = [self.tensors[f.out]]
+            inst.unfused = [self._inst(node, unfused=True)] + [self._inst(op.node) for op in f.ops]
+        return inst
 
     @property
     def device_name(self) -> str:
@@ -81,6 +102,8 @@ class Network:
             c["kernels"] += fields.get("kernels", 0)
         elif kind == "update_shape":
             c["device_reads"] += fields.get("device_reads", 0)
+        elif kind == "kv_cache":
+            c["kv_bytes_copied"] += fields.get("bytes_copied", 0)
         self.trace.event(kind, node.name if node else "", node.op if node else "", action, reason,
                          **fields)
 
@@ -119,9 +142,11 @@ class Network:
 
     def read_to_host(self, t: Tensor) -> np.ndarray:
         l = t.layout
-        arr = np.empty(l.shape, dtype=np_dtype(l.dtype))
+        arr = np.empty(l.phys, dtype=np_dtype(l.dtype))
         if l.count:
             cl.enqueue_copy(self.queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
+        if l.pad:
+            arr = np.ascontiguousarray(arr[tuple(slice(0, d) for d in l.shape)])
         t.host = arr
         return arr
 
@@ -155,7 +180,39 @@ class Network:
         self.upload(t)
         self.record("realloc", "external", action, _InputNode(name), bytes=value.nbytes)
 
-    def infer(self, feeds: dict) -> dict:
+    def feed_back(self, name: str, src: Tensor, value: np.ndarray | None) -> None:
+        """Input `name` takes output `src` of the previous inference without leaving the device:
+        the KV-cache concat that produced it keeps appending into that buffer (alias); any other
+        input gets a device-to-device copy into its own buffer (the producer may overwrite its
+        output buffer before every reader of the input has run)."""
+        t = self.tensors[name]
+        kv = any(getattr(i, "kv_past", None) == name for i in self.insts)
+        t.layout, t.version = src.layout, t.version + 1
+        t.host = value
+        if kv:
+            if t.capacity:
+                self.release(t)
+            t.buf, t.offset = src.buf, src.offset
+            reason, nbytes = "feedback_alias", 0
+        elif src.layout.pad is not None:  # a padded KV buffer fed to some other input
+            return self.set_input(name, value if value is not None else self.read_to_host(src))
+        else:
+            nbytes = src.layout.nbytes
+            if t.buf is None or t.capacity < nbytes:
+                self.release(t)
+                t.buf, t.capacity = self.alloc(nbytes), nbytes
+            t.offset = 0
+            if nbytes:
+                cl.enqueue_copy(self.queue, t.buf, src.buf, byte_count=nbytes,
+                                src_offset=src.offset * src.layout.itemsize, dst_offset=0)
+            reason = "feedback_copy"
+        t.dev_version = t.version
+        self.record("realloc", "external", reason, _InputNode(name), bytes=nbytes)
+
+    def infer(self, feeds: dict, fed_back: dict | None = None) -> dict:
+        """One inference. `fed_back` maps inputs to the previous inference's outputs that feed
+        them on the device (--feedback); `feeds` still holds their host values when known."""
+        fed_back = fed_back or {}
         self.iter += 1
         self.trace.iter = self.iter
         self.counters = Counter()
@@ -163,6 +220,9 @@ class Network:
         t0 = time.perf_counter()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
         for name in self.program.inputs:
+            if name in fed_back:
+                self.feed_back(name, self.tensors[fed_back[name]], feeds.get(name))
+                continue
             if name not in feeds:
                 raise ModelError(f"no value for input {name!r}")
             self.set_input(name, feeds[name])
@@ -191,3 +251,19 @@ class _InputNode:
 
     def __init__(self, name):
         self.name = name
+
+
+def _kv_append_ok(prog, node, past: str) -> bool:
+    """A KV-cache concat: Concat(past, new) along an axis that is not the last, past read by
+    nothing else, every reader of the result able to take a padded layout (so the buffer can
+    keep room along the sequence axis and later steps append in place)."""
+    if node.op != "Concat" or len(node.inputs) != 2 or node.inputs[0] != past:
+        return False
+    if [n.name for n in prog.users.get(past, [])] != [node.name]:
+        return False
+    axis = node.attrs.get("axis")
+    rank = len(prog.inputs[past].shape)
+    if axis is None or (axis % rank if rank else 0) == rank - 1:
+        return False
+    return all(u.opdef.padded_ok and not getattr(u, "fused_into", None) and not u.host
+               for u in prog.users.get(node.outputs[0], []))

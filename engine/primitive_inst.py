@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
+from engine.fusion import fused_jit, fusion_valid
 from engine.kernels import KernelCall, compose_shape_info, round_up
 from engine.layout import Layout, dtype_from_numpy
 from engine.memory import Tensor
-from engine.shape_predictor import BufferState
 
 
 def work_sizes(call: KernelCall) -> tuple:
@@ -50,8 +50,14 @@ class PrimitiveInst:
         self.in_layouts = None
         self.dep_state: dict = {}
         self.bound: list[_Bound] = []
-        self.buffers = [BufferState() for _ in node.outputs]
         self.shape_changed = False
+        # fusion (engine/fusion.py): set by the network on a producer with fused ops
+        self.fusion = None
+        self.n_own = 0                 # inputs of the node itself (the rest are fused inputs)
+        self.unfused: list = []        # the unfused subgraph's insts: producer, then fused ops
+        self.unfuse_reason = ""        # non-empty while the current shapes invalidate the fusion
+        self.kv_past = None            # a KV-cache concat fed back its own output (network.py)
+        self.kv_pad = None             # dims of its buffer region (the padded layout)
 
     # ---- helpers ------------------------------------------------------------------------
     def _rec(self, kind, action, reason="", **fields):
@@ -90,7 +96,11 @@ class PrimitiveInst:
         else:
             reason = "first_run" if self.in_layouts is None else (
                 "shape_changed" if in_layouts != self.in_layouts else "memory_deps_changed")
-            out_layouts = self.opdef.infer(node, in_layouts, deps)
+            own = in_layouts[:self.n_own] if self.fusion else in_layouts
+            out_layouts = self.opdef.infer(node, own, deps)
+            if self.fusion:
+                extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
+                self.unfuse_reason = fusion_valid(self.fusion, out_layouts[0], extra)
             self.in_layouts = in_layouts
             for t, l in zip(self.outputs, out_layouts):
                 t.layout = l
@@ -98,10 +108,18 @@ class PrimitiveInst:
                       in_shapes=[l.shape if l else None for l in in_layouts],
                       out_shapes=[l.shape for l in out_layouts])
         self.deps = deps
+        if self.unfuse_reason:
+            # seed 002 "Valid fusion?" no: run the unfused subgraph for these shapes
+            self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names())
+            for inst in self.unfused:
+                inst.execute()
+            return
         outs = [t.layout for t in self.outputs]
 
         if self.opdef.view:
             return self._execute_view()
+        if self.kv_past is not None:
+            return self._execute_kv_append()
         if all(l.count == 0 for l in outs):
             for t in self.outputs:  # buffers are kept for the next non-empty shape
                 t.host = None
@@ -171,11 +189,79 @@ class PrimitiveInst:
         self._rec("realloc", "view")
         self._rec("execute", "skip", "view")
 
+    def _execute_kv_append(self) -> None:
+        """KV-cache concat (past, new) -> present, with present fed back as the next past. The
+        buffer keeps room along the sequence axis (a padded layout, sized by the ShapePredictor):
+        while the room lasts and past is the previous present, only the new entries are written;
+        otherwise the buffer is reallocated and both parts copied (the GPU plugin's kv-cache)."""
+        from engine.ops.common import contiguous_strides, norm_axis
+        from engine.ops.movement import copy_call
+        net, node = self.net, self.node
+        past, new = self.inputs
+        out = self.outputs[0]
+        l = Layout(out.layout.shape, out.layout.dtype)
+        axis = norm_axis(node.attrs["axis"], l.rank)
+        lp = past.layout.shape[axis]
+        held = self.kv_pad if out.buf is not None else None
+        # the predictor sees every step (its history must follow the growth), as in the plugin
+        d = out.state.realloc_if_needed(net.predictor, out.name, l.shape, l.itemsize * 8,
+                                        net.used_bytes)
+        fed = past.buf is not None and past.buf is out.buf and past.offset == out.offset and \
+            past.layout.phys == held
+        fits = held is not None and all(h == d for i, (h, d) in enumerate(zip(held, l.shape))
+                                        if i != axis) and l.shape[axis] <= held[axis]
+        if fed and fits:
+            pad, reason = held, ""
+            calls = []
+            copied = new.layout.nbytes
+            self._rec("realloc", "reuse", bytes=l.nbytes, capacity=out.capacity, shape=l.shape,
+                      dtype=l.dtype)
+        else:
+            reason = "first_run" if held is None else ("capacity" if fed else "not_fed_back")
+            per = l.count // l.shape[axis] if l.shape[axis] else 0
+            cap = max(l.shape[axis], d.alloc_elems // per if per else 0)
+            pad = tuple(cap if i == axis else x for i, x in enumerate(l.shape))
+            nbytes = max(1, int(np.prod(pad))) * l.itemsize
+            if out.capacity:
+                net.release(out)
+            out.buf, out.offset, out.capacity = net.alloc(nbytes), 0, nbytes
+            self._rec("realloc", "alloc", bytes=nbytes, capacity=nbytes, predicted=d.predicted,
+                      mode=d.mode, shape=l.shape, dtype=l.dtype)
+            ost = contiguous_strides(pad)
+            calls = [copy_call(node, l.dtype, past.layout.shape, contiguous_strides(past.layout.phys),
+                               0, ost, 0)] if past.layout.count else []
+            copied = past.layout.nbytes + new.layout.nbytes
+        ost = contiguous_strides(pad)
+        if new.layout.count:
+            calls.append(copy_call(node, l.dtype, new.layout.shape,
+                                   contiguous_strides(new.layout.phys), 0, ost, lp * ost[axis],
+                                   src=("in", 1)))
+        self.kv_pad = pad
+        out.layout = Layout(l.shape, l.dtype, pad=pad if pad != l.shape else None)
+        self._rec("kv_cache", "append" if not reason else "copy", reason, bytes_copied=copied,
+                  capacity=pad[axis], length=l.shape[axis])
+        self.shape_changed = True          # the copies' offsets move every step
+        self._bind(calls)
+        self.set_arguments(True)
+        for b in self.bound:
+            cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
+        out.version += 1
+        out.dev_version = out.version
+        out.host = None
+        self._rec("execute", "enqueue", kernels=len(self.bound))
+
     def update_impl(self, ins, outs, deps) -> bool:
         """Pick the impl for the new shapes. Every device node has a shape-agnostic impl,
         built once per (kernel source, JIT constants) and shared through the impl cache; the
         dispatch data (shape_info, work sizes) is recomputed for the new shapes."""
-        calls = self.opdef.kernels(self.node, ins, outs, deps)
+        if self.fusion:
+            calls = self._with_fused_ops(self.opdef.kernels(self.node, ins[:self.n_own], outs, deps))
+        else:
+            calls = self.opdef.kernels(self.node, ins, outs, deps)
+        return self._bind(calls)
+
+    def _bind(self, calls: list) -> bool:
+        """Impls (from the impl cache) for these kernel calls; True when any kernel changed."""
         new, changed = [], False
         for k, call in enumerate(calls):
             impl = self.net.get_impl(call, self.node)
@@ -191,6 +277,16 @@ class PrimitiveInst:
         self.bound = new
         return changed
 
+    def _with_fused_ops(self, calls: list) -> list:
+        """The kernel that writes the output also applies the fused ops (FUSED_OPS hook)."""
+        k = max(i for i, c in enumerate(calls) if ("out", 0) in c.args)
+        c = calls[k]
+        first = len(c.args)
+        extra = tuple(("in", self.n_own + j) for j in range(len(self.fusion.extra)))
+        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(("out", 0)), first),
+                              c.args + extra, c.params, c.gws, c.lws, c.dims)
+        return calls
+
     def realloc_if_needed(self) -> bool:
         """Output memory (seed 000): reuse the buffer when the new size fits, else allocate,
         with the ShapePredictor's preallocation when it predicts and 90% of memory allows."""
@@ -200,8 +296,7 @@ class PrimitiveInst:
             if l.count == 0:
                 continue
             bits = l.itemsize * 8
-            d = self.buffers[k].realloc_if_needed(net.predictor, f"{self.node.name}:{k}", l.shape,
-                                                  bits, net.used_bytes)
+            d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, bits, net.used_bytes)
             if d.action == "reuse" and t.buf is not None:
                 self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
                           dtype=l.dtype)

@@ -7,7 +7,8 @@ What happens here, once per model:
   with the host impl (onnx.reference), so weights built by ConstantOfShape become plain data;
 - mark shape subgraphs: Shape nodes and the shape math that depends only on them and on
   constants run on the host (numpy, no device round trip), as the GPU plugin runs its
-  shape_of subgraphs on CPU impls.
+  shape_of subgraphs on CPU impls;
+- fuse elementwise chains into their producers (engine/fusion.py).
 """
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ class Program:
     opset: int
     producers: dict = field(default_factory=dict)   # tensor -> (node, output index)
     users: dict = field(default_factory=dict)       # tensor -> [nodes]
+    fused: int = 0                                   # nodes fused into their producer
     folded: int = 0
 
     def node_count(self) -> int:
@@ -146,7 +148,7 @@ def load_program(path: str | os.PathLike) -> Program:
     return build_program(model, path)
 
 
-def build_program(model: onnx.ModelProto, path: str = "<model>") -> Program:
+def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True) -> Program:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")
@@ -199,6 +201,9 @@ def build_program(model: onnx.ModelProto, path: str = "<model>") -> Program:
             prog.users.setdefault(i, []).append(n)
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
+    if fusion:
+        from engine.fusion import fuse
+        prog.fused = fuse(prog)
     return prog
 
 

@@ -105,3 +105,82 @@ def test_shrink_reuses_and_a_tenth_reclaims(device):
     reclaimed = trace.of(2, "realloc", "alloc")          # 19 < 200 / 10: give the memory back
     assert reclaimed and all(e["reason"] == "reclaim" for e in reclaimed)
     assert net.used_bytes < sum(e["bytes"] for e in trace.of(0, "realloc", "alloc"))
+
+
+def _matmul_bias_relu():
+    """y = Relu(x @ W + bias) with bias a graph input [n, 1, 8]: n > batch grows the output."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32) / 4
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["mm"], name="MatMul"),
+             helper.make_node("Add", ["mm", "bias"], ["pre"], name="Add_bias"),
+             helper.make_node("Relu", ["pre"], ["y"], name="Relu")]
+    g = helper.make_graph(nodes, "matmul_bias_relu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 16]),
+                           helper.make_tensor_value_info("bias", TensorProto.FLOAT, ["n", 1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "W")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_fused_matmul_bias_relu_unfuses_when_broadcast_grows(device):
+    model = _matmul_bias_relu()
+    prog = build_program(model)
+    mm = next(n for n in prog.nodes if n.op == "MatMul")
+    assert mm.fusion.names() == ["Add_bias", "Relu"]
+    rng = np.random.default_rng(8)
+    shapes = [(2, 5, 1), (2, 5, 2), (1, 5, 3), (1, 5, 3), (3, 4, 3)]   # (b, s, n)
+    seq = [{"x": rng.standard_normal((b, s, 16)).astype(np.float32),
+            "bias": rng.standard_normal((n, 1, 8)).astype(np.float32)} for b, s, n in shapes]
+    trace = MemoryTrace()
+    net = Network(prog, device, trace=trace)
+    run_vs_ort(model, seq, device, net=net)
+    for i, (b, s, n) in enumerate(shapes):
+        unfuse = trace.of(i, "fusion", "unfuse")
+        nodes = {e["node"] for e in trace.of(i, "execute", "enqueue")}
+        if n > b:   # [b, s, 8] + [n, 1, 8] -> [n, s, 8]: the fused kernel cannot write that
+            assert [(e["node"], e["reason"], e["ops"]) for e in unfuse] == [
+                ("MatMul", "broadcast_grows_output", ["Add_bias", "Relu"])]
+            assert nodes == {"MatMul", "Add_bias", "Relu"}
+        else:
+            assert not unfuse and nodes == {"MatMul"}
+    assert any(e["impl"] == "gemm:MatMul+fused" for e in trace.events if e["kind"] == "update_impl")
+
+
+def test_kv_cache_concat_appends_in_place_with_feedback(device):
+    """64 decode steps, present_k/v fed back as past_k/v on the device: the concat writes only
+    the new entries while the predictor's room lasts."""
+    from tests.conftest import assert_close, ort_session
+    from tests.models import kv_decoder_step
+    model = kv_decoder_step()
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace,
+                  feedback={"present_k": "past_k", "present_v": "past_v"})
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    rng = np.random.default_rng(9)
+    past = {"past_k": np.zeros((1, 2, 0, 16), np.float32), "past_v": np.zeros((1, 2, 0, 16), np.float32)}
+    new_bytes = 2 * 16 * 4
+    for step in range(64):
+        feeds = {"x": rng.standard_normal((1, 1, 32)).astype(np.float32), **past}
+        outs = net.infer(feeds, fed_back={"past_k": "present_k", "past_v": "present_v"} if step else {})
+        ref = dict(zip(names, sess.run(None, feeds)))
+        for name in names:
+            assert_close(outs[name], ref[name], 2e-4, 2e-5, f"step {step} {name}")
+        past = {"past_k": ref["present_k"], "past_v": ref["present_v"]}
+        kv = trace.of(step, "kv_cache")
+        assert sorted(e["node"] for e in kv) == ["Concat_present_k", "Concat_present_v"]
+        for e in kv:
+            assert e["length"] == step + 1
+            if e["action"] == "append":
+                assert e["bytes_copied"] == new_bytes      # the past is not copied again
+            else:
+                assert e["bytes_copied"] == (step + 1) * new_bytes
+        if step:
+            ext = [e for e in trace.of(step, "realloc", "external") if e["node"].startswith("past")]
+            assert {e["reason"] for e in ext} == {"feedback_alias"}
+    copies = [e for e in trace.events if e["kind"] == "kv_cache" and e["action"] == "copy"]
+    appends = [e for e in trace.events if e["kind"] == "kv_cache" and e["action"] == "append"]
+    assert len(appends) >= 2 * 50, (len(copies), len(appends))
+    assert all(e["reason"] in ("first_run", "capacity") for e in copies)
+    total = sum(e["bytes_copied"] for e in copies + appends)
+    assert total < 0.25 * sum(2 * (s + 1) * new_bytes for s in range(64))  # vs copying every step

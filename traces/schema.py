@@ -38,9 +38,17 @@ KINDS: dict[str, dict] = {
                "(`build`, compile time) or taken from the impl cache; `evict` when the LRU "
                "impl cache dropped one.",
     },
+    "fusion": {
+        "actions": {"unfuse"},
+        "reasons": {"broadcast_grows_output", "broadcast_error", "dtype"},
+        "fields": ("ops",),
+        "doc": "A node with fused elementwise ops (engine/fusion.py) whose fusion is invalid for "
+               "the current shapes runs its unfused subgraph for this inference (`ops`: the "
+               "fused nodes; their own events follow under their names).",
+    },
     "realloc": {
         "actions": {"external", "reuse", "alloc", "view", "empty"},
-        "reasons": {"", "alloc", "reuse", "reclaim"},
+        "reasons": {"", "alloc", "reuse", "reclaim", "feedback_alias", "feedback_copy"},
         "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype"),
         "doc": "Output memory: graph input (`external`; reason says whether its buffer was "
                "reused), existing buffer fits (`reuse`), new buffer (`alloc`, `bytes` allocated, "
@@ -48,6 +56,17 @@ KINDS: dict[str, dict] = {
                "was over 10x too big), alias of the input buffer (`view`), zero-size (`empty`). "
                "`shape`/`dtype`: the output's required shape and element type (replayable by "
                "`predictor-sim --from-trace`).",
+    },
+    "kv_cache": {
+        "actions": {"append", "copy"},
+        "reasons": {"", "first_run", "capacity", "not_fed_back"},
+        "fields": ("bytes_copied", "capacity", "length"),
+        "doc": "A KV-cache concat fed back by --feedback: the new entries written into the room "
+               "left along the sequence axis (`append`), or the buffer reallocated and past + new "
+               "copied (`copy`: first step, room exhausted, or past was not the previous present). "
+               "`capacity`/`length`: room and used length along the axis. A graph input fed back "
+               "is `realloc external` with reason `feedback_alias` (the present buffer itself) or "
+               "`feedback_copy` (a device-to-device copy).",
     },
     "set_args": {
         "actions": {"set", "skip"},

@@ -24,6 +24,7 @@ class OpDef:
     view: bool = False                 # output aliases input 0's buffer
     host_ok: bool = False              # may run on the host inside a shape subgraph
     dynamic_output: bool = False       # output shape depends on data (NonZero, ...)
+    padded_ok: bool = False            # kernels read padded input layouts (Layout.pad)
 
 
 def register(name: str, **kw):

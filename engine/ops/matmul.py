@@ -43,7 +43,15 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
 
 def _matmul_kernels(node, ins, outs, deps):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
-    return [gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1])]
+    call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1])
+    for i, l in enumerate(ins[:2]):
+        # a padded operand (KV cache): the kernel walks batches with the buffer's dims; the
+        # row pitch (last dim) must be the logical one
+        if l.pad:
+            if l.pad[-1] != l.shape[-1] or l.rank < 2:
+                raise ShapeInferenceError(f"MatMul {node.name}: input {i} {l} is padded on its last dim")
+            call.dims[i] = l.pad
+    return [call]
 
 
 def _check_f32(node, ins):
@@ -51,7 +59,7 @@ def _check_f32(node, ins):
         raise ShapeInferenceError(f"{node.op} supports float32 only")
 
 
-@register("MatMul", kernels=_matmul_kernels)
+@register("MatMul", kernels=_matmul_kernels, padded_ok=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
     return [Layout(_mm_operands(ins[0].shape, ins[1].shape)[3], "f32")]

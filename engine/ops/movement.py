@@ -103,12 +103,12 @@ def _dropout(node, ins, deps):
 def _transpose_kernels(node, ins, outs, deps):
     src = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(src)))[::-1])
-    st = contiguous_strides(src)
+    st = contiguous_strides(ins[0].phys)
     return [copy_call(node, ins[0].dtype, outs[0].shape, [st[p] for p in perm], 0,
                       contiguous_strides(outs[0].shape), 0)]
 
 
-@register("Transpose", kernels=_transpose_kernels, host_ok=True)
+@register("Transpose", kernels=_transpose_kernels, padded_ok=True, host_ok=True)
 def _transpose(node, ins, deps):
     s = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(s)))[::-1])
@@ -123,13 +123,13 @@ def _concat_kernels(node, ins, outs, deps):
     calls, pos = [], 0
     for i, l in enumerate(ins):
         if l.count:
-            calls.append(copy_call(node, l.dtype, l.shape, contiguous_strides(l.shape), 0,
+            calls.append(copy_call(node, l.dtype, l.shape, contiguous_strides(l.phys), 0,
                                    ost, pos * ost[axis], src=("in", i)))
         pos += l.shape[axis]
     return calls
 
 
-@register("Concat", kernels=_concat_kernels, host_ok=True)
+@register("Concat", kernels=_concat_kernels, padded_ok=True, host_ok=True)
 def _concat(node, ins, deps):
     rank = ins[0].rank
     axis = norm_axis(node.attrs["axis"], rank)
@@ -167,13 +167,13 @@ def _slice_params(node, ins, deps):
 
 def _slice_kernels(node, ins, outs, deps):
     start, step, out = _slice_params(node, ins, deps)
-    st = contiguous_strides(ins[0].shape)
+    st = contiguous_strides(ins[0].phys)
     off = sum(a * b for a, b in zip(start, st))
     return [copy_call(node, ins[0].dtype, out, [a * b for a, b in zip(st, step)], off,
                       contiguous_strides(out), 0)]
 
 
-@register("Slice", kernels=_slice_kernels, shape_deps=(1, 2, 3, 4), host_ok=True)
+@register("Slice", kernels=_slice_kernels, padded_ok=True, shape_deps=(1, 2, 3, 4), host_ok=True)
 def _slice(node, ins, deps):
     return [Layout(_slice_params(node, ins, deps)[2], ins[0].dtype)]
 
@@ -181,12 +181,12 @@ def _slice(node, ins, deps):
 def _expand_kernels(node, ins, outs, deps):
     out = outs[0].shape
     src = (1,) * (len(out) - ins[0].rank) + tuple(ins[0].shape)
-    st = contiguous_strides(src)
+    st = contiguous_strides((1,) * (len(out) - ins[0].rank) + tuple(ins[0].phys))
     return [copy_call(node, ins[0].dtype, out, [0 if d == 1 else s for d, s in zip(src, st)], 0,
                       contiguous_strides(out), 0)]
 
 
-@register("Expand", kernels=_expand_kernels, shape_deps=(1,), host_ok=True)
+@register("Expand", kernels=_expand_kernels, padded_ok=True, shape_deps=(1,), host_ok=True)
 def _expand(node, ins, deps):
     return [Layout(broadcast(ins[0].shape, tuple(int(v) for v in deps[1])), ins[0].dtype)]
 

@@ -1,0 +1,185 @@
+"""Program-time fusion of elementwise chains into their producer (prepare_primitive_fusing).
+
+A producer whose kernel stores through the FUSED_OPS hook (cl/common.cl: MatMul, Gemm, Conv,
+elementwise) absorbs the f32 elementwise nodes that follow it, e.g. MatMul + Add + Erf-GELU,
+Conv + BatchNormalization + Relu, Add + Relu. The fused nodes' extra inputs become extra kernel
+arguments; their intermediate tensors are never materialised. At run time the fusion holds only
+while every fused op keeps the producer's output shape (seed 002's "Valid fusion?"): when a
+broadcast would grow it, the node runs its unfused subgraph for that inference (primitive_inst).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.ops.eltwise import BINARY, UNARY
+
+# Ops that may be fused into a producer, with their C expression over a, b.
+FUSABLE = {**{k: v for k, v in BINARY.items()}, **UNARY, "BatchNormalization": "a * b + c"}
+PRODUCERS = {"MatMul", "Gemm", "Conv", *BINARY, *UNARY}
+
+
+@dataclass
+class FusedOp:
+    node: object                 # the original node (run on its own when unfused)
+    expr: str                    # C expression over a, b, c
+    operands: list               # per operand: ("v", k) value of step k (0 = producer) | ("t", name)
+
+
+@dataclass
+class Fusion:
+    ops: list = field(default_factory=list)
+    out: str = ""                # tensor the fused node writes (the last fused op's output)
+    extra: list = field(default_factory=list)  # extra input tensors, in kernel-argument order
+
+    def names(self) -> list[str]:
+        return [f.node.name for f in self.ops]
+
+
+def fuse(prog) -> int:
+    """Mark fusions on `prog`: producer.fusion = Fusion, fused nodes get `fused_into`. Returns the
+    number of nodes fused away."""
+    fused = 0
+    for p in prog.nodes:
+        if p.host or getattr(p, "fused_into", None) is not None or p.op not in PRODUCERS:
+            continue
+        if len([o for o in p.outputs if o]) != 1 or p.outputs[0] in prog.outputs:
+            continue
+        if p.op in ("MatMul",) and not _rank2_operands(prog, p):
+            continue
+        f = _grow(prog, p)
+        if f.ops:
+            p.fusion = f
+            for op in f.ops:
+                op.node.fused_into = p
+            fused += len(f.ops)
+    return fused
+
+
+def _rank2_operands(prog, p) -> bool:
+    """MatMul with a 1-D operand drops a dim of the kernel's output: not fused."""
+    from engine.program import Program  # noqa: F401 (type only)
+    for i in p.inputs[:2]:
+        c = prog.constants.get(i)
+        if c is not None and c.ndim < 2:
+            return False
+        if i in prog.inputs and len(prog.inputs[i].shape) < 2:
+            return False
+    return True
+
+
+def _available_before(prog, name: str, p) -> bool:
+    """Values the fused kernel can read when the producer runs."""
+    if name in prog.constants or name in prog.inputs:
+        return True
+    src = prog.producers.get(name)
+    return src is not None and src[0].index < p.index and getattr(src[0], "fused_into", None) is None
+
+
+def _grow(prog, p) -> Fusion:
+    """Add users of the group's values while they qualify, then keep the longest prefix whose
+    intermediate values are used only inside the group."""
+    values = {p.outputs[0]: 0}
+    order = []
+    while True:
+        cand = None
+        for v in values:
+            for u in prog.users.get(v, []):
+                if u in order or u.host or u.op not in FUSABLE or getattr(u, "fused_into", None):
+                    continue
+                if len([o for o in u.outputs if o]) != 1:
+                    continue
+                ins = [i for i in u.inputs if i]
+                if u.op == "BatchNormalization":
+                    if ins[0] not in values or not all(i in prog.constants for i in ins[1:5]) \
+                            or p.op != "Conv":
+                        continue
+                elif not all(i in values or _available_before(prog, i, p) for i in ins):
+                    continue
+                if cand is None or u.index < cand.index:
+                    cand = u
+        if cand is None:
+            break
+        order.append(cand)
+        values[cand.outputs[0]] = len(order)
+
+    # longest valid prefix: every value but the last is used only by group members
+    while order:
+        members = set(map(id, order))
+        last = order[-1].outputs[0]
+        inner = [p.outputs[0]] + [n.outputs[0] for n in order[:-1]]
+        if all(v not in prog.outputs and all(id(u) in members for u in prog.users.get(v, []))
+               for v in inner):
+            break
+        order.pop()
+    if not order:
+        return Fusion()
+
+    f = Fusion(out=order[-1].outputs[0])
+    step = {p.outputs[0]: 0}
+    for k, n in enumerate(order, start=1):
+        if n.op == "BatchNormalization":
+            operands = [("v", step[n.inputs[0]])] + [("t", t) for t in _bn_constants(prog, n)]
+        else:
+            operands = [("v", step[i]) if i in step else ("t", i) for i in n.inputs if i]
+        for kind, name in operands:
+            if kind == "t" and name not in f.extra:
+                f.extra.append(name)
+        f.ops.append(FusedOp(n, FUSABLE[n.op], operands))
+        step[n.outputs[0]] = k
+    return f
+
+
+def _bn_constants(prog, n) -> list[str]:
+    """BatchNormalization (inference) as y = x * k + c per channel: k, c as [C, 1, 1] constants."""
+    scale, bias, mean, var = (prog.constants[i].astype(np.float64) for i in n.inputs[1:5])
+    k = scale / np.sqrt(var + float(n.attrs.get("epsilon", 1e-5)))
+    c = bias - mean * k
+    names = [f"{n.name}::k", f"{n.name}::c"]
+    for name, v in zip(names, (k, c)):
+        prog.constants[name] = v.astype(np.float32).reshape(-1, 1, 1)
+    return names
+
+
+def fused_jit(f: Fusion, out_t: int, first_extra_t: int) -> tuple:
+    """JIT constants that define FUSED_OPS for a kernel whose output is tensor argument `out_t`
+    and whose extra inputs start at argument `first_extra_t` (see cl/common.cl)."""
+    lines = []
+    for k, op in enumerate(f.ops, start=1):
+        vals = []
+        for kind, x in op.operands:
+            if kind == "v":
+                vals.append(f"v{x}")
+            else:
+                j = f.extra.index(x)
+                t = first_extra_t + j
+                vals.append(f"F{j}[si[{t} * TBLOCK] + bcast_off(si, {out_t}, {t}, o)]")
+        decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
+        expr = re.sub(r"\bTOUT\b", "float", op.expr)
+        lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
+    lines.append(f"return v{len(f.ops)};")
+    params = "".join(f", __global const float* F{j}" for j in range(len(f.extra)))
+    call = "".join(f", F{j}" for j in range(len(f.extra)))
+    return (("FUSED_OPS_BODY", " ".join(lines)), ("FUSED_PARAMS", params), ("FUSED_CALL", call))
+
+
+def fusion_valid(f: Fusion, produced, layouts: dict) -> str:
+    """'' when the fused ops keep the producer's output layout for the current shapes, else why
+    not. `layouts` maps extra tensor names to their current layouts."""
+    from engine.ops.common import broadcast
+    shape = produced.shape
+    if produced.dtype != "f32":
+        return "dtype"
+    for op in f.ops:
+        others = [layouts[x] for kind, x in op.operands if kind == "t"]
+        if any(l is None or l.dtype != "f32" for l in others):
+            return "dtype"
+        try:
+            out = broadcast(shape, *[l.shape for l in others])
+        except Exception:
+            return "broadcast_error"
+        if tuple(out) != tuple(shape):
+            return "broadcast_grows_output"
+    return ""

@@ -63,6 +63,10 @@ def run(
     trace: Optional[str] = typer.Option(None, "--trace", help="Trace file (default: ./<model>.trace.jsonl)."),
     device: Optional[str] = typer.Option(None, "--device", help="OpenCL device 'P:D' (see `dyncli devices`); "
                                          "default PYOPENCL_CTX, else the first GPU, else the first working device."),
+    feedback: List[str] = typer.Option([], "--feedback", help="OUT:IN[,OUT:IN...]: output OUT of "
+                                       "each inference is input IN of the next, without leaving "
+                                       "the device (decode loops: 'present_k:past_k'). The --shapes "
+                                       "entry of IN is used for the first inference only."),
     prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
@@ -76,7 +80,8 @@ def run(
     opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
-                      atol=atol, trace=trace, device=device, prealloc=prealloc)
+                      atol=atol, trace=trace, device=device, prealloc=prealloc,
+                      feedback=feedback)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),

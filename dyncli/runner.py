@@ -42,6 +42,7 @@ class RunOptions:
     trace: str | None = None
     device: str | None = None
     prealloc: str = "10 16384 2 1.1"
+    feedback: list = field(default_factory=list)
 
 
 @dataclass
@@ -104,6 +105,26 @@ def plan(opts: RunOptions, prog) -> tuple[list[dict], list[dict] | None]:
     return seq, loaded
 
 
+def parse_feedback(specs: list, prog) -> dict:
+    """--feedback 'OUT:IN[,OUT:IN]' -> {OUT: IN}, checked against the model's outputs/inputs."""
+    pairs = {}
+    for spec in specs:
+        for item in filter(None, (x.strip() for x in spec.split(","))):
+            out, sep, inp = item.rpartition(":")
+            if not sep or not out or not inp:
+                raise UsageError(f"--feedback {item!r}: expected OUT:IN")
+            if out not in prog.outputs:
+                raise UsageError(f"--feedback {item!r}: {out!r} is not a model output "
+                                 f"(outputs: {', '.join(prog.outputs)})")
+            if inp not in prog.inputs:
+                raise UsageError(f"--feedback {item!r}: {inp!r} is not a model input "
+                                 f"(inputs: {', '.join(prog.inputs)})")
+            if inp in pairs.values():
+                raise UsageError(f"--feedback: input {inp!r} is fed twice")
+            pairs[out] = inp
+    return pairs
+
+
 def describe_inputs(prog) -> str:
     return ", ".join(f"{n}:{shape_spec.format_shape(tuple('?' if d is None else d for d in dims))}"
                      for n, dims in prog.input_dim_names.items())
@@ -147,14 +168,18 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     writer = TraceWriter(trace_path, header)
     result = RunResult(opts.model, describe(device), trace_path, planned=len(seq),
                        nodes=prog.node_count(), folded=prog.folded)
-    net = Network(prog, device, trace=writer, prealloc=prealloc)
+    feedback = parse_feedback(opts.feedback, prog)
+    net = Network(prog, device, trace=writer, prealloc=prealloc, feedback=feedback)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []
     try:
         for i, inf in enumerate(seq):
             feeds = loaded[i] if loaded else random_inputs(rng, inf, dtypes, ranges)
-            outs = net.infer(feeds)
+            fed = {inp: out for out, inp in feedback.items()} if i else {}
+            for inp, out in fed.items():  # host copies, for --check and --save-inputs
+                feeds[inp] = outs[out]
+            outs = net.infer(feeds, fed_back=fed)
             rec = InferRecord(i, {n: tuple(v.shape) for n, v in feeds.items()},
                               {n: tuple(v.shape) for n, v in outs.items()},
                               net.counters["latency_ms"], dict(net.counters))

@@ -122,3 +122,21 @@ def test_devices_lists_a_working_device():
     assert r.exit_code == 0
     rows = json.loads(r.output)
     assert any(d["builds"] for d in rows)
+
+
+def test_feedback_drives_a_decode_loop_on_device(tmp_path):
+    import onnx
+    from tests.models import kv_decoder_step
+    model = tmp_path / "kv.onnx"
+    onnx.save(kv_decoder_step(), model)
+    r = invoke("run", model, "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16*24",
+               "--feedback", "present_k:past_k,present_v:past_v", "--check", "--json",
+               "--trace", tmp_path / "t.jsonl")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["check"]["failed"] == 0 and s["inferences"] == 24
+    c = s["counters"]
+    assert c["kv_cache.append"] >= 2 * 15 and c["realloc.external.feedback_alias"] == 2 * 23
+    bad = invoke("run", model, "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16",
+                 "--feedback", "present_k:nope", "--trace", tmp_path / "t2.jsonl")
+    assert bad.exit_code == 2 and "'nope' is not a model input" in bad.output

@@ -15,6 +15,7 @@ from engine.fusion import fused_jit, fusion_valid
 from engine.kernels import KernelCall, compose_shape_info, round_up
 from engine.layout import Layout, dtype_from_numpy
 from engine.memory import Tensor
+from engine.shape_predictor import BufferState
 
 
 def work_sizes(call: KernelCall) -> tuple:
@@ -118,6 +119,11 @@ class PrimitiveInst:
 
         if self.opdef.view:
             return self._execute_view()
+        if self.shape_changed and self.opdef.runtime_skip and not self.fusion:
+            self.skip_now = in_layouts[0].pad is None and bool(
+                self.opdef.runtime_skip(node, in_layouts, outs, deps))
+        if getattr(self, "skip_now", False):
+            return self._execute_view("runtime_skip")
         if self.kv_past is not None:
             return self._execute_kv_append()
         if all(l.count == 0 for l in outs):
@@ -179,15 +185,18 @@ class PrimitiveInst:
                   out_shapes=[t.layout.shape for t in self.outputs])
         self._rec("execute", "host")
 
-    def _execute_view(self) -> None:
+    def _execute_view(self, reason: str = "view") -> None:
         src, dst = self.inputs[0], self.outputs[0]
         if src.buf is None and src.layout.count:
             self.net.upload(src)
+        if reason != "view" and dst.capacity:   # its own buffer is not needed while skipped
+            self.net.release(dst)
+            dst.state = BufferState()
         dst.buf, dst.offset, dst.host = src.buf, src.offset, src.host
         dst.version = src.version
         dst.dev_version = src.dev_version
         self._rec("realloc", "view")
-        self._rec("execute", "skip", "view")
+        self._rec("execute", "skip", reason)
 
     def _execute_kv_append(self) -> None:
         """KV-cache concat (past, new) -> present, with present fed back as the next past. The
@@ -297,7 +306,7 @@ class PrimitiveInst:
                 continue
             bits = l.itemsize * 8
             d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, bits, net.used_bytes)
-            if d.action == "reuse" and t.buf is not None:
+            if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
                 self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
                           dtype=l.dtype)
                 continue

@@ -74,9 +74,11 @@ KINDS: dict[str, dict] = {
     },
     "execute": {
         "actions": {"enqueue", "host", "skip"},
-        "reasons": {"", "empty_output", "view", "unchanged"},
+        "reasons": {"", "empty_output", "view", "unchanged", "runtime_skip"},
         "fields": ("kernels", "gws"),
-        "doc": "The node ran: kernels enqueued on the device, a host impl, or nothing (reason).",
+        "doc": "The node ran: kernels enqueued on the device, a host impl, or nothing (reason; "
+               "`runtime_skip`: a Transpose of unit dims or a no-op Slice/Expand for these "
+               "shapes, run as a view of its input).",
     },
     "compile": {
         "actions": {"build"},

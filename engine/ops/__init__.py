@@ -25,6 +25,9 @@ class OpDef:
     host_ok: bool = False              # may run on the host inside a shape subgraph
     dynamic_output: bool = False       # output shape depends on data (NonZero, ...)
     padded_ok: bool = False            # kernels read padded input layouts (Layout.pad)
+    # runtime_skip(node, ins, outs, deps) -> True when, for these shapes, the output is the input
+    # unchanged (a Transpose of unit dims, a no-op Slice/Expand): it becomes a view at run time
+    runtime_skip: Callable | None = None
 
 
 def register(name: str, **kw):

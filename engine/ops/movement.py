@@ -108,7 +108,19 @@ def _transpose_kernels(node, ins, outs, deps):
                       contiguous_strides(outs[0].shape), 0)]
 
 
-@register("Transpose", kernels=_transpose_kernels, padded_ok=True, host_ok=True)
+def _transpose_keeps_order(node, ins, outs, deps) -> bool:
+    """Moving only dims of size 1 leaves the memory order as it is."""
+    s = ins[0].shape
+    perm = node.attrs.get("perm", list(range(len(s)))[::-1])
+    moved = [p for p in perm if s[p] != 1]
+    return moved == sorted(moved)
+
+
+def _same_shape(node, ins, outs, deps) -> bool:
+    return tuple(ins[0].shape) == tuple(outs[0].shape)
+
+
+@register("Transpose", kernels=_transpose_kernels, padded_ok=True, runtime_skip=_transpose_keeps_order, host_ok=True)
 def _transpose(node, ins, deps):
     s = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(s)))[::-1])
@@ -173,7 +185,12 @@ def _slice_kernels(node, ins, outs, deps):
                       contiguous_strides(out), 0)]
 
 
-@register("Slice", kernels=_slice_kernels, padded_ok=True, shape_deps=(1, 2, 3, 4), host_ok=True)
+def _slice_is_identity(node, ins, outs, deps) -> bool:
+    start, step, out = _slice_params(node, ins, deps)
+    return tuple(out) == tuple(ins[0].shape) and not any(start) and all(x == 1 for x in step)
+
+
+@register("Slice", kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity, shape_deps=(1, 2, 3, 4), host_ok=True)
 def _slice(node, ins, deps):
     return [Layout(_slice_params(node, ins, deps)[2], ins[0].dtype)]
 
@@ -186,7 +203,7 @@ def _expand_kernels(node, ins, outs, deps):
                       contiguous_strides(out), 0)]
 
 
-@register("Expand", kernels=_expand_kernels, padded_ok=True, shape_deps=(1,), host_ok=True)
+@register("Expand", kernels=_expand_kernels, padded_ok=True, runtime_skip=_same_shape, shape_deps=(1,), host_ok=True)
 def _expand(node, ins, deps):
     return [Layout(broadcast(ins[0].shape, tuple(int(v) for v in deps[1])), ins[0].dtype)]
 

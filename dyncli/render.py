@@ -60,6 +60,7 @@ def summary(result) -> dict:
         "model": result.model, "device": result.device, "status": result.status,
         "error": result.error, "inferences": len(recs), "planned": result.planned,
         "nodes": result.nodes, "folded_nodes": result.folded,
+        "fused_nodes": getattr(result, "fused", 0),
         "latency_ms": {"total": sum(lat), "mean": statistics.fmean(lat) if lat else 0.0,
                        "median": statistics.median(lat) if lat else 0.0,
                        "max": max(lat, default=0.0), "first": lat[0] if lat else 0.0},
@@ -84,7 +85,7 @@ def summary_table(s: dict) -> Table:
     rows = [
         ("device", s["device"]),
         ("inferences", f"{s['inferences']}/{s['planned']}"),
-        ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded)"),
+        ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded, {s.get('fused_nodes', 0)} fused)"),
         ("latency ms: first / median / max", f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['max']:.2f}"),
         ("kernels enqueued", str(c.get("kernels", 0))),
         ("shape inference run / skipped", f"{c.get('update_shape.infer', 0)} / {c.get('update_shape.skip', 0)}"),
@@ -99,7 +100,13 @@ def summary_table(s: dict) -> Table:
         ("bytes allocated", _bytes(c.get("bytes_allocated", 0))),
         ("set_args done / skipped", f"{c.get('set_args.set', 0)} / {c.get('set_args.skip', 0)}"),
         ("executions skipped (empty output)", str(c.get("execute.skip.empty_output", 0))),
+        ("runtime skips (op ran as a view)", str(c.get("execute.skip.runtime_skip", 0))),
+        ("unfusions (fusion invalid for the shapes)", str(c.get("fusion.unfuse", 0))),
     ]
+    if c.get("kv_cache.append", 0) or c.get("kv_cache.copy", 0):
+        rows.append(("KV cache appends / full copies (bytes copied)",
+                     f"{c.get('kv_cache.append', 0)} / {c.get('kv_cache.copy', 0)} "
+                     f"({_bytes(c.get('kv_bytes_copied', 0))})"))
     if s["check"]:
         ch = s["check"]
         rows.append(("check vs onnxruntime", f"{ch['passed']} passed, {ch['failed']} failed"))

@@ -70,6 +70,7 @@ class RunResult:
     error: str = ""
     nodes: int = 0
     folded: int = 0
+    fused: int = 0
 
     @property
     def check_failed(self) -> bool:
@@ -167,7 +168,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
               "outputs": prog.outputs, "nodes": prog.node_count()}
     writer = TraceWriter(trace_path, header)
     result = RunResult(opts.model, describe(device), trace_path, planned=len(seq),
-                       nodes=prog.node_count(), folded=prog.folded)
+                       nodes=prog.node_count(), folded=prog.folded, fused=prog.fused)
     feedback = parse_feedback(opts.feedback, prog)
     net = Network(prog, device, trace=writer, prealloc=prealloc, feedback=feedback)
     rng = np.random.default_rng(opts.seed)

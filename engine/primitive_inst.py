@@ -93,7 +93,8 @@ class PrimitiveInst:
         deps, deps_changed, reads = self._deps()
         self.shape_changed = in_layouts != self.in_layouts or deps_changed
         if not self.shape_changed:
-            self._rec("update_shape", "skip", "shape_unchanged")
+            self._rec("update_shape", "skip",
+                      "static_output" if node.static_output else "shape_unchanged")
         else:
             reason = "first_run" if self.in_layouts is None else (
                 "shape_changed" if in_layouts != self.in_layouts else "memory_deps_changed")
@@ -168,7 +169,8 @@ class PrimitiveInst:
         else:
             if self.in_layouts is not None and in_layouts == self.in_layouts and \
                     not (node.shape_sources & net.shape_of_changed):
-                self._rec("update_shape", "skip", "shape_of_subgraph_unchanged")
+                self._rec("update_shape", "skip", "static_output" if node.static_output
+                          else "shape_of_subgraph_unchanged")
                 return
             args = []
             for t in self.inputs:

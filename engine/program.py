@@ -42,6 +42,7 @@ class Node:
     index: int = -1
     host: bool = False      # runs as a host impl (shape subgraph)
     shape_sources: frozenset = frozenset()  # Shape nodes this host node's value derives from
+    static_output: bool = False             # output layouts fixed by the model (_mark_static)
     _host_impl: object = field(default=None, repr=False)
 
     @property
@@ -201,6 +202,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
             prog.users.setdefault(i, []).append(n)
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
+    _mark_static(prog)
     if fusion:
         from engine.fusion import fuse
         prog.fused = fuse(prog)
@@ -218,6 +220,17 @@ def _check_outputs(prog: Program) -> None:
     for name, v in prog.constants.items():
         if v.dtype.kind == "f" and v.dtype != np.float32 and name in prog.users:
             raise ModelError(f"constant {name!r} is {v.dtype}; only float32 data is supported")
+
+
+def _mark_static(prog: Program) -> None:
+    """`node.static_output`: every input is a constant, a graph input declared with static dims
+    or the output of another such node, so its output layouts never change after the first
+    inference (update_shape is skipped with reason `static_output`)."""
+    static = set(prog.constants) | {n for n, l in prog.inputs.items() if l.is_static}
+    for n in prog.nodes:
+        n.static_output = all(i == "" or i in static for i in n.inputs) and not n.opdef.dynamic_output
+        if n.static_output:
+            static.update(o for o in n.outputs if o)
 
 
 def _mark_shape_subgraphs(prog: Program) -> None:

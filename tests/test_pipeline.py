@@ -187,3 +187,23 @@ def test_kv_cache_concat_appends_in_place_with_feedback(device):
     assert all(e["reason"] in ("first_run", "capacity") for e in copies)
     total = sum(e["bytes_copied"] for e in copies + appends)
     assert total < 0.25 * sum(2 * (s + 1) * new_bytes for s in range(64))  # vs copying every step
+
+
+def test_static_output_nodes_skip_with_their_own_reason(device):
+    """y = x @ Relu(w) with w declared [8, 8]: Relu(w) has a static output."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Relu", ["w"], ["rw"], name="Relu_w"),
+             helper.make_node("MatMul", ["x", "rw"], ["y"], name="MatMul")]
+    g = helper.make_graph(nodes, "static_branch",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    rng = np.random.default_rng(10)
+    net, trace = _traced(model, device)
+    seq = [{"x": rng.standard_normal((b, 8)).astype(np.float32),
+            "w": rng.standard_normal((8, 8)).astype(np.float32)} for b in (2, 5)]
+    run_vs_ort(model, seq, device, net=net)
+    us = {e["node"]: (e["action"], e["reason"]) for e in trace.of(1, "update_shape")}
+    assert us["Relu_w"] == ("skip", "static_output")
+    assert us["MatMul"] == ("infer", "shape_changed")

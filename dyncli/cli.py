@@ -66,6 +66,9 @@ def run(
     prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
+    predictor: str = typer.Option("openvino", "--predictor", help="Output preallocation policy: "
+                                  "openvino (the plugin's ShapePredictor, tuned by --prealloc), adaptive "
+                                  "(see `dyncli predictor-sim`) or none."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
 ):
@@ -76,7 +79,8 @@ def run(
     opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
-                      atol=atol, trace=trace, device=device, prealloc=prealloc)
+                      atol=atol, trace=trace, device=device, prealloc=prealloc,
+                      predictor=predictor)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),

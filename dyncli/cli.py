@@ -145,6 +145,11 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     console.print(t)
 
 
+from dyncli import predictor_sim  # noqa: E402 - registered after the helpers it uses
+
+app.command("predictor-sim", help=predictor_sim.HELP, epilog=predictor_sim.EPILOG)(predictor_sim.command)
+
+
 def main():
     try:
         app()

@@ -45,9 +45,10 @@ class AdaptiveSettings:
             raise ValueError(f"slack cap must be a finite number >= 0, got {self.slack_cap!r}")
 
 
-def slack_limit(need: int, cap: float) -> int:
-    """Largest allocation (elements) within a slack of ``cap`` x the live size ``need``."""
-    return need + math.floor(need * cap)
+def slack_limit(need: int, cap: float, floor_elems: int = 0) -> int:
+    """Largest allocation (elements) within a slack of ``cap`` x the live size ``need``, or of
+    ``floor_elems`` when that is more."""
+    return need + max(math.floor(need * cap), floor_elems)
 
 
 class _Track:
@@ -157,13 +158,13 @@ class AdaptivePredictor:
 
     def _grow(self, tr: _Track, shape: tuple, need: int, dtype_bits: int) -> tuple[int, str]:
         s = self.settings
-        limit = slack_limit(need, s.slack_cap)
         per_elem_bits = max(dtype_bits, 1)
+        limit = slack_limit(need, s.slack_cap)
         if tr.streak >= 2:
             h = tr.horizon * 2 if tr.held and tr.horizon_step == tr.step else s.base_iters
             tr.horizon, tr.horizon_step, tr.held = h, tr.step, True
             want = _shape_size(c + d * h for c, d in zip(shape, tr.step))
-            limit = max(limit, need + s.min_slack_bytes * 8 // per_elem_bits)
+            limit = slack_limit(need, s.slack_cap, s.min_slack_bytes * 8 // per_elem_bits)
             mode = "steady"
         else:
             tr.horizon_step, tr.held = None, False
@@ -176,19 +177,23 @@ class OraclePredictor:
     """Knows each buffer's whole future requirement sequence (simulator only).
 
     It reallocates only when the buffer is too small, and then allocates the max requirement
-    over the longest window ``[t, j)`` of the future whose every requirement is at most
-    ``(1 + slack_cap)`` x the live size at ``t``: the largest buffer that slack cap allows,
-    trimmed to what will really be used before the next forced reallocation.
+    over the longest window ``[t, j)`` of the future whose every requirement is within the
+    slack limit of the live size at ``t`` (``(1 + slack_cap)`` x live, or live + ``min_slack_bytes``
+    when that is more, the same limit the adaptive policy has for a steady step): the largest
+    buffer the limit allows, trimmed to what will really be used before the next forced
+    reallocation.
 
     Among policies that reallocate only when the buffer is too small and never allocate more
-    than ``(1 + slack_cap)`` x the live size, this makes the fewest reallocations (the next
+    than that limit, this makes the fewest reallocations (the next
     forced point is as late as the cap allows, and a later forced point has a larger live size,
     so a larger allowed buffer), which makes it the lower bound the online policies are
     measured against. tests/test_predictor_sim.py checks it by exhaustive search.
     """
 
-    def __init__(self, future: dict[str, list], slack_cap: float = AdaptiveSettings.slack_cap):
+    def __init__(self, future: dict[str, list], slack_cap: float = AdaptiveSettings.slack_cap,
+                 min_slack_bytes: int = 0):
         self.slack_cap = slack_cap
+        self.min_slack_bytes = min_slack_bytes
         self._needs = {id: [_shape_size(s) for s in shapes] for id, shapes in future.items()}
         self._t: dict[str, int] = {}
 
@@ -206,7 +211,7 @@ class OraclePredictor:
                              "not what its future said")
         if buf.has_buffer and need <= buf.cap_elems:
             return ReallocDecision("reuse", 0, False, "oracle", False)
-        limit = slack_limit(need, self.slack_cap)
+        limit = slack_limit(need, self.slack_cap, self.min_slack_bytes * 8 // max(dtype_bits, 1))
         alloc = need
         for n in needs[t:]:
             if n > limit:
@@ -229,5 +234,5 @@ def make_predictor(name: str, prealloc: PreallocSettings = PreallocSettings(),
     if name == "oracle":
         if future is None:
             raise ValueError("the oracle policy needs the whole future: predictor-sim only")
-        return OraclePredictor(future, adaptive.slack_cap)
+        return OraclePredictor(future, adaptive.slack_cap, adaptive.min_slack_bytes)
     raise ValueError(f"unknown predictor {name!r}: choose from {', '.join(POLICIES)}")

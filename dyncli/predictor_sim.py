@@ -204,7 +204,7 @@ def fmt_bytes(n: int) -> str:
         return f"{n} B"
     if n < MIB:
         return f"{n / 1024:.1f} KiB"
-    return f"{n / MIB:.1f} MiB" if n < 2 ** 30 else f"{n / 2 ** 30:.2f} GiB"
+    return f"{n / MIB:.1f} MiB" if n < 10 * 2 ** 30 else f"{n / 2 ** 30:.2f} GiB"
 
 
 def step_table(r: PolicyRun, buf: Buffer, every: int, max_rows: int):
@@ -350,6 +350,8 @@ def command(
                                             "policy to FILE.png (needs matplotlib: dyncli[plot])."),
     as_json: bool = typer.Option(False, "--json", help="Print per-policy figures as JSON (bytes as integers)."),
 ):
+    from rich.markup import escape
+
     from dyncli.cli import console, err_console, fail, state
 
     try:
@@ -386,7 +388,7 @@ def command(
     except SimUsageError as e:
         if state["debug"]:
             raise
-        fail(str(e))
+        fail(escape(str(e)))  # messages quote [..] text (dyncli[plot], shapes): not Rich markup
 
     # the buffer the step tables, the chart and the plot show
     buf = next((b for b in src.buffers if b.name == node), None) or \

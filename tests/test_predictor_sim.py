@@ -263,7 +263,7 @@ def test_plot_writes_png_or_says_matplotlib_is_missing(tmp_path):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        assert r.exit_code == 2 and "--plot needs matplotlib" in r.output and not out.exists()
+        assert r.exit_code == 2 and "--plot needs matplotlib: pip install 'dyncli[plot]'" in r.output and not out.exists()
         assert len(r.output.strip().splitlines()) == 1
     else:
         assert r.exit_code == 0, r.output

@@ -107,6 +107,8 @@ def trace_source(path: str) -> Source:
         raise SimUsageError(f"--from-trace: no such file: {path}") from None
     except (TraceError, UnicodeDecodeError) as e:
         raise SimUsageError(f"--from-trace: {e}") from None
+    except OSError as e:
+        raise SimUsageError(f"--from-trace: cannot read {path}: {e.strerror}") from None
     if not bufs:
         raise SimUsageError(f"--from-trace {path}: no node output buffers (no realloc alloc/reuse events)")
     opts = header.get("options") or {}
@@ -394,7 +396,10 @@ def command(
     buf = next((b for b in src.buffers if b.name == node), None) or \
         max(src.buffers, key=lambda b: runs[0].per_buffer[b.name].peak_required_bytes)
     if plot_path:
-        plot(plot_path, buf, runs)
+        try:
+            plot(plot_path, buf, runs)
+        except (OSError, ValueError) as e:  # bad directory, unknown image extension
+            fail(escape(f"--plot {plot_path}: {e}"))
     if as_json:
         print(json.dumps(to_json(src, runs, every), indent=1))
         return

@@ -248,6 +248,7 @@ def test_run_with_adaptive_predictor_matches_ort_and_reallocates_less(device):
     (["--shapes", "1x4", "--shapes", "1x5", "--shapes", "1x4x4"], "Rank mismatch"),
     (["--from-trace", "/nonexistent/t.jsonl"], "no such file"),
     (["--from-trace", __file__], "not a dyncli trace"),
+    (["--from-trace", ROOT], "cannot read"),
     (["--pattern", "random", "--node", "nope"], "--node"),
 ])
 def test_bad_input_exits_2_with_one_line(args, msg):

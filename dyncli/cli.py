@@ -70,6 +70,9 @@ def run(
     prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
+    predictor: str = typer.Option("openvino", "--predictor", help="Output preallocation policy: "
+                                  "openvino (the plugin's ShapePredictor, tuned by --prealloc), adaptive "
+                                  "(see `dyncli predictor-sim`) or none."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
 ):
@@ -81,7 +84,7 @@ def run(
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
-                      feedback=feedback)
+                      feedback=feedback, predictor=predictor)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -144,6 +147,11 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
         t.add_row(r["index"], r["platform"], r["name"], r["type"], f"{r['global_mem'] / 2**30:.1f} GiB",
                   str(r["compute_units"]), "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")
     console.print(t)
+
+
+from dyncli import predictor_sim  # noqa: E402 - registered after the helpers it uses
+
+app.command("predictor-sim", help=predictor_sim.HELP, epilog=predictor_sim.EPILOG)(predictor_sim.command)
 
 
 def main():

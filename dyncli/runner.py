@@ -17,6 +17,7 @@ from dyncli.check import Reference, compare, relaxed_model
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe
+from engine.predictors import ENGINE_POLICIES
 from engine.program import ModelError
 from traces import TraceWriter
 
@@ -43,6 +44,7 @@ class RunOptions:
     device: str | None = None
     prealloc: str = "10 16384 2 1.1"
     feedback: list = field(default_factory=list)
+    predictor: str = "openvino"
 
 
 @dataclass
@@ -148,6 +150,9 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         prealloc = PreallocSettings.parse(opts.prealloc)
     except ValueError as e:
         raise UsageError(f"--prealloc: {e}") from None
+    if opts.predictor not in ENGINE_POLICIES:
+        raise UsageError(f"--predictor: unknown policy {opts.predictor!r}: choose from "
+                         f"{', '.join(ENGINE_POLICIES)}")
     names = list(prog.inputs)
     try:
         ranges = shape_spec.parse_input_ranges(opts.input_range, names) if opts.input_range else {}
@@ -170,7 +175,8 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     result = RunResult(opts.model, describe(device), trace_path, planned=len(seq),
                        nodes=prog.node_count(), folded=prog.folded, fused=prog.fused)
     feedback = parse_feedback(opts.feedback, prog)
-    net = Network(prog, device, trace=writer, prealloc=prealloc, feedback=feedback)
+    net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
+                  feedback=feedback)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []

@@ -16,7 +16,8 @@ from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
 from engine.primitive_inst import PrimitiveInst
 from engine.program import ModelError, Program
-from engine.shape_predictor import PreallocSettings, ShapePredictor
+from engine.predictors import make_predictor
+from engine.shape_predictor import PreallocSettings
 
 
 class NullTrace:
@@ -32,13 +33,14 @@ class NullTrace:
 class Network:
     def __init__(self, program: Program, device: cl.Device | None = None, trace=None,
                  prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300,
-                 feedback: dict | None = None):
+                 predictor: str = "openvino", feedback: dict | None = None):
         self.program = program
         self.device = device or select_device()
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx)
         self.trace = trace or NullTrace()
-        self.predictor = ShapePredictor(prealloc, self.device.global_mem_size)
+        # output preallocation policy (engine/predictors.py); --prealloc tunes "openvino"
+        self.predictor = make_predictor(predictor, prealloc, self.device.global_mem_size)
         self.impls = ImplCache(impl_cache_capacity)
         self.iter = -1
         self.counters: Counter = Counter()

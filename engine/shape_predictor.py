@@ -52,7 +52,9 @@ __all__ = [
     "ShapePredictor",
     "SimStep",
     "SimResult",
+    "simulate",
     "simulate_openvino",
+    "can_preallocate",
     "BufferState",
     "ReallocDecision",
     "MEMORY_THRESHOLD",
@@ -156,6 +158,18 @@ class PreallocSettings:
         return f"{self.next_iters} {self.max_per_iter_bytes} {self.max_per_dim_diff} {float(self.ratio)!r}"
 
 
+def can_preallocate(desired_bytes: int, used_bytes: int = 0, device_mem_bytes: int | None = None,
+                    max_alloc_bytes: int | None = None) -> bool:
+    """90% rule: ``used + desired < 0.9 * device memory`` (strict, float32 like the C++); newer
+    sources also refuse more than the device's max single allocation. Unknown memory: allowed."""
+    if max_alloc_bytes is not None and desired_bytes > max_alloc_bytes:
+        return False
+    if device_mem_bytes is None:
+        return True
+    limit = _f32_mul(device_mem_bytes, np.float32(MEMORY_THRESHOLD))
+    return bool(_f32(int(used_bytes) + int(desired_bytes)) < limit)
+
+
 class ShapePredictor:
     """Per-network predictor of output shapes worth preallocating (cldnn::ShapePredictor)."""
 
@@ -181,13 +195,7 @@ class ShapePredictor:
         q.append(shape)
 
     def can_preallocate(self, desired_bytes: int, used_bytes: int = 0) -> bool:
-        """90% rule: ``used + desired < 0.9 * device memory`` (strict, float32 like the C++)."""
-        if self.max_alloc_bytes is not None and desired_bytes > self.max_alloc_bytes:
-            return False
-        if self.device_mem_bytes is None:
-            return True
-        limit = _f32_mul(self.device_mem_bytes, np.float32(MEMORY_THRESHOLD))
-        return bool(_f32(int(used_bytes) + int(desired_bytes)) < limit)
+        return can_preallocate(desired_bytes, used_bytes, self.device_mem_bytes, self.max_alloc_bytes)
 
     def predict_preallocation_shape(self, id: str, current_shape: tuple[int, ...], dt_bitwidth: int,
                                     can_reuse_buffer: bool, *, out_idx: int = 0,
@@ -256,6 +264,30 @@ class ShapePredictor:
             return True, (flat,) + (1,) * (len(cur) - 1)
         return False, ()
 
+    def realloc(self, buf: "BufferState", id: str, shape: tuple[int, ...], dtype_bits: int,
+                used_bytes: int | None = None) -> "ReallocDecision":
+        """primitive_inst::realloc_if_needed for one plain output buffer (module docstring)."""
+        need = _shape_size(shape)
+        reclaimed = False
+        if need * RECLAIM_FACTOR < buf.cap_elems:
+            buf.cap_elems = 0
+            reclaimed = True
+        can_reuse = buf.has_buffer and need <= buf.cap_elems
+        ok, pred = self.predict_preallocation_shape(id, shape, dtype_bits, can_reuse)
+        mode = self.last_mode
+        alloc_elems, used_pred = need, False
+        # For the 90% rule the bytes already held count as used (the old buffer is alive).
+        used = _bytes_for(buf.held_elems, dtype_bits) if used_bytes is None else used_bytes
+        dt_size = (dtype_bits + 7) // 8  # ov::element::Type::size()
+        if ok and self.can_preallocate(_shape_size(pred) * dt_size, used):
+            alloc_elems, used_pred = _shape_size(pred), True
+        if alloc_elems < need:
+            alloc_elems, used_pred = need, False
+        if can_reuse:
+            return ReallocDecision("reuse", 0, False, mode, reclaimed)
+        buf.take(alloc_elems)
+        return ReallocDecision("alloc", alloc_elems, used_pred, mode, reclaimed)
+
 
 # ----------------------------------------------------------------------------------------------
 # Replay of one node's output buffer through primitive_inst::realloc_if_needed
@@ -270,6 +302,7 @@ class SimStep:
     predicted: bool         # the allocation used the predictor's (larger) shape
     mode: str = "none"      # predictor mode on this step (tracing only)
     reclaimed: bool = False  # the 10x reclaim rule discarded the previous buffer
+    shape: tuple = ()        # the required shape of this step
 
 
 @dataclass
@@ -278,7 +311,9 @@ class SimResult:
     reallocations: int = 0            # every allocation, the first one included
     total_allocated_bytes: int = 0    # sum of the sizes of all allocations
     peak_capacity_bytes: int = 0
+    peak_required_bytes: int = 0
     peak_slack_bytes: int = 0         # max over steps of capacity - required
+    peak_slack_ratio: float = 0.0     # max over steps of (capacity - required) / required
     mean_slack_ratio: float = 0.0     # mean over steps of (capacity - required) / capacity
 
 
@@ -302,49 +337,44 @@ class BufferState:
     held_elems: int = 0
     has_buffer: bool = False
 
-    def realloc_if_needed(self, sp: "ShapePredictor", id: str, shape, dtype_bits: int,
+    def realloc_if_needed(self, sp, id: str, shape, dtype_bits: int,
                           used_bytes: int | None = None) -> ReallocDecision:
-        shape = tuple(int(d) for d in shape)
-        need = _shape_size(shape)
-        reclaimed = False
-        if need * RECLAIM_FACTOR < self.cap_elems:
-            self.cap_elems = 0
-            reclaimed = True
-        can_reuse = self.has_buffer and need <= self.cap_elems
-        ok, pred = sp.predict_preallocation_shape(id, shape, dtype_bits, can_reuse)
-        mode = sp.last_mode
-        alloc_elems, used_pred = need, False
-        # For the 90% rule the bytes already held count as used (the old buffer is alive).
-        used = _bytes_for(self.held_elems, dtype_bits) if used_bytes is None else used_bytes
-        dt_size = (dtype_bits + 7) // 8  # ov::element::Type::size()
-        if ok and sp.can_preallocate(_shape_size(pred) * dt_size, used):
-            alloc_elems, used_pred = _shape_size(pred), True
-        if alloc_elems < need:
-            alloc_elems, used_pred = need, False
-        if can_reuse:
-            return ReallocDecision("reuse", 0, False, mode, reclaimed)
+        """Decide this step through ``sp``: a ShapePredictor (the plugin's rule) or any
+        preallocation policy of engine/predictors.py; they all share this entry point."""
+        return sp.realloc(self, id, tuple(int(d) for d in shape), dtype_bits, used_bytes)
+
+    def take(self, alloc_elems: int) -> None:
+        """A new buffer of ``alloc_elems`` elements replaces the held one."""
         self.has_buffer = True
         self.cap_elems = self.held_elems = alloc_elems
-        return ReallocDecision("alloc", alloc_elems, used_pred, mode, reclaimed)
 
 
-def simulate_openvino(shapes: list[tuple[int, ...]], dtype_bits: int, settings=PreallocSettings(),
-                      device_mem_bytes=None, id="buf") -> SimResult:
-    """Replay ``shapes`` (one per inference) through realloc_if_needed for a single output buffer."""
-    sp = ShapePredictor(settings, device_mem_bytes)
+def simulate(shapes, dtype_bits: int, predictor, id: str = "buf") -> SimResult:
+    """Replay ``shapes`` (one per inference) of a single output buffer through
+    ``predictor.realloc`` (the engine's per-output decision) and gather the figures."""
     buf = BufferState()
     res = SimResult()
     slack_ratios = []
     for it, shape in enumerate(shapes):
-        d = buf.realloc_if_needed(sp, id, shape, dtype_bits)
+        shape = tuple(int(d) for d in shape)
+        d = buf.realloc_if_needed(predictor, id, shape, dtype_bits)
         if d.action == "alloc":
             res.reallocations += 1
             res.total_allocated_bytes += _bytes_for(d.alloc_elems, dtype_bits)
         cap_b = _bytes_for(buf.held_elems, dtype_bits)
         req_b = _bytes_for(_shape_size(shape), dtype_bits)
-        res.steps.append(SimStep(it, req_b, cap_b, d.action, d.predicted, d.mode, d.reclaimed))
+        res.steps.append(SimStep(it, req_b, cap_b, d.action, d.predicted, d.mode, d.reclaimed, shape))
         res.peak_capacity_bytes = max(res.peak_capacity_bytes, cap_b)
+        res.peak_required_bytes = max(res.peak_required_bytes, req_b)
         res.peak_slack_bytes = max(res.peak_slack_bytes, cap_b - req_b)
+        if req_b:
+            res.peak_slack_ratio = max(res.peak_slack_ratio, (cap_b - req_b) / req_b)
         slack_ratios.append((cap_b - req_b) / cap_b if cap_b else 0.0)
     res.mean_slack_ratio = sum(slack_ratios) / len(slack_ratios) if slack_ratios else 0.0
     return res
+
+
+def simulate_openvino(shapes: list[tuple[int, ...]], dtype_bits: int, settings=PreallocSettings(),
+                      device_mem_bytes=None, id="buf") -> SimResult:
+    """Replay ``shapes`` through the plugin's ShapePredictor and realloc_if_needed."""
+    return simulate(shapes, dtype_bits, ShapePredictor(settings, device_mem_bytes), id)

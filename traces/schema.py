@@ -55,7 +55,9 @@ KINDS: dict[str, dict] = {
                "`predicted` when the ShapePredictor enlarged it, reason `reclaim` when the old one "
                "was over 10x too big), alias of the input buffer (`view`), zero-size (`empty`). "
                "`shape`/`dtype`: the output's required shape and element type (replayable by "
-               "`predictor-sim --from-trace`).",
+               "`predictor-sim --from-trace`). `mode`: the preallocation policy's branch "
+               "(`run --predictor`; openvino: iterations/ratio/custom/none, adaptive: "
+               "first/grow/steady/exact).",
     },
     "kv_cache": {
         "actions": {"append", "copy"},

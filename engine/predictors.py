@@ -1,0 +1,238 @@
+"""Output-buffer preallocation policies behind one decision API.
+
+Every policy implements ``realloc(buf, id, shape, dtype_bits, used_bytes) -> ReallocDecision``
+(the entry point ``BufferState.realloc_if_needed`` calls), so the engine and
+``dyncli predictor-sim`` run the same code:
+
+* ``openvino`` - the GPU plugin's ShapePredictor (engine/shape_predictor.py, seed 004);
+* ``none``     - the same realloc_if_needed with preallocation off ("0 0 0 1.0"): exact sizes;
+* ``adaptive`` - :class:`AdaptivePredictor`, online like a runtime, but with a horizon that
+  grows while its predictions hold, steps of any size, and memory kept across resets;
+* ``oracle``   - :class:`OraclePredictor`, sees the whole future; simulator only.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from engine.shape_predictor import (RECLAIM_FACTOR, BufferState, PreallocSettings, ReallocDecision,
+                                    ShapePredictor, _bytes_for, _shape_size, can_preallocate)
+
+# name -> one-line description; ENGINE_POLICIES are the ones `dyncli run --predictor` takes
+POLICIES = {
+    "openvino": "the GPU plugin's ShapePredictor (seed 004), settings from --prealloc",
+    "none": "no preallocation: exact size on every reallocation",
+    "adaptive": "online: a steady step of any size, a doubling horizon under a slack cap, "
+                "memory kept across resets",
+    "oracle": "knows the future: fewest reallocations possible under the slack cap (simulator only)",
+}
+ENGINE_POLICIES = ("openvino", "adaptive", "none")
+NO_PREALLOC = PreallocSettings(0, 0, 0, 1.0)
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    base_iters: int = 10                   # first horizon, in steps of the detected step
+    slack_cap: float = 0.5                 # preallocated slack <= this fraction of the live size,
+    min_slack_bytes: int = 10 * 16384      # ... but a steady step may always take what the plugin would
+    max_slack_bytes: int = 1 << 30         # absolute cap on preallocated slack
+    memory_window: int = 64                # recent iterations whose max counts as "needed soon"
+
+    def __post_init__(self):
+        if not (isinstance(self.slack_cap, (int, float)) and math.isfinite(self.slack_cap)
+                and self.slack_cap >= 0):
+            raise ValueError(f"slack cap must be a finite number >= 0, got {self.slack_cap!r}")
+
+
+def slack_limit(need: int, cap: float, floor_elems: int = 0) -> int:
+    """Largest allocation (elements) within a slack of ``cap`` x the live size ``need``, or of
+    ``floor_elems`` when that is more."""
+    return need + max(math.floor(need * cap), floor_elems)
+
+
+class _Track:
+    """What the adaptive policy remembers about one buffer's requirements."""
+
+    def __init__(self, window: int):
+        self.t = 0                    # requirements seen
+        self.last: tuple | None = None
+        self.step: tuple | None = None
+        self.streak = 0               # consecutive growth steps equal to self.step
+        self.horizon = 0              # steps of the last steady preallocation
+        self.horizon_step: tuple | None = None
+        self.held = False             # every growth since that preallocation matched its step
+        self.recent: deque = deque(maxlen=window)
+        self.cycle_start = 0
+        self.cycle_max = 0
+        self.prev_cycle_max = 0
+        self.prev_cycle_len = 0
+
+    def observe(self, shape: tuple, need: int) -> None:
+        if self.last is not None and len(shape) == len(self.last):
+            diff = tuple(a - b for a, b in zip(shape, self.last))
+            if any(diff):             # a repeated shape is no evidence either way
+                if all(d >= 0 for d in diff):
+                    self.streak = self.streak + 1 if diff == self.step else 1
+                    self.step = diff
+                else:
+                    self.step, self.streak = None, 0
+                if diff != self.horizon_step:
+                    self.held = False
+        else:
+            self.step, self.streak, self.held = None, 0, False
+        # A drop below half the cycle's max starts a new cycle (a new prompt, a new batch...)
+        if need * 2 < self.cycle_max:
+            self.prev_cycle_max = self.cycle_max
+            self.prev_cycle_len = self.t - self.cycle_start
+            self.cycle_start, self.cycle_max = self.t, need
+        else:
+            self.cycle_max = max(self.cycle_max, need)
+        self.recent.append(need)
+        self.last = shape
+        self.t += 1
+
+    def needed_soon(self, grace: int) -> int:
+        """Elements this buffer is expected to need again soon: the recent max, and the last
+        cycle's max while the current cycle has had about as long as that one to get there."""
+        soon = max(self.recent)
+        if self.prev_cycle_max and self.t - self.cycle_start <= self.prev_cycle_len * 3 // 2 + grace:
+            soon = max(soon, self.prev_cycle_max)
+        return soon
+
+
+class AdaptivePredictor:
+    """Online preallocation policy (sees only the past, as a runtime does).
+
+    On a reallocation:
+
+    * steady growth (the last two non-zero per-dim steps are equal and none shrinks, any size):
+      preallocate ``horizon`` steps ahead; the horizon starts at ``base_iters`` and doubles
+      (10, 20, 40 ...) each time the previous preallocation was used up by that same step;
+    * other growth: ``(1 + slack_cap)`` x the live size;
+    * either way at most ``slack_cap`` x the live size of slack (a steady step may always take
+      ``min_slack_bytes``, what the plugin's iterations mode allows) and ``max_slack_bytes``,
+      but at least what the buffer is expected to need again soon (the max over the last
+      ``memory_window`` requirements, and the previous cycle's max after a reset);
+    * the 90% device-memory rule as in the plugin: a preallocation that does not fit gives
+      the exact size.
+
+    A buffer that still fits is kept, even when the requirement drops (shrink then regrow); it
+    is released (reason ``reclaim``) only when both the live size and everything needed soon
+    are 10x below its capacity (the plugin's reclaim rule, applied to the near future).
+    """
+
+    def __init__(self, settings: AdaptiveSettings = AdaptiveSettings(), device_mem_bytes: int | None = None,
+                 *, max_alloc_bytes: int | None = None):
+        self.settings = settings
+        self.device_mem_bytes = device_mem_bytes
+        self.max_alloc_bytes = max_alloc_bytes
+        self._tracks: dict[str, _Track] = {}
+
+    def reset(self) -> None:
+        self._tracks.clear()
+
+    def realloc(self, buf: BufferState, id: str, shape: tuple, dtype_bits: int,
+                used_bytes: int | None = None) -> ReallocDecision:
+        s = self.settings
+        tr = self._tracks.setdefault(id, _Track(s.memory_window))
+        need = _shape_size(shape)
+        tr.observe(shape, need)
+        soon = tr.needed_soon(s.base_iters)
+        reclaimed = False
+        if buf.has_buffer and need <= buf.cap_elems:
+            if soon * RECLAIM_FACTOR >= buf.cap_elems:
+                return ReallocDecision("reuse", 0, False, "keep", False)
+            reclaimed = True
+        if not buf.has_buffer:
+            alloc, mode = need, "first"  # no history: nothing to predict from
+        else:
+            alloc, mode = self._grow(tr, shape, need, dtype_bits)
+        alloc = max(alloc, soon)
+        used = _bytes_for(buf.held_elems, dtype_bits) if used_bytes is None else used_bytes
+        if alloc > need and not can_preallocate(alloc * ((dtype_bits + 7) // 8), used,
+                                                self.device_mem_bytes, self.max_alloc_bytes):
+            alloc, mode = need, "exact"
+        buf.take(alloc)
+        return ReallocDecision("alloc", alloc, alloc > need, mode, reclaimed)
+
+    def _grow(self, tr: _Track, shape: tuple, need: int, dtype_bits: int) -> tuple[int, str]:
+        s = self.settings
+        per_elem_bits = max(dtype_bits, 1)
+        limit = slack_limit(need, s.slack_cap)
+        if tr.streak >= 2:
+            h = tr.horizon * 2 if tr.held and tr.horizon_step == tr.step else s.base_iters
+            tr.horizon, tr.horizon_step, tr.held = h, tr.step, True
+            want = _shape_size(c + d * h for c, d in zip(shape, tr.step))
+            limit = slack_limit(need, s.slack_cap, s.min_slack_bytes * 8 // per_elem_bits)
+            mode = "steady"
+        else:
+            tr.horizon_step, tr.held = None, False
+            want, mode = limit, "grow"
+        limit = min(limit, need + s.max_slack_bytes * 8 // per_elem_bits)
+        return max(need, min(want, limit)), mode
+
+
+class OraclePredictor:
+    """Knows each buffer's whole future requirement sequence (simulator only).
+
+    It reallocates only when the buffer is too small, and then allocates the max requirement
+    over the longest window ``[t, j)`` of the future whose every requirement is within the
+    slack limit of the live size at ``t`` (``(1 + slack_cap)`` x live, or live + ``min_slack_bytes``
+    when that is more, the same limit the adaptive policy has for a steady step): the largest
+    buffer the limit allows, trimmed to what will really be used before the next forced
+    reallocation.
+
+    Among policies that reallocate only when the buffer is too small and never allocate more
+    than that limit, this makes the fewest reallocations (the next
+    forced point is as late as the cap allows, and a later forced point has a larger live size,
+    so a larger allowed buffer), which makes it the lower bound the online policies are
+    measured against. tests/test_predictor_sim.py checks it by exhaustive search.
+    """
+
+    def __init__(self, future: dict[str, list], slack_cap: float = AdaptiveSettings.slack_cap,
+                 min_slack_bytes: int = 0):
+        self.slack_cap = slack_cap
+        self.min_slack_bytes = min_slack_bytes
+        self._needs = {id: [_shape_size(s) for s in shapes] for id, shapes in future.items()}
+        self._t: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self._t.clear()
+
+    def realloc(self, buf: BufferState, id: str, shape: tuple, dtype_bits: int,
+                used_bytes: int | None = None) -> ReallocDecision:
+        t = self._t.get(id, 0)
+        self._t[id] = t + 1
+        needs = self._needs[id]
+        need = _shape_size(shape)
+        if t >= len(needs) or needs[t] != need:
+            raise ValueError(f"oracle for {id!r}: step {t} requires {need} elements, "
+                             "not what its future said")
+        if buf.has_buffer and need <= buf.cap_elems:
+            return ReallocDecision("reuse", 0, False, "oracle", False)
+        limit = slack_limit(need, self.slack_cap, self.min_slack_bytes * 8 // max(dtype_bits, 1))
+        alloc = need
+        for n in needs[t:]:
+            if n > limit:
+                break
+            alloc = max(alloc, n)
+        buf.take(alloc)
+        return ReallocDecision("alloc", alloc, alloc > need, "oracle", False)
+
+
+def make_predictor(name: str, prealloc: PreallocSettings = PreallocSettings(),
+                   device_mem_bytes: int | None = None, *, adaptive: AdaptiveSettings = AdaptiveSettings(),
+                   future: dict | None = None):
+    """The policy object for ``name`` (see POLICIES); ``future`` (id -> shapes) is the oracle's."""
+    if name == "openvino":
+        return ShapePredictor(prealloc, device_mem_bytes)
+    if name == "none":
+        return ShapePredictor(NO_PREALLOC, device_mem_bytes)
+    if name == "adaptive":
+        return AdaptivePredictor(adaptive, device_mem_bytes)
+    if name == "oracle":
+        if future is None:
+            raise ValueError("the oracle policy needs the whole future: predictor-sim only")
+        return OraclePredictor(future, adaptive.slack_cap, adaptive.min_slack_bytes)
+    raise ValueError(f"unknown predictor {name!r}: choose from {', '.join(POLICIES)}")

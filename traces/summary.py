@@ -157,7 +157,7 @@ class TraceSummary:
                 key = ev[self.group_by] if self.group_by != "kind" else kind
                 g = self.groups.get(key)
                 if g is None:
-                    g = self.groups[key] = _Cost()
+                    g = self.groups[key] = _Cost(ev["op"])
                 g.add(ev, ms)
         # With event filters the counters are the matching decisions; otherwise the engine's own.
         self.totals.add(decisions if self.flt.selects_events else counters, latency)
@@ -195,7 +195,8 @@ class TraceSummary:
         if self.group_by:
             groups = sorted(self.groups.items(), key=lambda kv: (-kv[1].ms, str(kv[0])))
             out["group_by"] = self.group_by
-            out["groups"] = [{self.group_by: k, **g.as_dict()} for k, g in groups]
+            out["groups"] = [{self.group_by: k, **({"op": g.op} if self.group_by == "node" else {}), **g.as_dict()}
+                             for k, g in groups]
         return out
 
 

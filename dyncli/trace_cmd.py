@@ -50,7 +50,7 @@ def report(outcomes: list[dict], console, err_console, quiet: bool) -> bool:
 
 
 def trace(
-    files: List[str] = typer.Argument(..., help="Trace file (two with --diff)."),
+    files: List[str] = typer.Argument(..., metavar="TRACE", help="Trace file (two with --diff)."),
     diff: bool = typer.Option(False, "--diff", help="Compare two traces: the same summary side by side with deltas."),
     iters: Optional[str] = typer.Option(None, "--iter", help="Only inference N or FIRST..LAST (both included)."),
     node: Optional[str] = typer.Option(None, "--node", help="Only nodes whose name matches this glob ('MatMul_*')."),

@@ -111,6 +111,8 @@ def main() -> None:
         out = path + ".chrome.json"
         wall, mb = measure(["trace", path, "--format", "chrome", "-o", out])
         print(f"dyncli trace --format chrome: {wall:.1f} s, peak RSS {mb:.0f} MB, {os.path.getsize(out) / 2**20:.0f} MiB")
+        if not a.keep:
+            os.remove(out)
     if not a.keep:
         os.remove(path)
 

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dyncli import shapes as shape_spec
+from dyncli import trace_cmd
 
 EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -75,6 +76,9 @@ def run(
                                   "(see `dyncli predictor-sim`) or none."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
+    expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
+                                     "'reallocs<=10', 'update_shape.skipped>=100' (repeatable; names in "
+                                     "docs/expect.md); exit 1 when one fails."),
 ):
     from dyncli.render import inference_table, summary, summary_table
     from dyncli.runner import RunOptions, UsageError, execute_run
@@ -85,6 +89,7 @@ def run(
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor)
+    exprs = trace_cmd.parse_expectations(expect, fail)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -101,6 +106,9 @@ def run(
             raise
         fail(f"{type(e).__name__}: {e}")
     s = summary(result)
+    outcomes = trace_cmd.judge(exprs, s, fail) if result.status == "ok" else []
+    if outcomes:
+        s["expect"] = outcomes
     if as_json:
         s["inferences_detail"] = [
             {"iter": r.iter, "inputs": r.in_shapes, "outputs": r.out_shapes,
@@ -111,6 +119,7 @@ def run(
         if not quiet:
             console.print(inference_table(result))
         console.print(summary_table(s))
+    expect_ok = trace_cmd.report(outcomes, console, err_console, quiet=as_json)
     if result.status == "error":
         if state["debug"] and getattr(result, "exception", None):
             raise result.exception
@@ -121,6 +130,8 @@ def run(
     if result.check_failed:
         bad = [f"#{r.iter} {c.output} (max abs {c.max_abs:.2e})" for r in result.records for c in r.checks if not c.ok]
         fail(f"--check: {len(bad)} output(s) differ from onnxruntime: {', '.join(bad[:5])}", EXIT_CHECK)
+    if not expect_ok:
+        raise typer.Exit(EXIT_CHECK)
 
 
 @app.command(help="List OpenCL platforms and devices, and whether each can build kernels.")
@@ -148,6 +159,8 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
                   str(r["compute_units"]), "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")
     console.print(t)
 
+
+app.command(help=trace_cmd.HELP)(trace_cmd.trace)
 
 from dyncli import predictor_sim  # noqa: E402 - registered after the helpers it uses
 

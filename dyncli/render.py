@@ -1,12 +1,11 @@
 """Rich rendering of run results (tables, summary) and their JSON form."""
 from __future__ import annotations
 
-import statistics
-
 from rich import box
 from rich.table import Table
 
 from dyncli.shapes import format_shape
+from traces.summary import Totals
 
 
 def _shapes(d: dict) -> str:
@@ -50,21 +49,16 @@ def inference_table(result) -> Table:
 
 def summary(result) -> dict:
     recs = result.records
-    lat = [r.latency_ms for r in recs]
-    tot = {}
+    totals = Totals()  # the same sums `dyncli trace` makes from the trace's infer_end events
     for r in recs:
-        for k, v in r.counters.items():
-            if k != "latency_ms":
-                tot[k] = tot.get(k, 0) + v
+        totals.add(r.counters, r.latency_ms)
     return {
         "model": result.model, "device": result.device, "status": result.status,
         "error": result.error, "inferences": len(recs), "planned": result.planned,
         "nodes": result.nodes, "folded_nodes": result.folded,
         "fused_nodes": getattr(result, "fused", 0),
-        "latency_ms": {"total": sum(lat), "mean": statistics.fmean(lat) if lat else 0.0,
-                       "median": statistics.median(lat) if lat else 0.0,
-                       "max": max(lat, default=0.0), "first": lat[0] if lat else 0.0},
-        "counters": dict(sorted(tot.items())),
+        "latency_ms": totals.latency(),
+        "counters": totals.counters_dict(),
         "check": None if not any(r.checks for r in recs) else {
             "passed": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs),
             "max_abs": max((c.max_abs for r in recs for c in r.checks), default=0.0),

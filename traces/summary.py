@@ -20,7 +20,7 @@ from traces.query import EventFilter
 # Actions that leave the runtime's state as it was; any other action of a pipeline stage
 # (an impl build or switch, an eviction, a realloc, a reorder, an unfusion...) changed something.
 UNCHANGED_ACTIONS = frozenset({"", "skip", "reuse", "cache_hit", "set", "enqueue", "host", "infer",
-                               "external", "view", "empty", "from_pool", "keep", "hit"})
+                               "external", "view", "empty", "from_pool", "keep", "hit", "append"})
 # Record types that are not pipeline decisions.
 RECORD_KINDS = frozenset({"header", "infer_start", "infer_end", "check", "run_end"})
 GROUP_KEYS = ("node", "op", "kind", "action", "iter")

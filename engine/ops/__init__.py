@@ -4,7 +4,10 @@ An op says three things, all from the current input layouts (never from a previo
 - `infer(node, ins, deps)`: output layouts; `deps` holds the host values of the inputs listed
   in `shape_deps` (the seed's memory deps: Reshape's target, Slice's starts, ...);
 - `kernels(node, ins, outs, deps)`: the `KernelCall`s of its shape-agnostic device impl;
-- or `view=True` when its output is its first input's buffer under a new layout (no kernel).
+- or `view=True` when its output is its first input's buffer under a new layout (no kernel);
+- optionally `static(node, ins, outs, deps, consts)`: a `StaticVariant` for a static build of
+  these shapes (None when it has none for them), `consts` the indices of constant inputs;
+  `weights`: the input index holding weights (update_weights).
 Every op also runs as a host impl (onnx.reference) inside shape subgraphs and constant folding.
 """
 from __future__ import annotations
@@ -24,6 +27,8 @@ class OpDef:
     view: bool = False                 # output aliases input 0's buffer
     host_ok: bool = False              # may run on the host inside a shape subgraph
     dynamic_output: bool = False       # output shape depends on data (NonZero, ...)
+    static: Callable | None = None     # StaticVariant for the current shapes (engine/impls.py)
+    weights: int | None = None         # input index of the weights (when constant)
 
 
 def register(name: str, **kw):

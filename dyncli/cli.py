@@ -66,6 +66,15 @@ def run(
     prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
+    impls: str = typer.Option("auto", "--impls", help="Kernel impls: 'dynamic' (shape-agnostic only), "
+                              "'static' (a static impl per shape wherever an op has one, built in the "
+                              "critical path), 'auto' (dynamic at once, static builds of MatMul/Gemm/"
+                              "Conv queued in the background and switched to when ready)."),
+    async_compile: bool = typer.Option(True, "--async-compile/--no-async-compile", help="Build static "
+                                       "impls on a background thread (default) or synchronously, in "
+                                       "the critical path."),
+    impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", help="LRU capacity of the "
+                                            "impl cache (0 = unbounded)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
 ):
@@ -76,7 +85,8 @@ def run(
     opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
-                      atol=atol, trace=trace, device=device, prealloc=prealloc)
+                      atol=atol, trace=trace, device=device, prealloc=prealloc, impls=impls,
+                      async_compile=async_compile, impl_cache_capacity=impl_cache_capacity)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),

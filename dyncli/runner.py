@@ -17,6 +17,7 @@ from dyncli.check import Reference, compare, relaxed_model
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe
+from engine.impls import IMPL_MODES
 from engine.program import ModelError
 from traces import TraceWriter
 
@@ -42,6 +43,9 @@ class RunOptions:
     trace: str | None = None
     device: str | None = None
     prealloc: str = "10 16384 2 1.1"
+    impls: str = "auto"
+    async_compile: bool = True
+    impl_cache_capacity: int = 300
 
 
 @dataclass
@@ -122,6 +126,10 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     except ModelError as e:
         raise UsageError(str(e)) from None
     seq, loaded = plan(opts, prog)
+    if opts.impls not in IMPL_MODES:
+        raise UsageError(f"--impls must be one of {', '.join(IMPL_MODES)}, not {opts.impls!r}")
+    if opts.impl_cache_capacity < 0:
+        raise UsageError(f"--impl-cache-capacity must be >= 0 (0 = unbounded), not {opts.impl_cache_capacity}")
     try:
         prealloc = PreallocSettings.parse(opts.prealloc)
     except ValueError as e:
@@ -147,7 +155,9 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     writer = TraceWriter(trace_path, header)
     result = RunResult(opts.model, describe(device), trace_path, planned=len(seq),
                        nodes=prog.node_count(), folded=prog.folded)
-    net = Network(prog, device, trace=writer, prealloc=prealloc)
+    net = Network(prog, device, trace=writer, prealloc=prealloc,
+                  impl_cache_capacity=opts.impl_cache_capacity, impls=opts.impls,
+                  async_compile=opts.async_compile)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []

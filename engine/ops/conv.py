@@ -145,8 +145,9 @@ def _conv_kernels(node, ins, outs, deps, pw=PW):
 
 
 def _static_pw(ow: int) -> int:
-    """Pixels per work-item for a known output width: the fewest wasted lanes, widest first."""
-    return min((16, 8, 4), key=lambda p: ((ow + p - 1) // p * p - ow, -p))
+    """Pixels per work-item for a known output width: the fewest wasted lanes, widest first
+    (16 measured slower than 8 on PoCL CPU: scripts/bench_impls.py)."""
+    return min((8, 4), key=lambda p: ((ow + p - 1) // p * p - ow, -p))
 
 
 def _conv_static(node, ins, outs, deps, consts):

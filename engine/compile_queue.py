@@ -7,9 +7,11 @@ Kernel objects are created by the engine on the main thread, never here.
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 
 
 class CompileQueue:
@@ -23,6 +25,23 @@ class CompileQueue:
         for t in self._threads:
             t.start()
         self.submitted = 0
+        # a build still running when the interpreter exits aborts it (C++ terminate in the
+        # OpenCL compiler's thread): stop the workers first
+        atexit.register(_close_ref, weakref.ref(self))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the workers after the build in progress (queued builds are dropped)."""
+        with self._cv:
+            self._pending.clear()
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._q.put(None)
+        for t in self._threads:
+            t.join(timeout)
 
     def submit(self, key, build) -> bool:
         """Queue `build()` (returns (program, ms)) under `key`; False when already queued or
@@ -52,7 +71,10 @@ class CompileQueue:
 
     def _work(self) -> None:
         while True:
-            key, build = self._q.get()
+            item = self._q.get()
+            if item is None:
+                return
+            key, build = item
             t0 = time.perf_counter()
             try:
                 prg, ms = build()
@@ -63,3 +85,9 @@ class CompileQueue:
                 self._pending.discard(key)
                 self._done[key] = res
                 self._cv.notify_all()
+
+
+def _close_ref(ref) -> None:
+    q = ref()
+    if q is not None:
+        q.close()

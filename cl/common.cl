@@ -1,6 +1,10 @@
 // Shared by every kernel source. One source serves both builds (seed 003):
 //  IS_DYNAMIC=1: dims come from the shape_info buffer, the first kernel argument;
 //  IS_DYNAMIC=0: shape_info is a compile-time table (SHAPE_INFO_INIT), so dims fold to constants.
+//  Static builds keep the runtime buffer as their first argument (same argument list as the
+//  dynamic build) and read only the tensor offsets and RT_PARAMs from it: a view or an
+//  in-place concat that moves an offset keeps its static impl, and fake-aligned builds
+//  (GEMM rows rounded up) learn the real size there.
 //
 // shape_info layout (the engine writes it, engine/kernels.py): for each tensor argument in
 // order, a block of 1 + MAX_RANK ints: [element offset, dims right-aligned to MAX_RANK (leading
@@ -13,14 +17,20 @@
 #define OPTIONAL_SHAPE_INFO_TENSOR shape_info,
 #define SHAPE_INFO_PTR __global const int*
 #else
-#define OPTIONAL_SHAPE_INFO_ARG
-#define OPTIONAL_SHAPE_INFO_TENSOR
+#define OPTIONAL_SHAPE_INFO_ARG __global const int* shape_info_rt,
+#define OPTIONAL_SHAPE_INFO_TENSOR shape_info_rt,
 #define SHAPE_INFO_PTR __constant int*
 __constant int shape_info[] = SHAPE_INFO_INIT;
 #endif
 
 #define KERNEL(name) __kernel void name
+#if IS_DYNAMIC
 #define T_OFF(t) (shape_info[(t) * TBLOCK])
+#define RT_PARAM(i) PARAM(i)
+#else
+#define T_OFF(t) (shape_info_rt[(t) * TBLOCK])
+#define RT_PARAM(i) (shape_info_rt[NUM_TENSORS * TBLOCK + (i)])
+#endif
 #define T_DIM(t, d) (shape_info[(t) * TBLOCK + 1 + (d)])
 #define T_COUNT(t) (T_DIM(t, 0) * T_DIM(t, 1) * T_DIM(t, 2) * T_DIM(t, 3) * T_DIM(t, 4) * T_DIM(t, 5))
 #define PARAM(i) (shape_info[NUM_TENSORS * TBLOCK + (i)])

@@ -74,6 +74,15 @@ def run(
     predictor: str = typer.Option("openvino", "--predictor", help="Output preallocation policy: "
                                   "openvino (the plugin's ShapePredictor, tuned by --prealloc), adaptive "
                                   "(see `dyncli predictor-sim`) or none."),
+    impls: str = typer.Option("auto", "--impls", help="Kernel impls: 'dynamic' (shape-agnostic only), "
+                              "'static' (a static impl per shape wherever an op has one, built in the "
+                              "critical path), 'auto' (dynamic at once, static builds of MatMul/Gemm/"
+                              "Conv queued in the background and switched to when ready)."),
+    async_compile: bool = typer.Option(True, "--async-compile/--no-async-compile", help="Build static "
+                                       "impls on a background thread (default) or synchronously, in "
+                                       "the critical path."),
+    impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", help="LRU capacity of the "
+                                            "impl cache (0 = unbounded)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
     expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
@@ -88,7 +97,8 @@ def run(
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
-                      feedback=feedback, predictor=predictor)
+                      feedback=feedback, predictor=predictor, impls=impls,
+                      async_compile=async_compile, impl_cache_capacity=impl_cache_capacity)
     exprs = trace_cmd.parse_expectations(expect, fail)
     show_progress = not as_json and sys.stderr.isatty()
     try:

@@ -87,8 +87,13 @@ def summary_table(s: dict) -> Table:
          f"{c.get('update_shape.skip.shape_unchanged', 0)} / {c.get('update_shape.skip.shape_of_unchanged', 0)}"
          f" / {c.get('update_shape.skip.shape_of_subgraph_unchanged', 0)}"),
         ("device reads for shape inference", str(c.get("device_reads", 0))),
-        ("kernel builds (compile ms)", f"{c.get('update_impl.build', 0)} ({c.get('compile_ms', 0):.0f})"),
-        ("impl cache hits", str(c.get("update_impl.cache_hit", 0))),
+        ("kernel builds: all / static", f"{c.get('compiles', 0)} / {c.get('static_compiles', 0)}"),
+        ("compile ms: total / in critical path", f"{c.get('compile_ms', 0):.0f} / {c.get('compile_ms_critical', 0):.0f}"),
+        ("impl cache hits / evictions", f"{c.get('update_impl.cache_hit', 0)} / {c.get('update_impl.evict', 0)}"),
+        ("static builds queued / switches", f"{c.get('update_impl.queue', 0)} / {c.get('update_impl.switch', 0)}"),
+        ("weights reorder / cache hit / reset",
+         f"{c.get('update_weights.reorder', 0)} / {c.get('update_weights.cache_hit', 0)} / "
+         f"{c.get('update_weights.reset', 0)}"),
         ("buffers reused / allocated / views", f"{c.get('realloc.reuse', 0)} / {c.get('realloc.alloc', 0)} / "
                                                f"{c.get('realloc.view', 0)}"),
         ("bytes allocated", _bytes(c.get("bytes_allocated", 0))),

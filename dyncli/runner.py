@@ -18,6 +18,7 @@ from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe
 from engine.predictors import ENGINE_POLICIES
+from engine.impls import IMPL_MODES
 from engine.program import ModelError
 from traces import TraceWriter
 
@@ -45,6 +46,9 @@ class RunOptions:
     prealloc: str = "10 16384 2 1.1"
     feedback: list = field(default_factory=list)
     predictor: str = "openvino"
+    impls: str = "auto"
+    async_compile: bool = True
+    impl_cache_capacity: int = 300
 
 
 @dataclass
@@ -146,6 +150,10 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     except ModelError as e:
         raise UsageError(str(e)) from None
     seq, loaded = plan(opts, prog)
+    if opts.impls not in IMPL_MODES:
+        raise UsageError(f"--impls must be one of {', '.join(IMPL_MODES)}, not {opts.impls!r}")
+    if opts.impl_cache_capacity < 0:
+        raise UsageError(f"--impl-cache-capacity must be >= 0 (0 = unbounded), not {opts.impl_cache_capacity}")
     try:
         prealloc = PreallocSettings.parse(opts.prealloc)
     except ValueError as e:
@@ -176,7 +184,8 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
                        nodes=prog.node_count(), folded=prog.folded, fused=prog.fused)
     feedback = parse_feedback(opts.feedback, prog)
     net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
-                  feedback=feedback)
+                  feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
+                  impls=opts.impls, async_compile=opts.async_compile)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []

@@ -155,13 +155,15 @@ def fused_jit(f: Fusion, out_t: int, first_extra_t: int) -> tuple:
             else:
                 j = f.extra.index(x)
                 t = first_extra_t + j
-                vals.append(f"F{j}[si[{t} * TBLOCK] + bcast_off(si, {out_t}, {t}, o)]")
+                vals.append(f"F{j}[bcast_off(si, {out_t}, {t}, o)]")
         decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
         expr = re.sub(r"\bTOUT\b", "float", op.expr)
         lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
     lines.append(f"return v{len(f.ops)};")
     params = "".join(f", __global const float* F{j}" for j in range(len(f.extra)))
-    call = "".join(f", F{j}" for j in range(len(f.extra)))
+    # offsets are added where the kernel calls FUSED_OPS: T_OFF reads the runtime shape_info
+    # in both dynamic and static builds (cl/common.cl)
+    call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
     return (("FUSED_OPS_BODY", " ".join(lines)), ("FUSED_PARAMS", params), ("FUSED_CALL", call))
 
 

@@ -1,12 +1,28 @@
-"""The implementations cache: an LRU of compiled impls keyed by their full parameters."""
+"""The implementations cache (an LRU of compiled impls keyed by their full ImplParams) and the
+per-op decision of which ops get static impls."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
+IMPL_MODES = ("auto", "dynamic", "static")
+
+# Ops whose static impl is worth building in `--impls auto` (seed 002: the critical ops).
+# Decided by scripts/bench_impls.py (geometric mean of dynamic / static kernel time over the
+# example models' shapes; > 1: static faster). PoCL CPU (2 shared cores): MatMul 23.9
+# (2.8..70.9), Gemm 25.5, Conv 1.44 (1.13..1.96, with PW=8; PW=16 lost: 0.97), Softmax 0.82
+# (0.59..1.00). An op is True only where its static impl measured faster.
+STATIC_WORTH = {
+    "MatMul": True,
+    "Gemm": True,
+    "Conv": True,
+    "Softmax": False,
+}
+
 
 class ImplCache:
-    """LRU keyed by the impl's parameters (never a lossy hash). capacity 0 = unbounded;
-    the GPU plugin's default is 300."""
+    """LRU keyed by ImplParams (never a lossy hash). capacity 0 = unbounded; the GPU plugin's
+    default is 300. Nodes hold the impls they use, so an eviction only means the next node
+    (or shape) that wants the key builds it again."""
 
     def __init__(self, capacity: int = 300):
         self.capacity = capacity
@@ -23,14 +39,17 @@ class ImplCache:
         return impl
 
     def put(self, key, impl) -> list:
-        """Insert; returns the keys evicted to make room."""
+        """Insert; returns the (key, impl) pairs evicted to make room."""
         self._d[key] = impl
         self._d.move_to_end(key)
         evicted = []
         while self.capacity and len(self._d) > self.capacity:
-            evicted.append(self._d.popitem(last=False)[0])
+            evicted.append(self._d.popitem(last=False))
         self.evictions += len(evicted)
         return evicted
+
+    def __contains__(self, key) -> bool:
+        return key in self._d
 
     def __len__(self) -> int:
         return len(self._d)

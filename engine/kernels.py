@@ -32,11 +32,57 @@ class KernelCall:
 
 @dataclass
 class Impl:
-    """A compiled program for one (source, jit): the dynamic (shape-agnostic) impl of a node."""
+    """A compiled program: a node's dynamic (shape-agnostic) impl, or a static one built for
+    one ImplParams."""
     name: str
     kind: str                        # "dynamic" | "static"
     program: cl.Program
     compile_ms: float
+
+
+@dataclass(frozen=True)
+class ImplParams:
+    """The impl cache key (the seed's kernel_impl_params): op, kernel source, the whole JIT
+    (attributes, tile choices, fused ops) and, for static impls, every tensor argument's dims
+    (fake-aligned where the op says so) and the op's integer params. Dynamic impls have no
+    shapes: one build serves them all. Tensor offsets are never part of a key (static kernels
+    read them at run time, cl/common.cl)."""
+    kind: str                        # "dynamic" | "static"
+    op: str
+    source: str
+    jit: tuple
+    shapes: tuple | None = None      # per tensor argument: dims
+    params: tuple = ()
+
+    def table(self) -> str:
+        """SHAPE_INFO_INIT of a static build (offsets 0: read at run time)."""
+        info = compose_shape_info([(0, d) for d in self.shapes], self.params)
+        return "{" + ",".join(str(int(v)) for v in info) + "}"
+
+
+@dataclass(frozen=True)
+class WeightsLayout:
+    """A weight layout a static impl wants (update_weights): `name` and `shape` say what the
+    reordered copy is; `jit` configures cl/reorder.cl; `compatible` when the original buffer
+    already holds exactly this layout (reinterpret, no reorder)."""
+    name: str
+    shape: tuple
+    jit: tuple
+    params: tuple
+    compatible: bool = False
+
+
+@dataclass
+class StaticVariant:
+    """What an op offers for a static build of its current shapes: the call to enqueue (real
+    dims and params, used for the runtime shape_info and work sizes), the shapes and params the
+    build bakes in (fake-aligned), a tag for its name and the weight layout it wants (None:
+    the original one)."""
+    call: KernelCall
+    table_dims: dict                 # arg position -> dims baked in; others: the call's dims
+    table_params: tuple
+    tag: str
+    weights: WeightsLayout | None = None
 
 
 def load_source(name: str) -> str:
@@ -56,6 +102,7 @@ def impl_name(source: str, jit: tuple) -> str:
 
 
 def build_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:
+    """Static builds (dynamic=False) need SHAPE_INFO_INIT among the JIT constants."""
     src = jit_header(jit, dynamic) + load_source("common") + load_source(source)
     t0 = time.perf_counter()
     prg = cl.Program(ctx, src).build()

@@ -10,8 +10,9 @@ import numpy as np
 import pyopencl as cl
 
 from engine.device import describe, select_device
-from engine.impls import ImplCache
-from engine.kernels import Impl, build_program, impl_name
+from engine.compile_queue import CompileQueue
+from engine.impls import IMPL_MODES, STATIC_WORTH, ImplCache
+from engine.kernels import Impl, ImplParams, StaticVariant, build_program, impl_name
 from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
 from engine.primitive_inst import PrimitiveInst
@@ -33,11 +34,22 @@ class NullTrace:
 class Network:
     def __init__(self, program: Program, device: cl.Device | None = None, trace=None,
                  prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300,
-                 predictor: str = "openvino", feedback: dict | None = None):
+                 predictor: str = "openvino", feedback: dict | None = None,
+                 impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
+                 profile: bool = False):
+        if impls not in IMPL_MODES:
+            raise ValueError(f"impls must be one of {', '.join(IMPL_MODES)}, not {impls!r}")
         self.program = program
         self.device = device or select_device()
         self.ctx = cl.Context([self.device])
-        self.queue = cl.CommandQueue(self.ctx)
+        self.queue = cl.CommandQueue(
+            self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
+        self.impl_mode = impls
+        # --impls static builds every static impl in the critical path, as --no-async-compile does
+        self.async_compile = async_compile and impls == "auto"
+        self.compile_workers = compile_workers
+        self._compile_queue: CompileQueue | None = None
+        self._failed_static: set = set()      # keys whose static build failed: dynamic stays
         self.trace = trace or NullTrace()
         # output preallocation policy (engine/predictors.py); --prealloc tunes "openvino"
         self.predictor = make_predictor(predictor, prealloc, self.device.global_mem_size)
@@ -153,22 +165,112 @@ class Network:
         return arr
 
     # ---- impls --------------------------------------------------------------------------
+    @property
+    def compile_queue(self) -> CompileQueue:
+        """The background compile queue, started on first use (`wait_idle()` for tests)."""
+        if self._compile_queue is None:
+            self._compile_queue = CompileQueue(self.compile_workers)
+        return self._compile_queue
+
+    def _count_compile(self, ms: float, static: bool, critical: bool) -> None:
+        c = self.counters
+        c["compiles"] += 1
+        c["static_compiles"] += int(static)
+        c["compile_ms"] += ms
+        if critical:
+            c["compile_ms_critical"] += ms
+
+    def _put_impl(self, key, impl, node) -> None:
+        for _, old in self.impls.put(key, impl):
+            self.record("update_impl", "evict", node=node, impl=old.name, impl_kind=old.kind)
+
     def get_impl(self, call, node) -> Impl:
+        """The dynamic (shape-agnostic) impl of `call`: impl cache, else built now."""
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
-        key = ("dynamic", call.source, jit)
+        key = ImplParams("dynamic", dict(jit).get("IMPL_TAG", call.source), call.source, jit)
         impl = self.impls.get(key)
         if impl is not None:
-            self.record("update_impl", "cache_hit", node=node, impl=impl.name)
+            self.record("update_impl", "cache_hit", "dynamic", node, impl=impl.name, impl_kind="dynamic")
             return impl
         try:
             prg, ms = build_program(self.ctx, call.source, jit)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
-        for k in self.impls.put(key, impl):
-            self.record("update_impl", "evict", node=node, impl=k[1])
-        self.counters["compile_ms"] += ms
-        self.record("update_impl", "build", node=node, impl=impl.name, compile_ms=round(ms, 3))
+        self._put_impl(key, impl, node)
+        self._count_compile(ms, False, True)
+        self.record("update_impl", "build", "dynamic", node, impl=impl.name, impl_kind="dynamic",
+                    compile_ms=round(ms, 3), critical=True)
+        return impl
+
+    def static_variant(self, inst, ins, outs, deps) -> StaticVariant | None:
+        """The op's static variant for these shapes, if this run builds static impls for it."""
+        fn = inst.opdef.static
+        if fn is None or self.impl_mode == "dynamic" or \
+                (self.impl_mode == "auto" and not STATIC_WORTH.get(inst.node.op, False)):
+            return None
+        consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
+        return fn(inst.node, ins, outs, deps, consts)
+
+    def static_key(self, inst, v: StaticVariant) -> ImplParams:
+        call = v.call
+        dims = []
+        for p, (kind, i) in enumerate(call.args):
+            t = inst.inputs[i] if kind == "in" else inst.outputs[i]
+            dims.append(tuple(v.table_dims.get(p, call.dims.get(p, t.layout.shape))))
+        jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+        return ImplParams("static", inst.node.op, call.source, jit, tuple(dims), tuple(v.table_params))
+
+    def _build_static(self, key: ImplParams):
+        return build_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
+                             dynamic=False)
+
+    def find_static(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:
+        """A static impl for `key`: ("hit") from the impl cache, ("ready") a finished background
+        build, ("built") built now when compiles are synchronous; else (None, "queued") with
+        the build submitted to the compile queue (deduplicated)."""
+        if key in self._failed_static:
+            return None, "failed"
+        impl = self.impls.get(key)
+        if impl is not None:
+            return impl, "hit"
+        impl = self.take_static(key, name, node)
+        if impl is not None:
+            return impl, "ready"
+        if not self.async_compile:
+            try:
+                prg, ms = self._build_static(key)
+            except cl.RuntimeError as e:
+                self._failed_static.add(key)
+                self.record("update_impl", "fallback", "build_failed", node, impl=name,
+                            error=str(e)[:200])
+                return None, "failed"
+            impl = Impl(name, "static", prg, ms)
+            self._put_impl(key, impl, node)
+            self._count_compile(ms, True, True)
+            self.record("update_impl", "build", "static", node, impl=name, impl_kind="static",
+                        compile_ms=round(ms, 3), critical=True)
+            return impl, "built"
+        fresh = self.compile_queue.submit(key, lambda: self._build_static(key))
+        self.record("update_impl", "queue", "static" if fresh else "already_queued", node,
+                    impl=name, impl_kind="static")
+        return None, "queued"
+
+    def take_static(self, key: ImplParams, name: str, node) -> Impl | None:
+        """Pick up a finished background build of `key` (into the impl cache); None if none."""
+        if self._compile_queue is None:
+            return None
+        done = self._compile_queue.take(key)
+        if done is None:
+            return None
+        prg, ms, err = done
+        if err is not None:
+            self._failed_static.add(key)
+            self.record("update_impl", "fallback", "build_failed", node, impl=name, error=str(err)[:200])
+            return None
+        impl = Impl(name, "static", prg, ms)
+        self._put_impl(key, impl, node)
+        self._count_compile(ms, True, False)
         return impl
 
     # ---- inference ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from engine.kernels import KernelCall, compose_shape_info, round_up
 from engine.layout import Layout, dtype_from_numpy
 from engine.memory import Tensor
 from engine.shape_predictor import BufferState
+from engine.weights import WeightsCache, run_reorder, weights_cache_capacity
 
 
 def work_sizes(call: KernelCall) -> tuple:
@@ -59,6 +60,11 @@ class PrimitiveInst:
         self.unfuse_reason = ""        # non-empty while the current shapes invalidate the fusion
         self.kv_past = None            # a KV-cache concat fed back its own output (network.py)
         self.kv_pad = None             # dims of its buffer region (the padded layout)
+        self.dynamic_impls: dict = {}  # (source, jit) -> this node's shape-agnostic impls
+        self.pending = None            # (key, name, variant) of a static build not yet taken
+        self.want_weights = None       # WeightsLayout the current impl wants (None: original)
+        self.weights_override = None   # the reordered (or reinterpreted) weights bound instead
+        self.weights_cache: WeightsCache | None = None
 
     # ---- helpers ------------------------------------------------------------------------
     def _rec(self, kind, action, reason="", **fields):
@@ -136,7 +142,10 @@ class PrimitiveInst:
             return
 
         impl_changed = self.shape_changed and self.update_impl(in_layouts, outs, deps)
-        # update_weights: dynamic impls take weights as they are (reorders come with static impls)
+        if not self.shape_changed and self.pending is not None:
+            impl_changed = self.poll_static()  # a static build finished: switch on this execution
+        if impl_changed:
+            self.update_weights()
         mem_changed = self.realloc_if_needed()
         self.set_arguments(impl_changed or mem_changed)
         for b in self.bound:
@@ -252,7 +261,7 @@ class PrimitiveInst:
         self._rec("kv_cache", "append" if not reason else "copy", reason, bytes_copied=copied,
                   capacity=pad[axis], length=l.shape[axis])
         self.shape_changed = True          # the copies' offsets move every step
-        self._bind(calls)
+        self._bind(calls, [net.get_impl(c, node) for c in calls])
         self.set_arguments(True)
         for b in self.bound:
             cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
@@ -262,20 +271,70 @@ class PrimitiveInst:
         self._rec("execute", "enqueue", kernels=len(self.bound))
 
     def update_impl(self, ins, outs, deps) -> bool:
-        """Pick the impl for the new shapes. Every device node has a shape-agnostic impl,
-        built once per (kernel source, JIT constants) and shared through the impl cache; the
-        dispatch data (shape_info, work sizes) is recomputed for the new shapes."""
+        """Pick the impl for the new shapes (seed 002). The node keeps its shape-agnostic impl
+        (built once, shared through the impl cache) and runs it at once; for ops with a static
+        variant, the static impl of these shapes is taken from the impl cache, or built (in the
+        critical path with --no-async-compile / --impls static), or queued on the compile queue
+        and switched to on a later execution (poll_static)."""
+        net, node = self.net, self.node
+        own = ins[:self.n_own] if self.fusion else ins
+        calls = self.opdef.kernels(node, own, outs, deps)
         if self.fusion:
-            calls = self._with_fused_ops(self.opdef.kernels(self.node, ins[:self.n_own], outs, deps))
-        else:
-            calls = self.opdef.kernels(self.node, ins, outs, deps)
-        return self._bind(calls)
+            calls = self._with_fused_ops(calls)
+        impls = []
+        for call in calls:
+            impl = self.dynamic_impls.get((call.source, call.jit))
+            if impl is None:
+                impl = self.dynamic_impls[(call.source, call.jit)] = net.get_impl(call, node)
+            else:
+                self._rec("update_impl", "keep", "dynamic", impl=impl.name, impl_kind="dynamic")
+            impls.append(impl)
+        self.pending, self.want_weights = None, None
+        v = net.static_variant(self, own, outs, deps) if len(calls) == 1 else None
+        if v is not None and any(l is not None and l.pad for l in ins):
+            v = None                     # static tables describe dense tensors only
+        if v is not None and self.fusion:
+            v = self._fused_static(v, ins[self.n_own:])
+        if v is not None:
+            key = net.static_key(self, v)
+            name = f"{impls[0].name}/static[{v.tag}]"
+            impl, how = net.find_static(key, name, node)
+            if impl is None:
+                self.pending = (key, name, v) if how == "queued" else None
+            else:
+                if how == "hit":
+                    self._rec("update_impl", "cache_hit", "static", impl=name, impl_kind="static")
+                elif how == "ready":
+                    self._rec_switch(impl, "static_ready")
+                calls, impls, self.want_weights = [v.call], [impl], v.weights
+        return self._bind(calls, impls)
 
-    def _bind(self, calls: list) -> bool:
-        """Impls (from the impl cache) for these kernel calls; True when any kernel changed."""
+    def _rec_switch(self, impl, reason) -> None:
+        old = self.bound[0].impl.name if self.bound else ""
+        self.net.counters["switches"] += 1
+        self._rec("update_impl", "switch", reason, old_impl=old, new_impl=impl.name,
+                  impl_kind=impl.kind, compile_ms=round(impl.compile_ms, 3), critical=False)
+
+    def poll_static(self) -> bool:
+        """Same shapes as last time, a static build pending: take it if it is ready (from the
+        compile queue, or from the impl cache when another node took it first)."""
+        key, name, v = self.pending
+        net = self.net
+        impl = net.impls.get(key) if key in net.impls else net.take_static(key, name, self.node)
+        if impl is None:
+            if key in net._failed_static:
+                self.pending = None
+            elif not net.compile_queue.pending(key):  # evicted before this node took it
+                net.find_static(key, name, self.node)
+            return False
+        self.pending = None
+        self._rec_switch(impl, "static_ready")
+        self.want_weights = v.weights
+        return self._bind([v.call], [impl])
+
+    def _bind(self, calls, impls) -> bool:
         new, changed = [], False
-        for k, call in enumerate(calls):
-            impl = self.net.get_impl(call, self.node)
+        for k, (call, impl) in enumerate(zip(calls, impls)):
             old = self.bound[k] if k < len(self.bound) else None
             if old is not None and old.impl is impl and old.call.kernel == call.kernel:
                 old.call = call
@@ -297,6 +356,64 @@ class PrimitiveInst:
         calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(("out", 0)), first),
                               c.args + extra, c.params, c.gws, c.lws, c.dims)
         return calls
+    def _fused_static(self, v, extra_layouts):
+        """The static variant with the fused ops. Static GEMM tables may fold batch dims into
+        rows and round rows up (fake alignment), so there the fused inputs must vary along the
+        last dim only (a bias); otherwise these shapes keep the dynamic impl."""
+        if self.node.op in ("MatMul", "Gemm") and any(
+                l.count != (l.shape[-1] if l.rank else 1) for l in extra_layouts):
+            return None
+        v.call = self._with_fused_ops([v.call])[0]
+        return v
+
+    def update_weights(self) -> None:
+        """After an impl change (seed 000): give the impl its weights in the layout it wants.
+        skip (no constant weights, or the original layout wanted and in use) | reset (back to
+        the original) | cache_hit (a reordered copy kept in this node's LRU) | reinterpret (the
+        original buffer already is that layout) | reorder (a reorder kernel into a reused or new
+        buffer)."""
+        net = self.net
+        idx = self.opdef.weights
+        w = self.inputs[idx] if idx is not None and idx < len(self.inputs) else None
+        if w is None or not w.constant:
+            self._rec("update_weights", "skip", "no_weights")
+            return
+        wl = self.want_weights
+        if wl is None:
+            if self.weights_override is not None:
+                self.weights_override = None
+                self._rec("update_weights", "reset", layout="original")
+            else:
+                self._rec("update_weights", "skip", "original_layout")
+            return
+        if self.weights_cache is None:
+            self.weights_cache = WeightsCache(weights_cache_capacity(
+                w.layout.nbytes, net.device.global_mem_size, net.used_bytes))
+        t = self.weights_cache.get(wl)
+        if t is not None:
+            self._rec("update_weights", "cache_hit", layout=wl.name)
+        elif wl.compatible:
+            buf = net.device_buffer(w)
+            t = Tensor(f"{w.name}:{wl.name}", Layout(tuple(wl.shape), "f32"), buf=buf,
+                       offset=w.offset, constant=True)
+            self.weights_cache.make_room()
+            self.weights_cache.put(wl, t)
+            self._rec("update_weights", "reinterpret", layout=wl.name)
+        else:
+            reuse = self.weights_cache.make_room()
+            t = run_reorder(net, self.node, w, wl, reuse)
+            self.weights_cache.put(wl, t)
+            net.counters["weights_reordered_bytes"] += t.layout.nbytes
+            self._rec("update_weights", "reorder", "reused_buffer" if t is reuse else "",
+                      layout=wl.name, bytes=t.layout.nbytes, capacity=self.weights_cache.capacity)
+        self.weights_override = t
+
+    def _arg_tensor(self, kind: str, i: int) -> Tensor:
+        if kind == "in":
+            if self.weights_override is not None and i == self.opdef.weights:
+                return self.weights_override
+            return self.inputs[i]
+        return self.outputs[i]
 
     def realloc_if_needed(self) -> bool:
         """Output memory (seed 000): reuse the buffer when the new size fits, else allocate,
@@ -328,7 +445,7 @@ class PrimitiveInst:
         did_set = False
         for b in self.bound:
             call = b.call
-            tensors = [self.inputs[i] if kind == "in" else self.outputs[i] for kind, i in call.args]
+            tensors = [self._arg_tensor(kind, i) for kind, i in call.args]
             offsets = tuple(t.offset for t in tensors)
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.

@@ -32,11 +32,27 @@ KINDS: dict[str, dict] = {
                "shape subgraph is not re-run.",
     },
     "update_impl": {
-        "actions": {"build", "cache_hit", "evict"},
-        "fields": ("impl", "compile_ms"),
-        "doc": "Impl selection after a shape change: a dynamic (shape-agnostic) kernel built "
-               "(`build`, compile time) or taken from the impl cache; `evict` when the LRU "
-               "impl cache dropped one.",
+        "actions": {"build", "cache_hit", "keep", "queue", "switch", "evict", "fallback"},
+        "reasons": {"dynamic", "static", "already_queued", "static_ready", "build_failed"},
+        "fields": ("impl", "impl_kind", "compile_ms", "critical", "old_impl", "new_impl", "error"),
+        "doc": "Impl selection (impl cache keyed by the full ImplParams). `build`: an impl cache "
+               "miss compiled now, in the critical path (reason `dynamic`, or `static` with "
+               "--no-async-compile / --impls static); `cache_hit`; `keep`: the node's own "
+               "shape-agnostic impl serves the new shape; `queue`: a static build submitted to "
+               "the background compile queue (`already_queued`: deduplicated); `switch`: a "
+               "finished static build taken on a later execution (`old_impl` -> `new_impl`, "
+               "`compile_ms` off the critical path); `evict`: the LRU dropped `impl`; "
+               "`fallback`: a static build failed, the dynamic impl stays.",
+    },
+    "update_weights": {
+        "actions": {"skip", "reset", "cache_hit", "reinterpret", "reorder"},
+        "reasons": {"no_weights", "original_layout", "reused_buffer"},
+        "fields": ("layout", "bytes", "capacity"),
+        "doc": "After an impl change, the weights the impl wants: `skip` (no constant weights, or "
+               "the original layout in use), `reset` to the original layout, `cache_hit` in the "
+               "node's reordered-weights LRU (`layout`), `reinterpret` the original buffer (already "
+               "that layout), `reorder` kernel into a new or reused (`reused_buffer`) buffer "
+               "(`bytes`, LRU `capacity`).",
     },
     "fusion": {
         "actions": {"unfuse"},

@@ -4,7 +4,10 @@ An op says three things, all from the current input layouts (never from a previo
 - `infer(node, ins, deps)`: output layouts; `deps` holds the host values of the inputs listed
   in `shape_deps` (the seed's memory deps: Reshape's target, Slice's starts, ...);
 - `kernels(node, ins, outs, deps)`: the `KernelCall`s of its shape-agnostic device impl;
-- or `view=True` when its output is its first input's buffer under a new layout (no kernel).
+- or `view=True` when its output is its first input's buffer under a new layout (no kernel);
+- optionally `static(node, ins, outs, deps, consts)`: a `StaticVariant` for a static build of
+  these shapes (None when it has none for them), `consts` the indices of constant inputs;
+  `weights`: the input index holding weights (update_weights).
 Every op also runs as a host impl (onnx.reference) inside shape subgraphs and constant folding.
 """
 from __future__ import annotations
@@ -28,6 +31,8 @@ class OpDef:
     # runtime_skip(node, ins, outs, deps) -> True when, for these shapes, the output is the input
     # unchanged (a Transpose of unit dims, a no-op Slice/Expand): it becomes a view at run time
     runtime_skip: Callable | None = None
+    static: Callable | None = None     # StaticVariant for the current shapes (engine/impls.py)
+    weights: int | None = None         # input index of the weights (when constant)
 
 
 def register(name: str, **kw):

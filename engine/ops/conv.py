@@ -6,7 +6,7 @@ shape_info, so one build serves every input shape.
 """
 from __future__ import annotations
 
-from engine.kernels import KernelCall
+from engine.kernels import KernelCall, StaticVariant
 from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError
@@ -122,13 +122,13 @@ def _ocb(ocg: int) -> int:
     return 1
 
 
-def _conv_kernels(node, ins, outs, deps):
+def _conv_kernels(node, ins, outs, deps, pw=PW):
     g = _conv_geometry(node, ins)
     has_bias = len(ins) > 2 and ins[2] is not None
     ocg = g["OC"] // g["group"]
     ocb = _ocb(ocg)
     bpg = (ocg + ocb - 1) // ocb
-    jit = (("OCB", ocb), ("PW", PW), ("SY", g["strides"][0]), ("SX", g["strides"][1]),
+    jit = (("OCB", ocb), ("PW", pw), ("SY", g["strides"][0]), ("SX", g["strides"][1]),
            ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
            ("IMPL_TAG", "Conv"))
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
@@ -138,13 +138,30 @@ def _conv_kernels(node, ins, outs, deps):
         # pointwise: the image is one row of H*W pixels (x-blocks cross rows, no ragged tails)
         oh, ow = 1, oh * ow
         dims = {0: (g["N"], g["C"], 1, ow), len(args) - 1: (g["N"], g["OC"], 1, ow)}
-    xb = (ow + PW - 1) // PW
+    xb = (ow + pw - 1) // pw
     params = (g["pads"][0], g["pads"][1], ocg, bpg, xb)
     return [KernelCall("conv", "conv2d", jit, args, params=params,
                        gws=(max(oh * xb, 1), g["group"] * bpg, max(g["N"], 1)), dims=dims)]
 
 
-@register("Conv", kernels=_conv_kernels)
+def _static_pw(ow: int) -> int:
+    """Pixels per work-item for a known output width: the fewest wasted lanes, widest first
+    (16 measured slower than 8 on PoCL CPU: scripts/bench_impls.py)."""
+    return min((8, 4), key=lambda p: ((ow + p - 1) // p * p - ow, -p))
+
+
+def _conv_static(node, ins, outs, deps, consts):
+    """Static Conv: the same kernel with every dim constant (loop bounds fold, the tap loops
+    unroll) and the pixel blocking fitted to the output width. Weights keep their layout."""
+    call = _conv_kernels(node, ins, outs, deps)[0]
+    ow = dict(call.dims).get(len(call.args) - 1, outs[0].shape)[3]
+    pw = _static_pw(ow)
+    if pw != PW:
+        call = _conv_kernels(node, ins, outs, deps, pw)[0]
+    return StaticVariant(call, {}, call.params, f"{'x'.join(map(str, outs[0].shape))} pw{pw}")
+
+
+@register("Conv", kernels=_conv_kernels, static=_conv_static, weights=1)
 def _conv(node, ins, deps):
     g = _conv_geometry(node, ins)
     return [Layout((g["N"], g["OC"], g["OH"], g["OW"]), "f32")]

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.kernels import KernelCall, round_up
+from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
 from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast
 
 TS = 16
+M_ALIGN = 8     # fake alignment of static GEMM rows (the GPU plugin's fully_connected does 8/16)
 
 
 def _mm_operands(a, b):
@@ -54,12 +55,58 @@ def _matmul_kernels(node, ins, outs, deps):
     return [call]
 
 
+def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
+    """The static impl of a GEMM call: register-blocked (cl/gemm.cl gemm_rb) with M, N, K as
+    constants. A 2-D B (a fully-connected layer) flattens A's batch into rows; rows are
+    fake-aligned to M_ALIGN so nearby row counts share one build (the real M is a runtime
+    parameter; padded rows are never stored). A constant B is reordered to [N/TN][K][TN]
+    (update_weights); an activation B is read in place and needs N % TN == 0."""
+    j = dict(call.jit)
+    ta, tb = j["TRANS_A"], j["TRANS_B"]
+    M, N, K, nb = call.params
+    y_pos = len(call.args) - 1
+    a_dims, b_dims, y_dims = call.dims[0], call.dims[1], call.dims[y_pos]
+    bias = call.dims.get(2) if j["HAS_BIAS"] else None
+    if len(b_dims) == 2 and not ta and len(a_dims) > 2:
+        M, nb = M * nb, 1
+        a_dims, y_dims = (M, K), (M, N)
+    # a bias with a row dim pins M (the table's Y dims walk it)
+    m_al = round_up(M, M_ALIGN) if bias is None or len(bias) < 2 or bias[-2] == 1 else M
+    tm = 4 if m_al <= 32 else 8
+    weights = None
+    if b_const and len(b_dims) == 2:
+        tn = 8 if N >= 8 else 4
+        weights = WeightsLayout(f"gemm_b_blk{tn}", ((N + tn - 1) // tn, K, tn),
+                                (("TN", tn), ("TRANS_B", tb)), (K, N), compatible=(N == tn and not tb))
+    else:
+        tn = next((t for t in (8, 4) if N % t == 0), None)
+        if tn is None:
+            return None
+    dims = dict(call.dims)
+    dims[0], dims[y_pos] = a_dims, y_dims
+    table = dict(dims)
+    table[0] = a_dims[:-2] + ((K, m_al) if ta else (m_al, K))
+    table[y_pos] = y_dims[:-2] + (m_al, N)
+    jit = call.jit + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
+    new = KernelCall("gemm", "gemm_rb", jit, call.args, params=(M, N, K, nb),
+                     gws=((N + tn - 1) // tn, (m_al + tm - 1) // tm, max(nb, 1)), lws=None, dims=dims)
+    return StaticVariant(new, table, (m_al, N, K, nb),
+                         f"M{m_al}xN{N}xK{K} rb{tm}x{tn}" + (" blk" if weights else ""), weights)
+
+
+def _gemm_static(kernels):
+    def static(node, ins, outs, deps, consts):
+        return static_gemm(kernels(node, ins, outs, deps)[0], 1 in consts)
+    return static
+
+
 def _check_f32(node, ins):
     if any(l.dtype != "f32" for l in ins):
         raise ShapeInferenceError(f"{node.op} supports float32 only")
 
 
-@register("MatMul", kernels=_matmul_kernels, padded_ok=True)
+@register("MatMul", kernels=_matmul_kernels, static=_gemm_static(_matmul_kernels), weights=1,
+          padded_ok=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
     return [Layout(_mm_operands(ins[0].shape, ins[1].shape)[3], "f32")]
@@ -82,7 +129,7 @@ def _gemm_kernels(node, ins, outs, deps):
                       node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias)]
 
 
-@register("Gemm", kernels=_gemm_kernels)
+@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_kernels), weights=1)
 def _gemm(node, ins, deps):
     _check_f32(node, ins)
     M, N, K, _, _ = _gemm_dims(node, ins)

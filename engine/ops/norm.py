@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from engine.kernels import KernelCall
+from engine.kernels import KernelCall, StaticVariant
 from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, norm_axis
@@ -129,7 +129,13 @@ def _softmax_kernels(node, ins, outs, deps):
                        gws=(max(outer * inner, 1),))]
 
 
-@register("Softmax", kernels=_softmax_kernels)
+def _softmax_static(node, ins, outs, deps, consts):
+    """Static Softmax: the axis length and strides constant (the three passes unroll)."""
+    call = _softmax_kernels(node, ins, outs, deps)[0]
+    return StaticVariant(call, {}, call.params, "x".join(map(str, ins[0].shape)))
+
+
+@register("Softmax", kernels=_softmax_kernels, static=_softmax_static)
 def _softmax(node, ins, deps):
     _check_f32(node, ins[0])
     _softmax_view(node, ins[0].shape)  # validates the axis

@@ -1,0 +1,93 @@
+"""Background compilation of static impls (the seed's async compilation context).
+
+A node that gets a new shape runs its dynamic impl at once and submits the static build here;
+the worker builds it (pyopencl releases the GIL while the OpenCL compiler runs) and keeps the
+program until the engine takes it at a later update_impl. Builds are deduplicated by key.
+Kernel objects are created by the engine on the main thread, never here.
+"""
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import time
+import weakref
+
+
+class CompileQueue:
+    def __init__(self, workers: int = 1):
+        self._q: queue.Queue = queue.Queue()
+        self._cv = threading.Condition()
+        self._pending: set = set()          # submitted, not finished
+        self._done: dict = {}               # key -> (result | None, ms, error | None)
+        self._threads = [threading.Thread(target=self._work, name=f"dyncli-compile-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+        self.submitted = 0
+        # a build still running when the interpreter exits aborts it (C++ terminate in the
+        # OpenCL compiler's thread): stop the workers first
+        atexit.register(_close_ref, weakref.ref(self))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the workers after the build in progress (queued builds are dropped)."""
+        with self._cv:
+            self._pending.clear()
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._q.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+    def submit(self, key, build) -> bool:
+        """Queue `build()` (returns (program, ms)) under `key`; False when already queued or
+        finished and not yet taken (dedup)."""
+        with self._cv:
+            if key in self._pending or key in self._done:
+                return False
+            self._pending.add(key)
+            self.submitted += 1
+        self._q.put((key, build))
+        return True
+
+    def take(self, key):
+        """The finished build of `key` as (program, ms, error), removed from the queue; None
+        while it is pending or was never submitted."""
+        with self._cv:
+            return self._done.pop(key, None)
+
+    def pending(self, key) -> bool:
+        with self._cv:
+            return key in self._pending or key in self._done
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until nothing is pending (tests use it between inferences for fixed traces)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._pending, timeout)
+
+    def _work(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            key, build = item
+            t0 = time.perf_counter()
+            try:
+                prg, ms = build()
+                res = (prg, ms, None)
+            except Exception as e:  # noqa: BLE001 - reported by the engine at take()
+                res = (None, (time.perf_counter() - t0) * 1e3, e)
+            with self._cv:
+                self._pending.discard(key)
+                self._done[key] = res
+                self._cv.notify_all()
+
+
+def _close_ref(ref) -> None:
+    q = ref()
+    if q is not None:
+        q.close()

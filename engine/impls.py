@@ -6,17 +6,23 @@ from collections import OrderedDict
 
 IMPL_MODES = ("auto", "dynamic", "static")
 
-# Ops whose static impl is worth building in `--impls auto` (seed 002: the critical ops).
-# Decided by scripts/bench_impls.py (geometric mean of dynamic / static kernel time over the
-# example models' shapes; > 1: static faster). PoCL CPU (2 shared cores): MatMul 23.9
-# (2.8..70.9), Gemm 25.5, Conv 1.44 (1.13..1.96, with PW=8; PW=16 lost: 0.97), Softmax 0.82
-# (0.59..1.00). An op is True only where its static impl measured faster.
+# Ops whose static impl is worth building in `--impls auto` (seed 002: the critical ops), per
+# device type. Decided by scripts/bench_impls.py: geometric mean of dynamic / static kernel time
+# over the example models' shapes (> 1: static faster); an op is True only where its static
+# impl measured faster.
+# - PoCL CPU (2 shared cores, --repeat 15): MatMul 23.9 (2.8..70.9), Gemm 25.5, Conv 1.44
+#   (1.13..1.96 with PW=8; PW=16 lost: 0.97), Softmax 0.82 (0.59..1.00).
+# - NVIDIA H200 (--repeat 50 --large): MatMul 0.41 (0.27..1.12), Gemm 0.52, Conv 1.30
+#   (0.89..3.87), Softmax 1.07 (0.97..1.17): the register-blocked static GEMM loses to the
+#   dynamic tiled kernel there, so GPUs build static Conv only.
 STATIC_WORTH = {
-    "MatMul": True,
-    "Gemm": True,
-    "Conv": True,
-    "Softmax": False,
+    "cpu": {"MatMul": True, "Gemm": True, "Conv": True, "Softmax": False},
+    "gpu": {"MatMul": False, "Gemm": False, "Conv": True, "Softmax": False},
 }
+
+
+def static_worth(device_type: str, op: str) -> bool:
+    return STATIC_WORTH.get(device_type, STATIC_WORTH["gpu"]).get(op, False)
 
 
 class ImplCache:

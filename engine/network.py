@@ -11,7 +11,7 @@ import pyopencl as cl
 
 from engine.device import describe, select_device
 from engine.compile_queue import CompileQueue
-from engine.impls import IMPL_MODES, STATIC_WORTH, ImplCache
+from engine.impls import IMPL_MODES, ImplCache, static_worth
 from engine.kernels import Impl, ImplParams, StaticVariant, build_program, impl_name
 from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
@@ -42,6 +42,7 @@ class Network:
         self.program = program
         self.device = device or select_device()
         self.ctx = cl.Context([self.device])
+        self.device_type = "cpu" if self.device.type & cl.device_type.CPU else "gpu"
         self.queue = cl.CommandQueue(
             self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
         self.impl_mode = impls
@@ -207,7 +208,7 @@ class Network:
         """The op's static variant for these shapes, if this run builds static impls for it."""
         fn = inst.opdef.static
         if fn is None or self.impl_mode == "dynamic" or \
-                (self.impl_mode == "auto" and not STATIC_WORTH.get(inst.node.op, False)):
+                (self.impl_mode == "auto" and not static_worth(self.device_type, inst.node.op)):
             return None
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
         return fn(inst.node, ins, outs, deps, consts)

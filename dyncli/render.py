@@ -56,7 +56,7 @@ def summary(result) -> dict:
         "model": result.model, "device": result.device, "status": result.status,
         "error": result.error, "inferences": len(recs), "planned": result.planned,
         "nodes": result.nodes, "folded_nodes": result.folded,
-        "fused_nodes": getattr(result, "fused", 0),
+        "fused_nodes": result.fused,
         "latency_ms": totals.latency(),
         "counters": totals.counters_dict(),
         "check": None if not any(r.checks for r in recs) else {
@@ -79,7 +79,7 @@ def summary_table(s: dict) -> Table:
     rows = [
         ("device", s["device"]),
         ("inferences", f"{s['inferences']}/{s['planned']}"),
-        ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded, {s.get('fused_nodes', 0)} fused)"),
+        ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded, {s['fused_nodes']} fused)"),
         ("latency ms: first / median / max", f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['max']:.2f}"),
         ("kernels enqueued", str(c.get("kernels", 0))),
         ("shape inference run / skipped", f"{c.get('update_shape.infer', 0)} / {c.get('update_shape.skip', 0)}"),

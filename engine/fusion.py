@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.ops.common import broadcast
 from engine.ops.eltwise import BINARY, UNARY
 
 # Ops that may be fused into a producer, with their C expression over a, b.
-FUSABLE = {**{k: v for k, v in BINARY.items()}, **UNARY, "BatchNormalization": "a * b + c"}
+FUSABLE = {**BINARY, **UNARY, "BatchNormalization": "a * b + c"}
 PRODUCERS = {"MatMul", "Gemm", "Conv", *BINARY, *UNARY}
 
 
@@ -43,11 +44,11 @@ def fuse(prog) -> int:
     number of nodes fused away."""
     fused = 0
     for p in prog.nodes:
-        if p.host or getattr(p, "fused_into", None) is not None or p.op not in PRODUCERS:
+        if p.host or p.fused_into is not None or p.op not in PRODUCERS:
             continue
         if len([o for o in p.outputs if o]) != 1 or p.outputs[0] in prog.outputs:
             continue
-        if p.op in ("MatMul",) and not _rank2_operands(prog, p):
+        if p.op == "MatMul" and not _rank2_operands(prog, p):
             continue
         f = _grow(prog, p)
         if f.ops:
@@ -60,7 +61,6 @@ def fuse(prog) -> int:
 
 def _rank2_operands(prog, p) -> bool:
     """MatMul with a 1-D operand drops a dim of the kernel's output: not fused."""
-    from engine.program import Program  # noqa: F401 (type only)
     for i in p.inputs[:2]:
         c = prog.constants.get(i)
         if c is not None and c.ndim < 2:
@@ -75,7 +75,7 @@ def _available_before(prog, name: str, p) -> bool:
     if name in prog.constants or name in prog.inputs:
         return True
     src = prog.producers.get(name)
-    return src is not None and src[0].index < p.index and getattr(src[0], "fused_into", None) is None
+    return src is not None and src[0].index < p.index and src[0].fused_into is None
 
 
 def _grow(prog, p) -> Fusion:
@@ -87,7 +87,7 @@ def _grow(prog, p) -> Fusion:
         cand = None
         for v in values:
             for u in prog.users.get(v, []):
-                if u in order or u.host or u.op not in FUSABLE or getattr(u, "fused_into", None):
+                if u in order or u.host or u.op not in FUSABLE or u.fused_into is not None:
                     continue
                 if len([o for o in u.outputs if o]) != 1:
                     continue
@@ -108,7 +108,6 @@ def _grow(prog, p) -> Fusion:
     # longest valid prefix: every value but the last is used only by group members
     while order:
         members = set(map(id, order))
-        last = order[-1].outputs[0]
         inner = [p.outputs[0]] + [n.outputs[0] for n in order[:-1]]
         if all(v not in prog.outputs and all(id(u) in members for u in prog.users.get(v, []))
                for v in inner):
@@ -170,7 +169,6 @@ def fused_jit(f: Fusion, out_t: int, first_extra_t: int) -> tuple:
 def fusion_valid(f: Fusion, produced, layouts: dict) -> str:
     """'' when the fused ops keep the producer's output layout for the current shapes, else why
     not. `layouts` maps extra tensor names to their current layouts."""
-    from engine.ops.common import broadcast
     shape = produced.shape
     if produced.dtype != "f32":
         return "dtype"

@@ -72,7 +72,7 @@ class Network:
         for node in program.nodes:
             for o in node.outputs:
                 self.tensors.setdefault(o, Tensor(o))
-        self.insts = [self._inst(n) for n in program.nodes if getattr(n, "fused_into", None) is None]
+        self.insts = [self._inst(n) for n in program.nodes if n.fused_into is None]
         # --feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on device
         self.feedback = dict(feedback or {})
         for out, inp in self.feedback.items():
@@ -82,6 +82,8 @@ class Network:
             inst = next((i for i in self.insts if out in i.node.outputs), None)
             if inst is not None and _kv_append_ok(program, inst.node, inp):
                 inst.kv_past = inp
+        # inputs that alias their KV-cache concat's buffer instead of taking a copy
+        self.kv_pasts = {i.kv_past for i in self.insts if i.kv_past is not None}
 
     def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
         inst = PrimitiveInst(node, self)
@@ -90,7 +92,7 @@ class Network:
             inputs.pop()
         inst.inputs = [self.tensors[i] if i else None for i in inputs]
         inst.outputs = [self.tensors[o] for o in node.outputs]
-        f = getattr(node, "fusion", None)
+        f = node.fusion
         if f is not None and not unfused:
             # the fused node reads the fused ops' extra inputs and writes the chain's output;
             # its unfused subgraph is kept ready for shapes that make the fusion invalid
@@ -291,10 +293,9 @@ class Network:
         input gets a device-to-device copy into its own buffer (the producer may overwrite its
         output buffer before every reader of the input has run)."""
         t = self.tensors[name]
-        kv = any(getattr(i, "kv_past", None) == name for i in self.insts)
         t.layout, t.version = src.layout, t.version + 1
         t.host = value
-        if kv:
+        if name in self.kv_pasts:
             if t.capacity:
                 self.release(t)
             t.buf, t.offset = src.buf, src.offset
@@ -370,5 +371,5 @@ def _kv_append_ok(prog, node, past: str) -> bool:
     rank = len(prog.inputs[past].shape)
     if axis is None or (axis % rank if rank else 0) == rank - 1:
         return False
-    return all(u.opdef.padded_ok and not getattr(u, "fused_into", None) and not u.host
+    return all(u.opdef.padded_ok and u.fused_into is None and not u.host
                for u in prog.users.get(node.outputs[0], []))

@@ -60,6 +60,7 @@ class PrimitiveInst:
         self.unfuse_reason = ""        # non-empty while the current shapes invalidate the fusion
         self.kv_past = None            # a KV-cache concat fed back its own output (network.py)
         self.kv_pad = None             # dims of its buffer region (the padded layout)
+        self.skip_now = False          # runtime_skip holds for the current shapes
         self.dynamic_impls: dict = {}  # (source, jit) -> this node's shape-agnostic impls
         self.pending = None            # (key, name, variant) of a static build not yet taken
         self.want_weights = None       # WeightsLayout the current impl wants (None: original)
@@ -129,7 +130,7 @@ class PrimitiveInst:
         if self.shape_changed and self.opdef.runtime_skip and not self.fusion:
             self.skip_now = in_layouts[0].pad is None and bool(
                 self.opdef.runtime_skip(node, in_layouts, outs, deps))
-        if getattr(self, "skip_now", False):
+        if self.skip_now:
             return self._execute_view("runtime_skip")
         if self.kv_past is not None:
             return self._execute_kv_append()
@@ -228,7 +229,7 @@ class PrimitiveInst:
                                         net.used_bytes)
         fed = past.buf is not None and past.buf is out.buf and past.offset == out.offset and \
             past.layout.phys == held
-        fits = held is not None and all(h == d for i, (h, d) in enumerate(zip(held, l.shape))
+        fits = held is not None and all(h == n for i, (h, n) in enumerate(zip(held, l.shape))
                                         if i != axis) and l.shape[axis] <= held[axis]
         if fed and fits:
             pad, reason = held, ""
@@ -247,9 +248,8 @@ class PrimitiveInst:
             out.buf, out.offset, out.capacity = net.alloc(nbytes), 0, nbytes
             self._rec("realloc", "alloc", bytes=nbytes, capacity=nbytes, predicted=d.predicted,
                       mode=d.mode, shape=l.shape, dtype=l.dtype)
-            ost = contiguous_strides(pad)
             calls = [copy_call(node, l.dtype, past.layout.shape, contiguous_strides(past.layout.phys),
-                               0, ost, 0)] if past.layout.count else []
+                               0, contiguous_strides(pad), 0)] if past.layout.count else []
             copied = past.layout.nbytes + new.layout.nbytes
         ost = contiguous_strides(pad)
         if new.layout.count:
@@ -261,8 +261,9 @@ class PrimitiveInst:
         self._rec("kv_cache", "append" if not reason else "copy", reason, bytes_copied=copied,
                   capacity=pad[axis], length=l.shape[axis])
         self.shape_changed = True          # the copies' offsets move every step
-        self._bind(calls, [net.get_impl(c, node) for c in calls])
-        self.set_arguments(True)
+        # a new _Bound binds its arguments; a kept one re-binds only when a buffer changed
+        self._bind(calls, [self._dynamic_impl(c) for c in calls])
+        self.set_arguments(False)
         for b in self.bound:
             cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
         out.version += 1
@@ -281,14 +282,7 @@ class PrimitiveInst:
         calls = self.opdef.kernels(node, own, outs, deps)
         if self.fusion:
             calls = self._with_fused_ops(calls)
-        impls = []
-        for call in calls:
-            impl = self.dynamic_impls.get((call.source, call.jit))
-            if impl is None:
-                impl = self.dynamic_impls[(call.source, call.jit)] = net.get_impl(call, node)
-            else:
-                self._rec("update_impl", "keep", "dynamic", impl=impl.name, impl_kind="dynamic")
-            impls.append(impl)
+        impls = [self._dynamic_impl(call) for call in calls]
         self.pending, self.want_weights = None, None
         v = net.static_variant(self, own, outs, deps) if len(calls) == 1 else None
         if v is not None and any(l is not None and l.pad for l in ins):
@@ -308,6 +302,16 @@ class PrimitiveInst:
                     self._rec_switch(impl, "static_ready")
                 calls, impls, self.want_weights = [v.call], [impl], v.weights
         return self._bind(calls, impls)
+
+    def _dynamic_impl(self, call):
+        """This node's shape-agnostic impl of `call`: kept from an earlier shape, else from the
+        impl cache (or built)."""
+        impl = self.dynamic_impls.get((call.source, call.jit))
+        if impl is None:
+            impl = self.dynamic_impls[(call.source, call.jit)] = self.net.get_impl(call, self.node)
+        else:
+            self._rec("update_impl", "keep", "dynamic", impl=impl.name, impl_kind="dynamic")
+        return impl
 
     def _rec_switch(self, impl, reason) -> None:
         old = self.bound[0].impl.name if self.bound else ""
@@ -356,6 +360,7 @@ class PrimitiveInst:
         calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(("out", 0)), first),
                               c.args + extra, c.params, c.gws, c.lws, c.dims)
         return calls
+
     def _fused_static(self, v, extra_layouts):
         """The static variant with the fused ops. Static GEMM tables may fold batch dims into
         rows and round rows up (fake alignment), so there the fused inputs must vary along the

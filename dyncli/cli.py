@@ -83,6 +83,9 @@ def run(
                                        "the critical path."),
     impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", help="LRU capacity of the "
                                             "impl cache (0 = unbounded)."),
+    memory_pool: bool = typer.Option(True, "--memory-pool/--no-memory-pool", help="Hand the buffers "
+                                     "of dead tensors to later nodes of the same inference "
+                                     "(realloc `from_pool`); off: every tensor keeps its own."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
     expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
@@ -98,7 +101,8 @@ def run(
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
-                      async_compile=async_compile, impl_cache_capacity=impl_cache_capacity)
+                      async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
+                      memory_pool=memory_pool)
     exprs = trace_cmd.parse_expectations(expect, fail)
     show_progress = not as_json and sys.stderr.isatty()
     try:

@@ -87,22 +87,23 @@ def pattern_source(text: str, dtype: str) -> Source:
 
 
 def trace_source(path: str) -> Source:
-    """Every node's output buffer in iteration order: each realloc `alloc`/`reuse` event is one
-    requirement step of its node (one output per node); `run_allocations` counts the allocs."""
+    """Every node's output buffer in iteration order: each realloc `alloc`/`from_pool`/`reuse`
+    event is one requirement step of its node (one output per node); `run_allocations` counts
+    the steps that needed another buffer (new or pooled)."""
     from traces import read_trace
     from traces.reader import TraceError
     try:
         header, events = read_trace(path)
         bufs: dict[str, Buffer] = {}
         for e in events:
-            if e["kind"] != "realloc" or e["action"] not in ("alloc", "reuse"):
+            if e["kind"] != "realloc" or e["action"] not in ("alloc", "from_pool", "reuse"):
                 continue
             if "shape" not in e or "dtype" not in e:
                 raise SimUsageError(f"--from-trace {path}: realloc events carry no shape/dtype "
                                     "(recorded by an older dyncli): record the run again")
             b = bufs.setdefault(e["node"], Buffer(e["node"], [], e["dtype"], 0))
             b.shapes.append(tuple(e["shape"]))
-            b.run_allocations += e["action"] == "alloc"
+            b.run_allocations += e["action"] != "reuse"
     except FileNotFoundError:
         raise SimUsageError(f"--from-trace: no such file: {path}") from None
     except (TraceError, UnicodeDecodeError) as e:
@@ -332,7 +333,9 @@ def command(
     pattern: Optional[str] = typer.Option(None, "--pattern", "-p", help="A built-in sequence "
                                           "NAME[:KEY=VALUE,...] (lists with '/'), see below."),
     from_trace: Optional[str] = typer.Option(None, "--from-trace", help="Replay every node output "
-                                             "buffer of a `dyncli run` trace (JSON Lines)."),
+                                             "buffer of a `dyncli run` trace (JSON Lines). Record it with "
+                                             "--no-memory-pool for an exact replay: a pooled "
+                                             "buffer may be larger than the request."),
     dtype: str = typer.Option("f16", "--dtype", help="Element type of --shapes/--pattern: "
                               + "|".join(DTYPE_BITS) + "."),
     policy: List[str] = typer.Option([], "--policy", help="Policy to run (repeatable; default all): "

@@ -96,10 +96,15 @@ def summary_table(s: dict) -> Table:
          f"{c.get('update_weights.reset', 0)}"),
         ("buffers reused / allocated / views", f"{c.get('realloc.reuse', 0)} / {c.get('realloc.alloc', 0)} / "
                                                f"{c.get('realloc.view', 0)}"),
+        ("buffers from the memory pool", str(c.get("realloc.from_pool", 0))),
         ("bytes allocated", _bytes(c.get("bytes_allocated", 0))),
+        ("peak device bytes / live-tensor lower bound",
+         f"{_bytes(c.get('peak_bytes', 0))} / {_bytes(c.get('live_bytes_lower_bound', 0))}"),
         ("set_args done / skipped", f"{c.get('set_args.set', 0)} / {c.get('set_args.skip', 0)}"),
         ("executions skipped (empty output)", str(c.get("execute.skip.empty_output", 0))),
         ("runtime skips (op ran as a view)", str(c.get("execute.skip.runtime_skip", 0))),
+        ("in-place concats: applied / fell back",
+         f"{c.get('in_place_concat.apply', 0)} / {c.get('in_place_concat.fallback', 0)}"),
         ("unfusions (fusion invalid for the shapes)", str(c.get("fusion.unfuse", 0))),
     ]
     if c.get("kv_cache.append", 0) or c.get("kv_cache.copy", 0):

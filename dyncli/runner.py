@@ -49,6 +49,7 @@ class RunOptions:
     impls: str = "auto"
     async_compile: bool = True
     impl_cache_capacity: int = 300
+    memory_pool: bool = True
 
 
 @dataclass
@@ -185,7 +186,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     feedback = parse_feedback(opts.feedback, prog)
     net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
                   feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
-                  impls=opts.impls, async_compile=opts.async_compile)
+                  impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []

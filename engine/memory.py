@@ -24,6 +24,7 @@ class Tensor:
     dev_version: int = -1          # version the device copy holds (uploads of host values)
     capacity: int = 0              # bytes of `buf` owned by this tensor (0 for views)
     constant: bool = False
+    by_other: bool = False         # a slice of an in-place concat's buffer (realloc `by_other`)
     # realloc_if_needed state (max size seen, predictor history key) of the buffer: per tensor,
     # so a fused node and its unfused fallback manage one buffer
     state: BufferState = field(default_factory=BufferState)

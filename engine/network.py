@@ -15,6 +15,7 @@ from engine.impls import IMPL_MODES, ImplCache, static_worth
 from engine.kernels import Impl, ImplParams, StaticVariant, build_program, impl_name
 from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
+from engine.memory_pool import MemoryPool, plan_lifetimes
 from engine.primitive_inst import PrimitiveInst
 from engine.program import ModelError, Program
 from engine.predictors import make_predictor
@@ -36,7 +37,7 @@ class Network:
                  prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300,
                  predictor: str = "openvino", feedback: dict | None = None,
                  impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
-                 profile: bool = False):
+                 profile: bool = False, memory_pool: bool = True):
         if impls not in IMPL_MODES:
             raise ValueError(f"impls must be one of {', '.join(IMPL_MODES)}, not {impls!r}")
         self.program = program
@@ -58,7 +59,6 @@ class Network:
         self.iter = -1
         self.counters: Counter = Counter()
         self.shape_of_changed: set = set()
-        self.used_bytes = 0
         self._keep: list = []
         self._dummy = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 64)
 
@@ -84,6 +84,16 @@ class Network:
                 inst.kv_past = inp
         # inputs that alias their KV-cache concat's buffer instead of taking a copy
         self.kv_pasts = {i.kv_past for i in self.insts if i.kv_past is not None}
+        # device memory: lifetimes over the execution order; graph inputs (external memory) and
+        # KV-cache buffers (kept across inferences) never enter the pool
+        life = plan_lifetimes(self.insts, program.inputs, program.outputs)
+        for concat, producers in _in_place_concats(program, self.insts):
+            first = min(self.insts.index(p) for p in producers)
+            concat.in_place_producers = producers
+            self.insts[first].concat_user = concat
+            life[concat.outputs[0].name][0] = first   # its buffer is written from there on
+        pinned = set(program.inputs) | {i.outputs[0].name for i in self.insts if i.kv_past is not None}
+        self.memory = MemoryPool(life, set(life) - pinned, enabled=memory_pool)
 
     def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
         inst = PrimitiveInst(node, self)
@@ -125,13 +135,30 @@ class Network:
                          **fields)
 
     # ---- memory -------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> cl.Buffer:
-        self.used_bytes += nbytes
-        return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+    @property
+    def used_bytes(self) -> int:
+        return self.memory.used_bytes
+
+    def alloc(self, nbytes: int, t: Tensor) -> cl.Buffer:
+        """A new buffer held by `t` (the caller sets t.buf/capacity)."""
+        return self.memory.alloc(self.ctx, nbytes, t.name, constant=t.constant)
 
     def release(self, t: Tensor) -> None:
-        self.used_bytes -= t.capacity
+        if t.capacity:
+            self.memory.release(t.buf, t.name)
         t.buf, t.capacity = None, 0
+
+    def give_buffer(self, t: Tensor, nbytes: int) -> str:
+        """Point `t` at a buffer of at least `nbytes` (its old one released): a dead tensor's
+        from the memory pool (`from_pool`) or a new one (`alloc`)."""
+        self.release(t)
+        taken = self.memory.take(t.name, nbytes)
+        if taken is not None:
+            t.buf, t.capacity = taken
+        else:
+            t.buf, t.capacity = self.alloc(nbytes, t), nbytes
+        t.offset = 0
+        return "alloc" if taken is None else "from_pool"
 
     def keep(self, obj) -> None:
         """Host arrays of non-blocking copies must outlive the copy: kept until the inference ends."""
@@ -142,7 +169,7 @@ class Network:
         nbytes = t.host.nbytes
         if t.buf is None or t.capacity < nbytes:
             self.release(t)
-            t.buf, t.capacity = self.alloc(nbytes), nbytes
+            t.buf, t.capacity = self.alloc(nbytes, t), nbytes
         if nbytes:
             arr = np.require(t.host, requirements="C")
             cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
@@ -285,6 +312,7 @@ class Network:
         t.version += 1
         action = "reuse" if t.buf is not None and t.capacity >= value.nbytes else "alloc"
         self.upload(t)
+        self.memory.note_live(name, value.nbytes)
         self.record("realloc", "external", action, _InputNode(name), bytes=value.nbytes)
 
     def feed_back(self, name: str, src: Tensor, value: np.ndarray | None) -> None:
@@ -306,12 +334,13 @@ class Network:
             nbytes = src.layout.nbytes
             if t.buf is None or t.capacity < nbytes:
                 self.release(t)
-                t.buf, t.capacity = self.alloc(nbytes), nbytes
+                t.buf, t.capacity = self.alloc(nbytes, t), nbytes
             t.offset = 0
             if nbytes:
                 cl.enqueue_copy(self.queue, t.buf, src.buf, byte_count=nbytes,
                                 src_offset=src.offset * src.layout.itemsize, dst_offset=0)
             reason = "feedback_copy"
+            self.memory.note_live(name, nbytes)
         t.dev_version = t.version
         self.record("realloc", "external", reason, _InputNode(name), bytes=nbytes)
 
@@ -323,6 +352,7 @@ class Network:
         self.trace.iter = self.iter
         self.counters = Counter()
         self.shape_of_changed = set()
+        self.memory.begin_inference()
         t0 = time.perf_counter()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
         for name in self.program.inputs:
@@ -344,6 +374,9 @@ class Network:
         self._keep.clear()
         latency = (time.perf_counter() - t0) * 1e3
         self.counters["latency_ms"] = latency
+        # device memory of activations at its peak, next to what the live tensors needed
+        self.counters["peak_bytes"] = self.memory.peak_bytes
+        self.counters["live_bytes_lower_bound"] = self.memory.live_lower_bound()
         self.trace.event("infer_end", latency_ms=round(latency, 3),
                          out_shapes={k: list(v.shape) for k, v in outs.items()},
                          counters=dict(self.counters))
@@ -373,3 +406,32 @@ def _kv_append_ok(prog, node, past: str) -> bool:
         return False
     return all(u.opdef.padded_ok and u.fused_into is None and not u.host
                for u in prog.users.get(node.outputs[0], []))
+
+
+def _in_place_concats(prog, insts) -> list:
+    """Concats that may run in place (the plugin's can_be_optimized at run time): every input
+    produced by a device node of its own (one output, used by this concat alone, not a view,
+    a concat or a graph output) whose inputs all exist before the first of them runs, so the
+    concat can infer every producer's shape then. Whether the regions are contiguous depends
+    on the shapes: decided at run time (primitive_inst.do_runtime_in_place_concat)."""
+    step = {t.name: (k, i) for k, i in enumerate(insts) for t in i.outputs}
+    plans = []
+    for c in insts:
+        n = c.node
+        if n.op != "Concat" or c.kv_past is not None or len(c.inputs) < 2 or \
+                len({t.name for t in c.inputs if t is not None}) != len(n.inputs):
+            continue
+        producers = []
+        for t in c.inputs:
+            k, p = step.get(t.name, (None, None))
+            if p is None or p.node.host or p.opdef.view or p.opdef.runtime_skip or \
+                    p.node.op == "Concat" or p.kv_past is not None or len(p.outputs) != 1 or \
+                    t.name in prog.outputs or [u.name for u in prog.users.get(t.name, [])] != [n.name]:
+                break
+            producers.append(p)
+        else:
+            first = min(insts.index(p) for p in producers)
+            if all(t is None or step.get(t.name, (-1,))[0] < first
+                   for p in producers for t in p.inputs):
+                plans.append((c, producers))
+    return plans

@@ -61,6 +61,13 @@ class PrimitiveInst:
         self.kv_past = None            # a KV-cache concat fed back its own output (network.py)
         self.kv_pad = None             # dims of its buffer region (the padded layout)
         self.skip_now = False          # runtime_skip holds for the current shapes
+        # runtime in-place concat (network.py plans it): on the concat, its producers' insts;
+        # on the first producer, the concat to run do_runtime_in_place_concat for
+        self.in_place_producers: list | None = None
+        self.in_place_now = False      # the concat's inputs write into its buffer this time
+        self.concat_user = None
+        self.shape_done_by_other = False
+        self.deps: dict = {}
         self.dynamic_impls: dict = {}  # (source, jit) -> this node's shape-agnostic impls
         self.pending = None            # (key, name, variant) of a static build not yet taken
         self.want_weights = None       # WeightsLayout the current impl wants (None: original)
@@ -90,33 +97,49 @@ class PrimitiveInst:
         return deps, changed, reads
 
     # ---- the flow -----------------------------------------------------------------------
-    def execute(self) -> None:
-        node, net = self.node, self.net
+    def update_shape(self, by_other: "PrimitiveInst | None" = None) -> None:
+        """Seed 000's update_shape. `by_other`: an in-place concat infers this node's shape
+        ahead of its execution; only a change is traced then, and the node's own update_shape
+        is skipped (`done_by_other`)."""
+        node = self.node
+        if self.shape_done_by_other:
+            self.shape_done_by_other = False
+            self._rec("update_shape", "skip", "done_by_other")
+            return
         in_layouts = [t.layout if t is not None else None for t in self.inputs]
-        if node.host:
-            return self._execute_host(in_layouts)
-
-        # update_shape
         deps, deps_changed, reads = self._deps()
         self.shape_changed = in_layouts != self.in_layouts or deps_changed
-        if not self.shape_changed:
-            self._rec("update_shape", "skip",
-                      "static_output" if node.static_output else "shape_unchanged")
-        else:
-            reason = "first_run" if self.in_layouts is None else (
-                "shape_changed" if in_layouts != self.in_layouts else "memory_deps_changed")
-            own = in_layouts[:self.n_own] if self.fusion else in_layouts
-            out_layouts = self.opdef.infer(node, own, deps)
-            if self.fusion:
-                extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
-                self.unfuse_reason = fusion_valid(self.fusion, out_layouts[0], extra)
-            self.in_layouts = in_layouts
-            for t, l in zip(self.outputs, out_layouts):
-                t.layout = l
-            self._rec("update_shape", "infer", reason, device_reads=reads,
-                      in_shapes=[l.shape if l else None for l in in_layouts],
-                      out_shapes=[l.shape for l in out_layouts])
         self.deps = deps
+        self.shape_done_by_other = by_other is not None
+        if not self.shape_changed:
+            if by_other is None:
+                self._rec("update_shape", "skip",
+                          "static_output" if node.static_output else "shape_unchanged")
+            return
+        reason = "first_run" if self.in_layouts is None else (
+            "shape_changed" if in_layouts != self.in_layouts else "memory_deps_changed")
+        own = in_layouts[:self.n_own] if self.fusion else in_layouts
+        out_layouts = self.opdef.infer(node, own, deps)
+        if self.fusion:
+            extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
+            self.unfuse_reason = fusion_valid(self.fusion, out_layouts[0], extra)
+        self.in_layouts = in_layouts
+        for t, l in zip(self.outputs, out_layouts):
+            t.layout = l
+        by = {"by": by_other.node.name} if by_other is not None else {}
+        self._rec("update_shape", "infer", reason, device_reads=reads,
+                  in_shapes=[l.shape if l else None for l in in_layouts],
+                  out_shapes=[l.shape for l in out_layouts], **by)
+
+    def execute(self) -> None:
+        node, net = self.node, self.net
+        if node.host:
+            return self._execute_host([t.layout if t is not None else None for t in self.inputs])
+        if self.concat_user is not None:
+            # the first producer of an in-place concat runs the concat's runtime optimization
+            self.concat_user.do_runtime_in_place_concat()
+        self.update_shape()
+        in_layouts, deps = self.in_layouts, self.deps
         if self.unfuse_reason:
             # seed 002 "Valid fusion?" no: run the unfused subgraph for these shapes
             self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names())
@@ -127,6 +150,8 @@ class PrimitiveInst:
 
         if self.opdef.view:
             return self._execute_view()
+        if self.in_place_now:
+            return self._execute_in_place()
         if self.shape_changed and self.opdef.runtime_skip and not self.fusion:
             self.skip_now = in_layouts[0].pad is None and bool(
                 self.opdef.runtime_skip(node, in_layouts, outs, deps))
@@ -243,9 +268,8 @@ class PrimitiveInst:
             cap = max(l.shape[axis], d.alloc_elems // per if per else 0)
             pad = tuple(cap if i == axis else x for i, x in enumerate(l.shape))
             nbytes = max(1, int(np.prod(pad))) * l.itemsize
-            if out.capacity:
-                net.release(out)
-            out.buf, out.offset, out.capacity = net.alloc(nbytes), 0, nbytes
+            net.release(out)
+            out.buf, out.offset, out.capacity = net.alloc(nbytes, out), 0, nbytes
             self._rec("realloc", "alloc", bytes=nbytes, capacity=nbytes, predicted=d.predicted,
                       mode=d.mode, shape=l.shape, dtype=l.dtype)
             calls = [copy_call(node, l.dtype, past.layout.shape, contiguous_strides(past.layout.phys),
@@ -258,6 +282,7 @@ class PrimitiveInst:
                                    src=("in", 1)))
         self.kv_pad = pad
         out.layout = Layout(l.shape, l.dtype, pad=pad if pad != l.shape else None)
+        net.memory.note_live(out.name, l.nbytes)
         self._rec("kv_cache", "append" if not reason else "copy", reason, bytes_copied=copied,
                   capacity=pad[axis], length=l.shape[axis])
         self.shape_changed = True          # the copies' offsets move every step
@@ -270,6 +295,45 @@ class PrimitiveInst:
         out.dev_version = out.version
         out.host = None
         self._rec("execute", "enqueue", kernels=len(self.bound))
+
+    def do_runtime_in_place_concat(self) -> None:
+        """The runtime in-place concat (the plugin's do_runtime_in_place_concat), run when the
+        concat's first producer is about to execute: shape inference for every producer and
+        for the concat; when each input's region of the output is contiguous for these shapes,
+        the concat's realloc_if_needed now and every producer's output a slice of that buffer
+        (the concat then enqueues nothing); otherwise the concat copies, and says why."""
+        for p in self.in_place_producers:
+            p.update_shape(by_other=self)
+        self.update_shape(by_other=self)
+        out = self.outputs[0]
+        reason = _in_place_fallback(self.node, out.layout)
+        if reason:
+            if self.in_place_now:
+                for t in self.inputs:        # the producers get buffers of their own again
+                    t.buf, t.offset, t.by_other = None, 0, False
+                    t.state = BufferState()
+            self.in_place_now = False
+            self._rec("in_place_concat", "fallback", reason)
+            return
+        self.realloc_if_needed()
+        offsets, off = [], out.offset
+        for t in self.inputs:
+            if not t.by_other:
+                self.net.release(t)
+                t.state = BufferState()
+            t.buf, t.offset, t.by_other = out.buf, off, True
+            offsets.append(off - out.offset)
+            off += t.layout.count
+        self.in_place_now = True
+        self._rec("in_place_concat", "apply", inputs=[t.name for t in self.inputs], offsets=offsets)
+
+    def _execute_in_place(self) -> None:
+        """The producers wrote the concat's output: nothing to enqueue."""
+        out = self.outputs[0]
+        out.version += 1
+        out.dev_version = out.version
+        out.host = None
+        self._rec("execute", "skip", "in_place")
 
     def update_impl(self, ins, outs, deps) -> bool:
         """Pick the impl for the new shapes (seed 002). The node keeps its shape-agnostic impl
@@ -401,11 +465,13 @@ class PrimitiveInst:
             buf = net.device_buffer(w)
             t = Tensor(f"{w.name}:{wl.name}", Layout(tuple(wl.shape), "f32"), buf=buf,
                        offset=w.offset, constant=True)
-            self.weights_cache.make_room()
+            old = self.weights_cache.make_room(net.release)
+            if old is not None:
+                net.release(old)
             self.weights_cache.put(wl, t)
             self._rec("update_weights", "reinterpret", layout=wl.name)
         else:
-            reuse = self.weights_cache.make_room()
+            reuse = self.weights_cache.make_room(net.release)
             t = run_reorder(net, self.node, w, wl, reuse)
             self.weights_cache.put(wl, t)
             net.counters["weights_reordered_bytes"] += t.layout.nbytes
@@ -421,26 +487,31 @@ class PrimitiveInst:
         return self.outputs[i]
 
     def realloc_if_needed(self) -> bool:
-        """Output memory (seed 000): reuse the buffer when the new size fits, else allocate,
-        with the ShapePredictor's preallocation when it predicts and 90% of memory allows."""
+        """Output memory (seed 000): reuse the buffer when the new size fits, else a buffer of
+        the size the ShapePredictor asks for (its preallocation when it predicts and 90% of
+        memory allows): a dead tensor's from the memory pool, or a new one."""
         net, changed = self.net, False
-        for k, t in enumerate(self.outputs):
+        for t in self.outputs:
             l = t.layout
             if l.count == 0:
                 continue
-            bits = l.itemsize * 8
-            d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, bits, net.used_bytes)
+            if t.by_other:   # a slice of an in-place concat's buffer (set by the concat)
+                self._rec("realloc", "by_other", bytes=l.nbytes, shape=l.shape, dtype=l.dtype)
+                continue
+            d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, l.itemsize * 8,
+                                          net.used_bytes)
             if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
                 self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
                           dtype=l.dtype)
-                continue
-            nbytes = max(d.alloc_elems, l.count) * l.itemsize
-            net.release(t)
-            t.buf, t.offset, t.capacity = net.alloc(nbytes), 0, nbytes
-            changed = True
-            self._rec("realloc", "alloc", "reclaim" if d.reclaimed else "",
-                      bytes=nbytes, capacity=nbytes, predicted=d.predicted, mode=d.mode,
-                      shape=l.shape, dtype=l.dtype)
+            else:
+                nbytes = max(d.alloc_elems, l.count) * l.itemsize
+                how = net.give_buffer(t, nbytes)
+                t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
+                changed = True
+                self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
+                          capacity=t.capacity,
+                          predicted=d.predicted, mode=d.mode, shape=l.shape, dtype=l.dtype)
+            net.memory.note_live(t.name, l.nbytes)
         return changed
 
     def set_arguments(self, force: bool) -> None:
@@ -471,3 +542,15 @@ class PrimitiveInst:
                 b.arg_ids = bufs  # holding them keeps identities meaningful
                 did_set = True
         self._rec("set_args", "set" if did_set else "skip")
+
+
+def _in_place_fallback(node, out: Layout) -> str:
+    """Why the concat's inputs cannot write into its buffer for these shapes ("" when they
+    can): each input's region must be one contiguous run of the output."""
+    from engine.ops.common import norm_axis
+    axis = norm_axis(node.attrs["axis"], out.rank)
+    if out.count == 0:
+        return "empty_output"
+    if any(d != 1 for d in out.shape[:axis]):
+        return "not_contiguous"
+    return ""

@@ -40,11 +40,13 @@ class WeightsCache:
         self._d[wl] = t
         self._d.move_to_end(wl)
 
-    def make_room(self) -> Tensor | None:
+    def make_room(self, release) -> Tensor | None:
         """Evict down to capacity - 1 entries; returns the last evicted copy (its buffer may be
-        reused for the next reorder)."""
+        reused for the next reorder: the caller releases it otherwise), `release`s the others."""
         out = None
         while self._d and len(self._d) >= self.capacity:
+            if out is not None:
+                release(out)
             out = self._d.popitem(last=False)[1]
         return out
 
@@ -70,7 +72,7 @@ def run_reorder(net, node, src: Tensor, wl: WeightsLayout, reuse: Tensor | None)
         if reuse is not None and reuse.capacity:
             net.release(reuse)
         dst = Tensor(f"{src.name}:{wl.name}", constant=True)
-        dst.buf, dst.capacity = net.alloc(nbytes), nbytes
+        dst.buf, dst.capacity = net.alloc(nbytes, dst), nbytes
     dst.layout, dst.offset = Layout(tuple(wl.shape), "f32"), 0
     info = compose_shape_info([(src.offset, src.layout.shape), (0, wl.shape)], call.params)
     info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=info)

@@ -26,8 +26,10 @@ KINDS: dict[str, dict] = {
         "reasons": {"shape_changed", "first_run", "memory_deps_changed", "shape_unchanged",
                     "shape_of_unchanged", "shape_of_subgraph_unchanged", "static_output",
                     "done_by_other", "dynamic_output"},
-        "fields": ("in_shapes", "out_shapes", "device_reads", "value_unchanged"),
+        "fields": ("in_shapes", "out_shapes", "device_reads", "value_unchanged", "by"),
         "doc": "Shape inference ran (`infer`, new output shapes) or was skipped (reason). "
+               "An in-place concat infers its producers' shapes before they run (`infer` with "
+               "`by`: the concat); their own update_shape is then skipped (`done_by_other`). "
                "`value_unchanged`: a Shape node re-ran but produced the same value, so its "
                "shape subgraph is not re-run.",
     },
@@ -63,7 +65,7 @@ KINDS: dict[str, dict] = {
                "fused nodes; their own events follow under their names).",
     },
     "realloc": {
-        "actions": {"external", "reuse", "alloc", "view", "empty"},
+        "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},
         "reasons": {"", "alloc", "reuse", "reclaim", "feedback_alias", "feedback_copy"},
         "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype"),
         "doc": "Output memory: graph input (`external`; reason says whether its buffer was "
@@ -86,17 +88,28 @@ KINDS: dict[str, dict] = {
                "is `realloc external` with reason `feedback_alias` (the present buffer itself) or "
                "`feedback_copy` (a device-to-device copy).",
     },
+    "in_place_concat": {
+        "actions": {"apply", "fallback"},
+        "reasons": {"not_contiguous", "empty_output"},
+        "fields": ("inputs", "offsets"),
+        "doc": "Runtime in-place concat, decided when the concat's first producer is about to "
+               "run: `apply` (every producer writes into its slice of the concat's buffer: "
+               "`offsets` in elements; producers' realloc is `by_other`, the concat's execute "
+               "`skip in_place`), or `fallback` (the concat copies): `not_contiguous` (a dim "
+               "before the axis is not 1, so an input's region is not one run) or `empty_output`.",
+    },
     "set_args": {
         "actions": {"set", "skip"},
         "doc": "Kernel arguments re-bound (impl or a buffer changed) or kept.",
     },
     "execute": {
         "actions": {"enqueue", "host", "skip"},
-        "reasons": {"", "empty_output", "view", "unchanged", "runtime_skip"},
+        "reasons": {"", "empty_output", "view", "unchanged", "runtime_skip", "in_place"},
         "fields": ("kernels", "gws"),
         "doc": "The node ran: kernels enqueued on the device, a host impl, or nothing (reason; "
                "`runtime_skip`: a Transpose of unit dims or a no-op Slice/Expand for these "
-               "shapes, run as a view of its input).",
+               "shapes, run as a view of its input; `in_place`: a concat whose inputs wrote into "
+               "its buffer).",
     },
     "compile": {
         "actions": {"build"},
@@ -106,7 +119,10 @@ KINDS: dict[str, dict] = {
     "infer_end": {
         "actions": {""},
         "fields": ("latency_ms", "out_shapes", "counters"),
-        "doc": "An inference finished; `counters` are this inference's decision counts.",
+        "doc": "An inference finished; `counters` are this inference's decision counts, plus "
+               "`peak_bytes` (device memory of activation buffers at its peak) and "
+               "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
+               "allocator can do with less).",
     },
     "check": {
         "actions": {"pass", "fail"},

@@ -20,10 +20,13 @@ from traces.query import EventFilter
 # Actions that leave the runtime's state as it was; any other action of a pipeline stage
 # (an impl build or switch, an eviction, a realloc, a reorder, an unfusion...) changed something.
 UNCHANGED_ACTIONS = frozenset({"", "skip", "reuse", "cache_hit", "set", "enqueue", "host", "infer",
-                               "external", "view", "empty", "from_pool", "keep", "hit", "append"})
+                               "external", "view", "empty", "from_pool", "keep", "hit", "append",
+                               "apply", "by_other"})
 # Record types that are not pipeline decisions.
 RECORD_KINDS = frozenset({"header", "infer_start", "infer_end", "check", "run_end"})
 GROUP_KEYS = ("node", "op", "kind", "action", "iter")
+# Per-inference counters that are levels, not counts: over a run they take the maximum.
+MAX_COUNTERS = frozenset({"peak_bytes", "live_bytes_lower_bound"})
 
 
 def latency_stats(lat: list) -> dict:
@@ -33,7 +36,8 @@ def latency_stats(lat: list) -> dict:
 
 
 class Totals:
-    """Counters of every inference summed (any counter name), and the latencies."""
+    """Counters of every inference summed (any counter name; the MAX_COUNTERS take the
+    maximum), and the latencies."""
 
     def __init__(self):
         self.counters: Counter = Counter()
@@ -41,7 +45,9 @@ class Totals:
 
     def add(self, counters: dict, latency_ms: float) -> None:
         for k, v in counters.items():
-            if k != "latency_ms" and isinstance(v, (int, float)):
+            if k in MAX_COUNTERS:
+                self.counters[k] = max(self.counters[k], v)
+            elif k != "latency_ms" and isinstance(v, (int, float)):
                 self.counters[k] += v
         self.latencies.append(latency_ms)
 

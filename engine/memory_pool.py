@@ -1,0 +1,136 @@
+"""Device memory of one network: every buffer with the tensors that hold it, and the memory pool
+(the GPU plugin's memory_pool) that hands a buffer whose holders are all dead to a later tensor
+of the same inference.
+
+Lifetimes are steps of the execution order: a tensor lives from the step that writes it to the
+last step that reads it, or any view of it (graph outputs live past the end). Buffers stay with
+their tensors across inferences (realloc_if_needed reuses them), so a pooled buffer ends up
+held by several tensors whose lifetimes never overlap; a tensor may take it only when every
+holder's lifetime ends before its own begins. That keeps the sharing safe in every later
+inference too, whatever each holder does with its own buffer meanwhile.
+
+The pool's size rule is the plugin's: a buffer is taken only when the request is more than
+half its size (a small tensor does not pin a large buffer), and the smallest such buffer wins.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyopencl as cl
+
+END = 1 << 30   # the lifetime end of graph outputs: read after the last step
+
+
+@dataclass
+class _Block:
+    buf: cl.Buffer
+    nbytes: int
+    constant: bool
+    holders: set = field(default_factory=set)
+
+
+def plan_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
+    """name -> [first step, last step] for every device tensor: graph inputs (from step 0), the
+    outputs of device nodes, the intermediates of an unfused subgraph (its parent's step). A
+    read of a view (Reshape, ...; or an op that may become one at run time) is a read of the
+    tensor whose buffer it shares."""
+    life: dict[str, list[int]] = {n: [0, 0] for n in graph_inputs}
+    alias: dict[str, str] = {}
+
+    def read(name: str, step: int) -> None:
+        while name is not None:
+            if name in life:
+                life[name][1] = max(life[name][1], step)
+            name = alias.get(name)
+
+    for s, inst in enumerate(insts):
+        if inst.node.host:
+            continue
+        for t in inst.inputs:
+            if t is not None:
+                read(t.name, s)
+        src = inst.inputs[0].name if inst.inputs and inst.inputs[0] is not None else None
+        if inst.opdef.view or inst.opdef.runtime_skip:
+            alias[inst.outputs[0].name] = src
+        for t in inst.outputs:
+            if not inst.opdef.view:
+                life.setdefault(t.name, [s, s])
+        for sub in inst.unfused:
+            for t in sub.outputs:
+                life.setdefault(t.name, [s, s])
+    for o in graph_outputs:
+        read(o, END)
+    return life
+
+
+class MemoryPool:
+    def __init__(self, lifetimes: dict[str, list[int]], poolable: set[str], enabled: bool = True):
+        self.lifetimes = lifetimes
+        self.poolable = poolable if enabled else set()
+        self._blocks: dict[int, _Block] = {}    # id(buf) -> block
+        self.used_bytes = 0                     # every buffer held (weights included)
+        self.act_bytes = 0                      # buffers of non-constant tensors
+        self.peak_bytes = 0                     # max act_bytes since begin_inference
+        self._live: dict[str, int] = {}         # tensor -> bytes it occupies in this inference
+
+    # ---- buffers ------------------------------------------------------------------------
+    def alloc(self, ctx: cl.Context, nbytes: int, holder: str, constant: bool = False) -> cl.Buffer:
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
+        self.used_bytes += nbytes
+        if not constant:
+            self.act_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.act_bytes)
+        return buf
+
+    def release(self, buf: cl.Buffer | None, holder: str) -> None:
+        """`holder` lets go of `buf`; the buffer is freed with its last holder."""
+        b = self._blocks.get(id(buf)) if buf is not None else None
+        if b is None:
+            return
+        b.holders.discard(holder)
+        if not b.holders:
+            del self._blocks[id(buf)]
+            self.used_bytes -= b.nbytes
+            if not b.constant:
+                self.act_bytes -= b.nbytes
+
+    def take(self, holder: str, need: int) -> tuple[cl.Buffer, int] | None:
+        """A pooled buffer for `holder` (which needs `need` bytes) or None: every holder of the
+        buffer dead before `holder` is written, `need` more than half the buffer's size."""
+        if holder not in self.poolable:
+            return None
+        start = self.lifetimes[holder][0]
+        best = None
+        for b in self._blocks.values():
+            if b.constant or not need <= b.nbytes < 2 * need or (best and b.nbytes >= best.nbytes):
+                continue
+            if all(h in self.poolable and self.lifetimes[h][1] < start for h in b.holders):
+                best = b
+        if best is None:
+            return None
+        best.holders.add(holder)
+        return best.buf, best.nbytes
+
+    # ---- per-inference figures ----------------------------------------------------------
+    def begin_inference(self) -> None:
+        self.peak_bytes = self.act_bytes
+        self._live = {}
+
+    def note_live(self, name: str, nbytes: int) -> None:
+        """`name` occupies `nbytes` of device memory of its own in this inference."""
+        self._live[name] = nbytes
+
+    def live_lower_bound(self) -> int:
+        """The largest sum of bytes of tensors live at one step of this inference: no
+        allocator can hold less (views and in-place concat inputs occupy nothing of their own)."""
+        edges = []
+        for name, nbytes in self._live.items():
+            first, last = self.lifetimes.get(name, (0, END))
+            edges.append((first, 0, nbytes))       # born before the deaths of the same step
+            edges.append((last, 1, -nbytes))
+        cur = best = 0
+        for _, _, d in sorted(edges):
+            cur += d
+            best = max(best, cur)
+        return best

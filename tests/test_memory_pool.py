@@ -1,0 +1,68 @@
+"""The memory pool: dead tensors' buffers handed to later nodes (issue 3), checked against
+onnxruntime over shape sequences that grow and shrink (a wrong hand-over corrupts a value)."""
+import numpy as np
+
+from engine import Network, build_program
+from engine.memory_pool import END, plan_lifetimes
+from tests.conftest import run_vs_ort
+from tests.models import encoder_block, small_cnn
+from traces import MemoryTrace
+
+
+def _run(model, seq, device, **kw):
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, impls="dynamic", **kw)
+    run_vs_ort(model, seq, device, net=net, rtol=2e-4, atol=2e-5)
+    return net, trace
+
+
+def _encoder_seq(rng, shapes):
+    return [{"x": rng.standard_normal((b, s, 64)).astype(np.float32),
+             "mask": (rng.random((b, s)) > 0.2).astype(np.float32)} for b, s in shapes]
+
+
+def test_lifetimes_follow_views_and_outputs(device):
+    net = Network(build_program(encoder_block()), device, impls="dynamic")
+    life = plan_lifetimes(net.insts, net.program.inputs, net.program.outputs)
+    steps = {t.name: s for s, i in enumerate(net.insts) for t in i.outputs}
+    for s, inst in enumerate(net.insts):
+        for t in inst.inputs:
+            if t is not None and t.name in life and not inst.node.host:
+                assert life[t.name][0] <= s <= life[t.name][1], (t.name, s, life[t.name])
+    producer = {t.name: i for i in net.insts for t in i.outputs}
+    for o in net.program.outputs:   # an output that is a view keeps its source alive
+        while o not in life:
+            o = producer[o].inputs[0].name
+        assert life[o][1] == END
+    assert all(life[n][0] == steps[n] for n in life if n in steps)
+
+
+def test_pool_hands_dead_buffers_on_and_lowers_the_peak(device):
+    rng = np.random.default_rng(0)
+    shapes = [(2, 16), (2, 16), (1, 24), (3, 9), (2, 16)]
+    seq = _encoder_seq(rng, shapes)
+    net, trace = _run(encoder_block(), seq, device)
+    off, trace_off = _run(encoder_block(), seq, device, memory_pool=False)
+    pooled = [e for e in trace.events if e["kind"] == "realloc" and e["action"] == "from_pool"]
+    assert pooled and not any(e["action"] == "from_pool" for e in trace_off.events
+                              if e["kind"] == "realloc")
+    for e in pooled:   # the plugin's rule: the request is more than half the pooled buffer
+        assert e["bytes"] <= e["capacity"] < 2 * e["bytes"], e
+    ends = {i: trace.of(i, "infer_end")[0]["counters"] for i in range(len(seq))}
+    ends_off = {i: trace_off.of(i, "infer_end")[0]["counters"] for i in range(len(seq))}
+    for i in ends:
+        c, c_off = ends[i], ends_off[i]
+        assert c["live_bytes_lower_bound"] == c_off["live_bytes_lower_bound"] > 0
+        assert c_off["peak_bytes"] >= c["peak_bytes"] >= c["live_bytes_lower_bound"]
+    assert ends[0]["peak_bytes"] < 0.8 * ends_off[0]["peak_bytes"], (ends[0], ends_off[0])
+    # a repeated shape: every tensor keeps its (possibly shared) buffer
+    assert not trace.of(1, "realloc", "alloc") and not trace.of(1, "realloc", "from_pool")
+    assert net.used_bytes < off.used_bytes
+
+
+def test_pool_on_a_cnn_with_changing_resolution(device):
+    rng = np.random.default_rng(1)
+    seq = [{"x": rng.standard_normal((n, 3, h, h)).astype(np.float32)}
+           for n, h in [(1, 32), (2, 24), (1, 40), (1, 12), (2, 32)]]
+    net, trace = _run(small_cnn(), seq, device)
+    assert any(e["action"] == "from_pool" for e in trace.events if e["kind"] == "realloc")

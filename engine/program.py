@@ -159,7 +159,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
     unsupported: dict[str, list] = {}
     for n in g.node:
-        if n.domain in ("", "ai.onnx") and n.op_type not in OPS:
+        if n.domain in ("", "ai.onnx") and (n.op_type not in OPS or OPS[n.op_type].internal):
             unsupported.setdefault(n.op_type, []).append(n.name or n.output[0])
     if unsupported or foreign:
         parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
@@ -192,23 +192,41 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
             folded += 1
         else:
             kept.append(n)
-    for k, n in enumerate(kept):
-        n.index = k
 
     outputs = [o.name for o in g.output]
     prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded)
-    for n in kept:
-        for k, o in enumerate(n.outputs):
-            prog.producers[o] = (n, k)
-        for i in n.inputs:
-            prog.users.setdefault(i, []).append(n)
+    _link(prog)
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
+    _decompose(prog)
     _mark_static(prog)
     if fusion:
         from engine.fusion import fuse
         prog.fused = fuse(prog)
     return prog
+
+
+def _link(prog: Program) -> None:
+    """Node indices (topological order), producers and users of every tensor."""
+    prog.producers, prog.users = {}, {}
+    for k, n in enumerate(prog.nodes):
+        n.index = k
+        for j, o in enumerate(n.outputs):
+            prog.producers[o] = (n, j)
+        for i in n.inputs:
+            prog.users.setdefault(i, []).append(n)
+
+
+def _decompose(prog: Program) -> None:
+    """Device nodes of ops the device runs as several primitives (NonZero -> count_nonzero +
+    gather_nonzero) are replaced by them; host nodes keep the ONNX op for the host impl."""
+    if not any(n.opdef.decompose and not n.host for n in prog.nodes):
+        return
+    nodes = []
+    for n in prog.nodes:
+        nodes += n.opdef.decompose(n) if n.opdef.decompose and not n.host else [n]
+    prog.nodes = nodes
+    _link(prog)
 
 
 def _check_outputs(prog: Program) -> None:

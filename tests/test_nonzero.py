@@ -1,6 +1,8 @@
 """NonZero (issue 3's `dynamic_output`): split into count_nonzero + gather_nonzero at program build,
 gather's shape inference reads only the 8-byte count from the device, its update_shape is never
 skipped; every output is compared with onnxruntime."""
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -236,3 +238,10 @@ def test_cli_run_check_on_a_nonzero_model(tmp_path):
                        (3, "shape_changed"), (4, "dynamic_output")}
     ends = [e for e in events if e["kind"] == "infer_end"]
     assert [e["counters"]["device_reads"] for e in ends] == [1] * 5
+    assert "device reads for shape inference" in r.output
+    r = CliRunner().invoke(app, ["run", str(path), "--shapes", "x:9x8,mask:9*3", "--json",
+                                 "--trace", str(tmp_path / "j.jsonl")], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["counters"]["device_reads"] == 3
+    assert s["counters"]["update_shape.infer.dynamic_output"] == 2

@@ -8,6 +8,8 @@ What happens here, once per model:
 - mark shape subgraphs: Shape nodes and the shape math that depends only on them and on
   constants run on the host (numpy, no device round trip), as the GPU plugin runs its
   shape_of subgraphs on CPU impls;
+- split device nodes of ops that run as several primitives (NonZero -> count_nonzero +
+  gather_nonzero, engine/ops/nonzero.py), as the GPU plugin's program builder does;
 - fuse elementwise chains into their producers (engine/fusion.py).
 """
 from __future__ import annotations

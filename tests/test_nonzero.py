@@ -6,6 +6,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -92,6 +94,24 @@ def test_nonzero_large_input_row_major_order(device):
     x = _sparse(rng, (97, 131), np.float32, density=0.7)
     x[:, :5] = 1.0
     run_vs_ort(nonzero_alone(TensorProto.FLOAT, ["a", "b"]), [{"x": x}, {"x": x[:50, :3]}], device)
+
+
+_NETS: dict = {}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda r: st.lists(st.integers(0, 9), min_size=r, max_size=r)),
+       st.sampled_from([TensorProto.FLOAT, TensorProto.INT32, TensorProto.BOOL]),
+       st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_nonzero_any_shape_and_density_matches_onnxruntime(device, shape, elem, density, seed):
+    """One network per (rank, dtype) sees every drawn shape: shape changes, repeats, empties."""
+    key = (len(shape), elem)
+    if key not in _NETS:
+        model = nonzero_alone(elem, ["d%d" % i for i in range(len(shape))])
+        _NETS[key] = (Network(build_program(model), device), ort_session(model))
+    net, sess = _NETS[key]
+    x = _sparse(np.random.default_rng(seed), tuple(shape), NP[elem], density)
+    assert_close(net.infer({"x": x})["y"], sess.run(None, {"x": x})[0], what=f"{shape} {x.dtype}")
 
 
 def test_nonzero_feeding_gather_transpose_cast(device):

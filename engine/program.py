@@ -247,12 +247,20 @@ def _check_outputs(prog: Program) -> None:
 def _mark_static(prog: Program) -> None:
     """`node.static_output`: every input is a constant, a graph input declared with static dims
     or the output of another such node, so its output layouts never change after the first
-    inference (update_shape is skipped with reason `static_output`)."""
+    inference (update_shape is skipped with reason `static_output`). Not so for an op whose
+    output depends on data (`dynamic_output`) or on the value of a memory dep that can change
+    (Reshape's target from a graph input): static dims do not make a value fixed."""
     static = set(prog.constants) | {n for n, l in prog.inputs.items() if l.is_static}
+    fixed = set(prog.constants)      # tensors whose values never change
     for n in prog.nodes:
-        n.static_output = all(i == "" or i in static for i in n.inputs) and not n.opdef.dynamic_output
+        deps = [n.inputs[i] for i in n.opdef.shape_deps if i < len(n.inputs) and n.inputs[i]]
+        n.static_output = all(i == "" or i in static for i in n.inputs) and \
+            not n.opdef.dynamic_output and all(d in fixed for d in deps)
         if n.static_output:
             static.update(o for o in n.outputs if o)
+            # shape math over static layouts yields fixed values
+            if n.op == "Shape" or n.host and all(i == "" or i in fixed for i in n.inputs):
+                fixed.update(o for o in n.outputs if o)
 
 
 def _mark_shape_subgraphs(prog: Program) -> None:

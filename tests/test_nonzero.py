@@ -265,3 +265,23 @@ def test_cli_run_check_on_a_nonzero_model(tmp_path):
     s = json.loads(r.output)
     assert s["counters"]["device_reads"] == 3
     assert s["counters"]["update_shape.infer.dynamic_output"] == 2
+
+
+def test_memory_dep_new_version_same_value_is_not_a_change(device):
+    """A memory dep re-fed with the same value (a new tensor version) does not re-run shape
+    inference; a new value does (`memory_deps_changed`). Static dims everywhere do not make the
+    Reshape `static_output`: its target is a value that can change."""
+    model = _model([helper.make_node("Reshape", ["x", "target"], ["r"], name="Reshape"),
+                    helper.make_node("Relu", ["r"], ["y"], name="Relu")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
+                    helper.make_tensor_value_info("target", TensorProto.INT64, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    net, trace = _traced(model, device)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    targets = [[3, 8], [3, 8], [8, 3]]
+    run_vs_ort(model, [{"x": x, "target": np.array(t, np.int64)} for t in targets], device, net=net)
+    reshape = [(e["action"], e["reason"]) for e in trace.events
+               if e["kind"] == "update_shape" and e["node"] == "Reshape"]
+    assert reshape == [("infer", "first_run"), ("skip", "shape_unchanged"),
+                       ("infer", "memory_deps_changed")]

@@ -90,8 +90,8 @@ class PrimitiveInst:
                 self.net.read_to_host(t)
                 reads += 1
             prev = self.dep_state.get(i)
-            if prev is None or prev[0] != t.version or not np.array_equal(prev[1], t.host):
-                changed = True
+            if prev is None or prev[0] != t.version:   # a new version may hold the same value
+                changed |= prev is None or not np.array_equal(prev[1], t.host)
                 self.dep_state[i] = (t.version, t.host)
             deps[i] = t.host
         return deps, changed, reads
@@ -111,13 +111,17 @@ class PrimitiveInst:
         self.shape_changed = in_layouts != self.in_layouts or deps_changed
         self.deps = deps
         self.shape_done_by_other = by_other is not None
-        if not self.shape_changed:
+        # an op whose output shape depends on data is never skipped (the plugin's
+        # generates_dynamic_output); shape_changed still says whether its output layout moved
+        dynamic = self.opdef.dynamic_output and in_layouts == self.in_layouts
+        if not self.shape_changed and not dynamic:
             if by_other is None:
                 self._rec("update_shape", "skip",
                           "static_output" if node.static_output else "shape_unchanged")
             return
         reason = "first_run" if self.in_layouts is None else (
-            "shape_changed" if in_layouts != self.in_layouts else "memory_deps_changed")
+            "shape_changed" if in_layouts != self.in_layouts else
+            "dynamic_output" if dynamic else "memory_deps_changed")
         own = in_layouts[:self.n_own] if self.fusion else in_layouts
         out_layouts = self.opdef.infer(node, own, deps)
         if self.fusion:

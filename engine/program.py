@@ -8,6 +8,8 @@ What happens here, once per model:
 - mark shape subgraphs: Shape nodes and the shape math that depends only on them and on
   constants run on the host (numpy, no device round trip), as the GPU plugin runs its
   shape_of subgraphs on CPU impls;
+- split device nodes of ops that run as several primitives (NonZero -> count_nonzero +
+  gather_nonzero, engine/ops/nonzero.py), as the GPU plugin's program builder does;
 - fuse elementwise chains into their producers (engine/fusion.py).
 """
 from __future__ import annotations
@@ -159,7 +161,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
     unsupported: dict[str, list] = {}
     for n in g.node:
-        if n.domain in ("", "ai.onnx") and n.op_type not in OPS:
+        if n.domain in ("", "ai.onnx") and (n.op_type not in OPS or OPS[n.op_type].internal):
             unsupported.setdefault(n.op_type, []).append(n.name or n.output[0])
     if unsupported or foreign:
         parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
@@ -192,23 +194,41 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
             folded += 1
         else:
             kept.append(n)
-    for k, n in enumerate(kept):
-        n.index = k
 
     outputs = [o.name for o in g.output]
     prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded)
-    for n in kept:
-        for k, o in enumerate(n.outputs):
-            prog.producers[o] = (n, k)
-        for i in n.inputs:
-            prog.users.setdefault(i, []).append(n)
+    _link(prog)
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
+    _decompose(prog)
     _mark_static(prog)
     if fusion:
         from engine.fusion import fuse
         prog.fused = fuse(prog)
     return prog
+
+
+def _link(prog: Program) -> None:
+    """Node indices (topological order), producers and users of every tensor."""
+    prog.producers, prog.users = {}, {}
+    for k, n in enumerate(prog.nodes):
+        n.index = k
+        for j, o in enumerate(n.outputs):
+            prog.producers[o] = (n, j)
+        for i in n.inputs:
+            prog.users.setdefault(i, []).append(n)
+
+
+def _decompose(prog: Program) -> None:
+    """Device nodes of ops the device runs as several primitives (NonZero -> count_nonzero +
+    gather_nonzero) are replaced by them; host nodes keep the ONNX op for the host impl."""
+    if not any(n.opdef.decompose and not n.host for n in prog.nodes):
+        return
+    nodes = []
+    for n in prog.nodes:
+        nodes += n.opdef.decompose(n) if n.opdef.decompose and not n.host else [n]
+    prog.nodes = nodes
+    _link(prog)
 
 
 def _check_outputs(prog: Program) -> None:
@@ -227,12 +247,20 @@ def _check_outputs(prog: Program) -> None:
 def _mark_static(prog: Program) -> None:
     """`node.static_output`: every input is a constant, a graph input declared with static dims
     or the output of another such node, so its output layouts never change after the first
-    inference (update_shape is skipped with reason `static_output`)."""
+    inference (update_shape is skipped with reason `static_output`). Not so for an op whose
+    output depends on data (`dynamic_output`) or on the value of a memory dep that can change
+    (Reshape's target from a graph input): static dims do not make a value fixed."""
     static = set(prog.constants) | {n for n, l in prog.inputs.items() if l.is_static}
+    fixed = set(prog.constants)      # tensors whose values never change
     for n in prog.nodes:
-        n.static_output = all(i == "" or i in static for i in n.inputs) and not n.opdef.dynamic_output
+        deps = [n.inputs[i] for i in n.opdef.shape_deps if i < len(n.inputs) and n.inputs[i]]
+        n.static_output = all(i == "" or i in static for i in n.inputs) and \
+            not n.opdef.dynamic_output and all(d in fixed for d in deps)
         if n.static_output:
             static.update(o for o in n.outputs if o)
+            # shape math over static layouts yields fixed values
+            if n.op == "Shape" or n.host and all(i == "" or i in fixed for i in n.inputs):
+                fixed.update(o for o in n.outputs if o)
 
 
 def _mark_shape_subgraphs(prog: Program) -> None:

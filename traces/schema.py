@@ -27,11 +27,16 @@ KINDS: dict[str, dict] = {
                     "shape_of_unchanged", "shape_of_subgraph_unchanged", "static_output",
                     "done_by_other", "dynamic_output"},
         "fields": ("in_shapes", "out_shapes", "device_reads", "value_unchanged", "by"),
-        "doc": "Shape inference ran (`infer`, new output shapes) or was skipped (reason). "
-               "An in-place concat infers its producers' shapes before they run (`infer` with "
-               "`by`: the concat); their own update_shape is then skipped (`done_by_other`). "
-               "`value_unchanged`: a Shape node re-ran but produced the same value, so its "
-               "shape subgraph is not re-run.",
+        "doc": "Shape inference ran (`infer`, new `out_shapes`; reason `first_run`, "
+               "`shape_changed` (input layouts), `memory_deps_changed` (a value it reads, e.g. "
+               "Reshape's target) or `dynamic_output`: input layouts unchanged but the output "
+               "shape depends on data (NonZero's `gather_nonzero`), which is never skipped, as in "
+               "the GPU plugin) or was skipped (`skip`, the other reasons). An in-place concat "
+               "infers its producers' shapes before they run (`infer` with `by`: the concat); "
+               "their own update_shape is then skipped (`done_by_other`). `device_reads`: "
+               "device-to-host reads of its memory deps (NonZero: the 8-byte count), summed into "
+               "the run's `device_reads` counter. `value_unchanged`: a Shape node re-ran but "
+               "produced the same value, so its shape subgraph is not re-run.",
     },
     "update_impl": {
         "actions": {"build", "cache_hit", "keep", "queue", "switch", "evict", "fallback"},
@@ -153,7 +158,7 @@ def render_markdown() -> str:
         "|---|---|",
         "| `kind` | the pipeline stage or record type (below) |",
         "| `iter` | inference number from 0; -1 outside an inference |",
-        "| `node`, `op` | the node name and its ONNX op (graph inputs: op `Parameter`); empty for run-level events |",
+        "| `node`, `op` | the node name and its ONNX op (graph inputs: op `Parameter`; a NonZero runs as `count_nonzero` (node `<name>_count`) + `gather_nonzero`); empty for run-level events |",
         "| `action` | what was decided |",
         "| `reason` | why (empty when the action says it all) |",
         "| `ts` | seconds since the run started |",

@@ -7,7 +7,8 @@ An op says three things, all from the current input layouts (never from a previo
 - or `view=True` when its output is its first input's buffer under a new layout (no kernel);
 - optionally `static(node, ins, outs, deps, consts)`: a `StaticVariant` for a static build of
   these shapes (None when it has none for them), `consts` the indices of constant inputs;
-  `weights`: the input index holding weights (update_weights).
+  `weights`: the input index holding weights (update_weights);
+- optionally `decompose(node)`: the internal ops (`internal=True`) the device runs instead.
 Every op also runs as a host impl (onnx.reference) inside shape subgraphs and constant folding.
 """
 from __future__ import annotations
@@ -33,6 +34,10 @@ class OpDef:
     runtime_skip: Callable | None = None
     static: Callable | None = None     # StaticVariant for the current shapes (engine/impls.py)
     weights: int | None = None         # input index of the weights (when constant)
+    # decompose(node) -> [Node]: the primitives the device runs instead (program build, as the
+    # GPU plugin's program builder splits NonZero into count_nonzero + gather_nonzero)
+    decompose: Callable | None = None
+    internal: bool = False             # made only by decompose: never accepted from a model
 
 
 def register(name: str, **kw):
@@ -43,8 +48,8 @@ def register(name: str, **kw):
 
 
 def supported_ops() -> list[str]:
-    return sorted(OPS)
+    return sorted(k for k, v in OPS.items() if not v.internal)
 
 
 # Importing the families fills OPS.
-from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm  # noqa: E402,F401
+from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: E402,F401

@@ -99,6 +99,53 @@ KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global con
     Y[y_off + row * N + col] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
 }
 
+// Split-K, for few rows and a long K (a decode step's GEMV, where a TS x TS tile would idle all
+// but one row): each work-item sums K / S products of one output element into the internal
+// buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
+// and the fused ops. Both take the tiled kernel's tensors plus T. PARAM(4): S.
+#define T_T (Y_T + 1)
+KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global const float* B,
+#if HAS_BIAS
+                            __global const float* C,
+#endif
+                            __global float* Y, __global float* T)
+{
+    const int M = PARAM(0), N = PARAM(1), K = PARAM(2), NB = PARAM(3), S = PARAM(4);
+    const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2) % NB;
+    const int split = get_global_id(2) / NB;
+    if (col >= N || row >= M) return;
+    GEMM_BATCH_OFFSETS(bat, M, N, K)
+    const int chunk = (K + S - 1) / S, k1 = min(K, (split + 1) * chunk);
+    float acc = 0.0f;
+    for (int k = split * chunk; k < k1; ++k) {
+#if TRANS_A
+        const float a = A[a_off + k * M + row];
+#else
+        const float a = A[a_off + row * K + k];
+#endif
+#if TRANS_B
+        acc = mad(a, B[b_off + col * K + k], acc);
+#else
+        acc = mad(a, B[b_off + k * N + col], acc);
+#endif
+    }
+    T[T_OFF(T_T) + ((split * NB + bat) * M + row) * N + col] = acc;
+}
+
+KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global const float* B,
+#if HAS_BIAS
+                           __global const float* C,
+#endif
+                           __global float* Y, __global const float* T FUSED_ARGS)
+{
+    const int total = PARAM(3) * PARAM(0) * PARAM(1), S = PARAM(4);
+    const int o = get_global_id(0);
+    if (o >= total) return;
+    float acc = 0.0f;
+    for (int s = 0; s < S; ++s) acc += T[T_OFF(T_T) + s * total + o];
+    Y[T_OFF(Y_T) + o] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
+}
+
 // Register-blocked GEMM (static builds: M, N, K and the tile are compile-time constants).
 // A work-item computes TM rows x TN columns (TN: vector width 4 or 8); no local memory.
 // B_BLOCKED: B was reordered (update_weights) to [ceil(N/TN)][K][TN], zero-padded, so each k

@@ -96,7 +96,8 @@ def trace_source(path: str) -> Source:
         header, events = read_trace(path)
         bufs: dict[str, Buffer] = {}
         for e in events:
-            if e["kind"] != "realloc" or e["action"] not in ("alloc", "from_pool", "reuse"):
+            if e["kind"] != "realloc" or e["action"] not in ("alloc", "from_pool", "reuse") \
+                    or "buffer" in e:   # an internal buffer, not the node's output
                 continue
             if "shape" not in e or "dtype" not in e:
                 raise SimUsageError(f"--from-trace {path}: realloc events carry no shape/dtype "

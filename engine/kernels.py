@@ -23,11 +23,14 @@ class KernelCall:
     source: str                      # cl/<source>.cl
     kernel: str                      # kernel function name
     jit: tuple                       # ((name, value), ...) shape-independent
-    args: tuple                      # tensor refs: ("in", i) | ("out", i)
+    args: tuple                      # tensor refs: ("in", i) | ("out", i) | ("internal", k)
     params: tuple = ()               # op integer params, appended to shape_info
     gws: tuple = (1,)
     lws: tuple | None = None
     dims: dict = field(default_factory=dict)  # arg position -> dims to use instead of the layout's
+    # layouts of the node's internal buffers (scratch) for these shapes, ("internal", k) in args;
+    # every call of a node that uses them declares the same tuple
+    internal: tuple = ()
 
 
 @dataclass

@@ -66,12 +66,19 @@ def plan_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
 class MemoryPool:
     def __init__(self, lifetimes: dict[str, list[int]], poolable: set[str], enabled: bool = True):
         self.lifetimes = lifetimes
+        self.enabled = enabled
         self.poolable = poolable if enabled else set()
         self._blocks: dict[int, _Block] = {}    # id(buf) -> block
         self.used_bytes = 0                     # every buffer held (weights included)
         self.act_bytes = 0                      # buffers of non-constant tensors
         self.peak_bytes = 0                     # max act_bytes since begin_inference
         self._live: dict[str, int] = {}         # tensor -> bytes it occupies in this inference
+
+    def add_scratch(self, name: str, step: int) -> None:
+        """An impl's internal buffer: live during its node's step only."""
+        self.lifetimes[name] = [step, step]
+        if self.enabled:
+            self.poolable.add(name)
 
     # ---- buffers ------------------------------------------------------------------------
     def alloc(self, ctx: cl.Context, nbytes: int, holder: str, constant: bool = False) -> cl.Buffer:

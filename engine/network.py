@@ -73,6 +73,9 @@ class Network:
             for o in node.outputs:
                 self.tensors.setdefault(o, Tensor(o))
         self.insts = [self._inst(n) for n in program.nodes if n.fused_into is None]
+        for step, inst in enumerate(self.insts):
+            for i in [inst] + inst.unfused:
+                i.step = step
         # --feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on device
         self.feedback = dict(feedback or {})
         for out, inp in self.feedback.items():

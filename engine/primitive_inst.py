@@ -68,11 +68,14 @@ class PrimitiveInst:
         self.concat_user = None
         self.shape_done_by_other = False
         self.deps: dict = {}
-        self.dynamic_impls: dict = {}  # (source, jit) -> this node's shape-agnostic impls
+        self.dynamic_impls: dict = {}  # (source, jit, #tensors) -> this node's shape-agnostic impls
         self.pending = None            # (key, name, variant) of a static build not yet taken
         self.want_weights = None       # WeightsLayout the current impl wants (None: original)
         self.weights_override = None   # the reordered (or reinterpreted) weights bound instead
         self.weights_cache: WeightsCache | None = None
+        self.step = -1                 # position in the execution order (the network sets it)
+        self.internal_layouts: tuple = ()   # scratch the current kernels need (KernelCall.internal)
+        self.internals: list[Tensor] = []
 
     # ---- helpers ------------------------------------------------------------------------
     def _rec(self, kind, action, reason="", **fields):
@@ -352,7 +355,7 @@ class PrimitiveInst:
             calls = self._with_fused_ops(calls)
         impls = [self._dynamic_impl(call) for call in calls]
         self.pending, self.want_weights = None, None
-        v = net.static_variant(self, own, outs, deps) if len(calls) == 1 else None
+        v = net.static_variant(self, own, outs, deps)
         if v is not None and any(l is not None and l.pad for l in ins):
             v = None                     # static tables describe dense tensors only
         if v is not None and self.fusion:
@@ -374,9 +377,10 @@ class PrimitiveInst:
     def _dynamic_impl(self, call):
         """This node's shape-agnostic impl of `call`: kept from an earlier shape, else from the
         impl cache (or built)."""
-        impl = self.dynamic_impls.get((call.source, call.jit))
+        key = (call.source, call.jit, len(call.args))   # the build bakes in NUM_TENSORS
+        impl = self.dynamic_impls.get(key)
         if impl is None:
-            impl = self.dynamic_impls[(call.source, call.jit)] = self.net.get_impl(call, self.node)
+            impl = self.dynamic_impls[key] = self.net.get_impl(call, self.node)
         else:
             self._rec("update_impl", "keep", "dynamic", impl=impl.name, impl_kind="dynamic")
         return impl
@@ -417,6 +421,7 @@ class PrimitiveInst:
                 changed = True
         changed |= len(new) != len(self.bound)
         self.bound = new
+        self.internal_layouts = next((c.internal for c in calls if c.internal), ())
         return changed
 
     def _with_fused_ops(self, calls: list) -> list:
@@ -484,6 +489,8 @@ class PrimitiveInst:
         self.weights_override = t
 
     def _arg_tensor(self, kind: str, i: int) -> Tensor:
+        if kind == "internal":
+            return self.internals[i]
         if kind == "in":
             if self.weights_override is not None and i == self.opdef.weights:
                 return self.weights_override
@@ -493,30 +500,44 @@ class PrimitiveInst:
     def realloc_if_needed(self) -> bool:
         """Output memory (seed 000): reuse the buffer when the new size fits, else a buffer of
         the size the ShapePredictor asks for (its preallocation when it predicts and 90% of
-        memory allows): a dead tensor's from the memory pool, or a new one."""
-        net, changed = self.net, False
+        memory allows): a dead tensor's from the memory pool, or a new one. The impl's internal
+        buffers (scratch) follow the same rules (seed 000 step 9)."""
+        changed = False
         for t in self.outputs:
-            l = t.layout
-            if l.count == 0:
-                continue
-            if t.by_other:   # a slice of an in-place concat's buffer (set by the concat)
-                self._rec("realloc", "by_other", bytes=l.nbytes, shape=l.shape, dtype=l.dtype)
-                continue
-            d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, l.itemsize * 8,
-                                          net.used_bytes)
-            if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
-                self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
-                          dtype=l.dtype)
-            else:
-                nbytes = max(d.alloc_elems, l.count) * l.itemsize
-                how = net.give_buffer(t, nbytes)
-                t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
-                changed = True
-                self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
-                          capacity=t.capacity,
-                          predicted=d.predicted, mode=d.mode, shape=l.shape, dtype=l.dtype)
-            net.memory.note_live(t.name, l.nbytes)
+            changed |= self._realloc(t)
+        for k, l in enumerate(self.internal_layouts):
+            t = self._internal(k)
+            t.layout = l
+            changed |= self._realloc(t, buffer=f"internal{k}")
         return changed
+
+    def _internal(self, k: int) -> Tensor:
+        while len(self.internals) <= k:
+            t = Tensor(f"{self.node.name}:internal{len(self.internals)}")
+            self.net.memory.add_scratch(t.name, self.step)
+            self.internals.append(t)
+        return self.internals[k]
+
+    def _realloc(self, t: Tensor, **label) -> bool:
+        net, l = self.net, t.layout
+        if l.count == 0:
+            return False
+        if t.by_other:   # a slice of an in-place concat's buffer (set by the concat)
+            self._rec("realloc", "by_other", bytes=l.nbytes, shape=l.shape, dtype=l.dtype)
+            return False
+        d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, l.itemsize * 8, net.used_bytes)
+        net.memory.note_live(t.name, l.nbytes)
+        if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
+            self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
+                      dtype=l.dtype, **label)
+            return False
+        nbytes = max(d.alloc_elems, l.count) * l.itemsize
+        how = net.give_buffer(t, nbytes)
+        t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
+        self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
+                  capacity=t.capacity, predicted=d.predicted, mode=d.mode, shape=l.shape,
+                  dtype=l.dtype, **label)
+        return True
 
     def set_arguments(self, force: bool) -> None:
         """Bind kernel arguments only when the impl or a buffer changed (seed 002); rewrite the

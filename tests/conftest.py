@@ -49,3 +49,15 @@ def run_vs_ort(model: onnx.ModelProto, feed_seq, device=None, rtol=1e-4, atol=1e
                 # a constant reference hides errors: the models are built to avoid it
                 assert np.ptp(ref[name]) > 0, f"reference output {name} is constant"
     return net
+
+
+def run_traced(model: onnx.ModelProto, feed_seq, device=None, rtol=1e-4, atol=1e-5, **net_kw):
+    """run_vs_ort on a fresh Network that records its trace in memory; shape-agnostic impls
+    only unless told (a background static build would land at a moment that depends on the
+    compiler's speed). Returns (net, trace)."""
+    from traces import MemoryTrace
+    trace = MemoryTrace()
+    net_kw.setdefault("impls", "dynamic")
+    net = Network(build_program(model), device, trace=trace, **net_kw)
+    run_vs_ort(model, feed_seq, device, rtol, atol, net=net)
+    return net, trace

@@ -3,6 +3,7 @@ a later execution, fake-aligned static GEMMs, the impl cache LRU, update_weights
 the reordered-weights cache. Every run is compared with onnxruntime."""
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dyncli.render import summary, summary_table
@@ -12,6 +13,14 @@ from tests.conftest import assert_close, ort_session, run_vs_ort
 from tests.models import mlp, small_cnn
 
 SEQ = [8, 8, 16, 8, 16, 24, 8]
+
+
+@pytest.fixture(autouse=True)
+def _static_gemm_on_every_device(monkeypatch):
+    """These tests follow MatMul's static-impl flow; auto mode builds static GEMMs only where
+    they were measured faster (engine/impls.py STATIC_WORTH: CPUs, not GPUs), so the tests ask
+    for them on every device."""
+    monkeypatch.setattr("engine.network.static_worth", lambda device_type, op: True)
 
 
 def mm_model(seed=0):

@@ -5,9 +5,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from engine import Network, build_program
-from tests.conftest import run_vs_ort
-from traces import MemoryTrace
+from tests.conftest import run_traced
 
 
 def _fire(opset: int = 17) -> onnx.ModelProto:
@@ -49,13 +47,6 @@ def _matmul_cat() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _run(model, seq, device):
-    trace = MemoryTrace()
-    net = Network(build_program(model), device, trace=trace, impls="dynamic")
-    run_vs_ort(model, seq, device, net=net, rtol=1e-4, atol=1e-5)
-    return net, trace
-
-
 def _node_events(trace, it, node):
     return [(e["kind"], e["action"], e["reason"]) for e in trace.of(it) if e["node"] == node]
 
@@ -64,7 +55,7 @@ def test_fire_module_concat_in_place_then_fallback(device):
     rng = np.random.default_rng(2)
     shapes = [(1, 9, 9), (1, 9, 9), (2, 9, 9), (1, 12, 7)]
     seq = [{"x": rng.standard_normal(s[:1] + (8,) + s[1:]).astype(np.float32)} for s in shapes]
-    net, trace = _run(_fire(), seq, device)
+    net, trace = run_traced(_fire(), seq, device)
     # batch 1: the expands write into the concat's buffer, the concat enqueues nothing
     ev = trace.of(0, "in_place_concat")
     assert [(e["action"], e["offsets"]) for e in ev] == [("apply", [0, 6 * 81])]
@@ -91,7 +82,7 @@ def test_fire_module_concat_in_place_then_fallback(device):
 def test_matmul_rows_always_in_place_features_only_for_one_row(device):
     rng = np.random.default_rng(3)
     seq = [{"x": rng.standard_normal((s, 8)).astype(np.float32)} for s in (5, 1, 3)]
-    net, trace = _run(_matmul_cat(), seq, device)
+    net, trace = run_traced(_matmul_cat(), seq, device)
     for it, cols in ((0, "fallback"), (1, "apply"), (2, "fallback")):
         got = {e["node"]: e["action"] for e in trace.of(it, "in_place_concat")}
         assert got == {"Concat_rows": "apply", "Concat_cols": cols}, (it, got)

@@ -4,16 +4,8 @@ import numpy as np
 
 from engine import Network, build_program
 from engine.memory_pool import END, plan_lifetimes
-from tests.conftest import run_vs_ort
+from tests.conftest import run_traced
 from tests.models import encoder_block, small_cnn
-from traces import MemoryTrace
-
-
-def _run(model, seq, device, **kw):
-    trace = MemoryTrace()
-    net = Network(build_program(model), device, trace=trace, impls="dynamic", **kw)
-    run_vs_ort(model, seq, device, net=net, rtol=2e-4, atol=2e-5)
-    return net, trace
 
 
 def _encoder_seq(rng, shapes):
@@ -41,8 +33,8 @@ def test_pool_hands_dead_buffers_on_and_lowers_the_peak(device):
     rng = np.random.default_rng(0)
     shapes = [(2, 16), (2, 16), (1, 24), (3, 9), (2, 16)]
     seq = _encoder_seq(rng, shapes)
-    net, trace = _run(encoder_block(), seq, device)
-    off, trace_off = _run(encoder_block(), seq, device, memory_pool=False)
+    net, trace = run_traced(encoder_block(), seq, device, 2e-4, 2e-5)
+    off, trace_off = run_traced(encoder_block(), seq, device, 2e-4, 2e-5, memory_pool=False)
     pooled = [e for e in trace.events if e["kind"] == "realloc" and e["action"] == "from_pool"]
     assert pooled and not any(e["action"] == "from_pool" for e in trace_off.events
                               if e["kind"] == "realloc")
@@ -64,5 +56,5 @@ def test_pool_on_a_cnn_with_changing_resolution(device):
     rng = np.random.default_rng(1)
     seq = [{"x": rng.standard_normal((n, 3, h, h)).astype(np.float32)}
            for n, h in [(1, 32), (2, 24), (1, 40), (1, 12), (2, 32)]]
-    net, trace = _run(small_cnn(), seq, device)
+    net, trace = run_traced(small_cnn(), seq, device, 2e-4, 2e-5)
     assert any(e["action"] == "from_pool" for e in trace.events if e["kind"] == "realloc")

@@ -1,4 +1,5 @@
-"""MatMul (batched, broadcasting, 1-D operands) and Gemm, on one tiled kernel (cl/gemm.cl)."""
+"""MatMul (batched, broadcasting, 1-D operands) and Gemm, on one tiled kernel (cl/gemm.cl), or
+split-K for few rows and a long K, and a register-blocked static variant."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +43,27 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
                       lws=(TS, TS, 1), dims=dims)
 
 
-def _matmul_kernels(node, ins, outs, deps):
+SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 256, 16
+
+
+def split_k(call: KernelCall) -> list[KernelCall]:
+    """The tiled GEMM call, or for few rows and a long K the split-K pair (cl/gemm.cl) with its
+    partial sums in an internal buffer [S, batch, M, N] (S splits of about SPLITK_CHUNK)."""
+    M, N, K, nb = call.params
+    if M > SPLITK_MAX_ROWS or K < SPLITK_MIN_K:
+        return [call]
+    s = min(SPLITK_MAX, K // SPLITK_CHUNK)
+    tmp = Layout((s, nb, M, N), "f32")
+    args = call.args + (("internal", 0),)
+    dims = {**call.dims, len(call.args): tmp.shape}
+    params, jit = call.params + (s,), call.jit
+    return [KernelCall("gemm", "gemm_splitk_partial", jit, args, params, gws=(round_up(N, 64), M, nb * s),
+                       lws=(64, 1, 1), dims=dims, internal=(tmp,)),
+            KernelCall("gemm", "gemm_splitk_reduce", jit, args, params, gws=(nb * M * N,), dims=dims,
+                       internal=(tmp,))]
+
+
+def _matmul_call(node, ins):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
     call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1])
     for i, l in enumerate(ins[:2]):
@@ -52,7 +73,11 @@ def _matmul_kernels(node, ins, outs, deps):
             if l.pad[-1] != l.shape[-1] or l.rank < 2:
                 raise ShapeInferenceError(f"MatMul {node.name}: input {i} {l} is padded on its last dim")
             call.dims[i] = l.pad
-    return [call]
+    return call
+
+
+def _matmul_kernels(node, ins, outs, deps):
+    return split_k(_matmul_call(node, ins))
 
 
 def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
@@ -94,9 +119,9 @@ def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
                          f"M{m_al}xN{N}xK{K} rb{tm}x{tn}" + (" blk" if weights else ""), weights)
 
 
-def _gemm_static(kernels):
+def _gemm_static(tiled_call):
     def static(node, ins, outs, deps, consts):
-        return static_gemm(kernels(node, ins, outs, deps)[0], 1 in consts)
+        return static_gemm(tiled_call(node, ins), 1 in consts)
     return static
 
 
@@ -105,7 +130,7 @@ def _check_f32(node, ins):
         raise ShapeInferenceError(f"{node.op} supports float32 only")
 
 
-@register("MatMul", kernels=_matmul_kernels, static=_gemm_static(_matmul_kernels), weights=1,
+@register("MatMul", kernels=_matmul_kernels, static=_gemm_static(_matmul_call), weights=1,
           padded_ok=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
@@ -122,14 +147,18 @@ def _gemm_dims(node, ins):
     return M, N, K, ta, tb
 
 
-def _gemm_kernels(node, ins, outs, deps):
+def _gemm_call(node, ins):
     M, N, K, ta, tb = _gemm_dims(node, ins)
     bias = ins[2].shape if len(ins) > 2 else None
-    return [gemm_call(node, ins[0].shape, ins[1].shape, (), M, N, K, ta, tb,
-                      node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias)]
+    return gemm_call(node, ins[0].shape, ins[1].shape, (), M, N, K, ta, tb,
+                     node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias)
 
 
-@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_kernels), weights=1)
+def _gemm_kernels(node, ins, outs, deps):
+    return split_k(_gemm_call(node, ins))
+
+
+@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1)
 def _gemm(node, ins, deps):
     _check_f32(node, ins)
     M, N, K, _, _ = _gemm_dims(node, ins)

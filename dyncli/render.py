@@ -23,12 +23,20 @@ def _bytes(n: float) -> str:
         n /= 1024
 
 
+def _by_reason(c: dict, prefix: str) -> str:
+    """'reason n, ...' of the counters `prefix.reason`, largest first ('-' when none)."""
+    got = sorted(((v, k[len(prefix) + 1:]) for k, v in c.items() if k.startswith(prefix + ".")),
+                 reverse=True)
+    return ", ".join(f"{r} {v}" for v, r in got) or "-"
+
+
 def inference_table(result) -> Table:
     t = Table(title=f"{result.model}: one row per inference", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for col, just in [("#", "right"), ("inputs", "left"), ("outputs", "left"), ("ms", "right"),
                       ("kernels", "right"), ("shape\ninfer/skip", "right"),
-                      ("buffers\nreuse/alloc", "right"), ("allocated", "right")]:
+                      ("buffers\nreuse/pool/new", "right"), ("allocated", "right"),
+                      ("peak", "right")]:
         t.add_column(col, justify=just, no_wrap=col not in ("inputs", "outputs"))
     has_check = any(r.checks for r in result.records)
     if has_check:
@@ -38,8 +46,8 @@ def inference_table(result) -> Table:
         row = [str(r.iter), _shapes(r.in_shapes), _shapes(r.out_shapes), f"{r.latency_ms:.2f}",
                str(c.get("kernels", 0)),
                f"{c.get('update_shape.infer', 0)}/{c.get('update_shape.skip', 0)}",
-               f"{c.get('realloc.reuse', 0)}/{c.get('realloc.alloc', 0)}",
-               _bytes(c.get("bytes_allocated", 0))]
+               f"{c.get('realloc.reuse', 0)}/{c.get('realloc.from_pool', 0)}/{c.get('realloc.alloc', 0)}",
+               _bytes(c.get("bytes_allocated", 0)), _bytes(c.get("peak_bytes", 0))]
         if has_check:
             worst = max((x.max_abs for x in r.checks), default=0.0)
             row.append(f"[green]ok[/] {worst:.0e}" if r.ok else f"[red]FAIL[/] {worst:.0e}")
@@ -83,9 +91,8 @@ def summary_table(s: dict) -> Table:
         ("latency ms: first / median / max", f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['max']:.2f}"),
         ("kernels enqueued", str(c.get("kernels", 0))),
         ("shape inference run / skipped", f"{c.get('update_shape.infer', 0)} / {c.get('update_shape.skip', 0)}"),
-        ("  skipped: unchanged / shape_of / subgraph",
-         f"{c.get('update_shape.skip.shape_unchanged', 0)} / {c.get('update_shape.skip.shape_of_unchanged', 0)}"
-         f" / {c.get('update_shape.skip.shape_of_subgraph_unchanged', 0)}"),
+        ("  run, by reason", _by_reason(c, "update_shape.infer")),
+        ("  skipped, by reason", _by_reason(c, "update_shape.skip")),
         ("device reads for shape inference", str(c.get("device_reads", 0))),
         ("kernel builds: all / static", f"{c.get('compiles', 0)} / {c.get('static_compiles', 0)}"),
         ("compile ms: total / in critical path", f"{c.get('compile_ms', 0):.0f} / {c.get('compile_ms_critical', 0):.0f}"),
@@ -94,18 +101,18 @@ def summary_table(s: dict) -> Table:
         ("weights reorder / cache hit / reset",
          f"{c.get('update_weights.reorder', 0)} / {c.get('update_weights.cache_hit', 0)} / "
          f"{c.get('update_weights.reset', 0)}"),
-        ("buffers reused / allocated / views", f"{c.get('realloc.reuse', 0)} / {c.get('realloc.alloc', 0)} / "
-                                               f"{c.get('realloc.view', 0)}"),
-        ("buffers from the memory pool", str(c.get("realloc.from_pool", 0))),
+        ("buffers reused / pooled / new", f"{c.get('realloc.reuse', 0)} / "
+         f"{c.get('realloc.from_pool', 0)} / {c.get('realloc.alloc', 0)}"),
+        ("  views / in-place concat slices", f"{c.get('realloc.view', 0)} / {c.get('realloc.by_other', 0)}"),
         ("bytes allocated", _bytes(c.get("bytes_allocated", 0))),
-        ("peak device bytes / live-tensor lower bound",
+        ("peak device bytes / lower bound",
          f"{_bytes(c.get('peak_bytes', 0))} / {_bytes(c.get('live_bytes_lower_bound', 0))}"),
         ("set_args done / skipped", f"{c.get('set_args.set', 0)} / {c.get('set_args.skip', 0)}"),
         ("executions skipped (empty output)", str(c.get("execute.skip.empty_output", 0))),
         ("runtime skips (op ran as a view)", str(c.get("execute.skip.runtime_skip", 0))),
         ("in-place concats: applied / fell back",
          f"{c.get('in_place_concat.apply', 0)} / {c.get('in_place_concat.fallback', 0)}"),
-        ("unfusions (fusion invalid for the shapes)", str(c.get("fusion.unfuse", 0))),
+        ("unfusions (fusion invalid for shapes)", str(c.get("fusion.unfuse", 0))),
     ]
     if c.get("kv_cache.append", 0) or c.get("kv_cache.copy", 0):
         rows.append(("KV cache appends / full copies (bytes copied)",

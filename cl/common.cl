@@ -62,3 +62,17 @@ inline float fused_ops(float v0, int o, SHAPE_INFO_PTR si FUSED_PARAMS) { FUSED_
 #define FUSED_OPS(v, o) (v)
 #define FUSED_ARGS
 #endif
+
+// Prologue ops (engine/fusion.py prologue fusion, e.g. attention's scores * scale + mask feeding
+// a Softmax): a kernel that supports them passes every value it reads from its input 0 through
+// PROLOGUE_OPS(v, i) (i: the element's linear index in that input, no offset) and ends its
+// parameter list with PROLOGUE_ARGS. Defined by PROLOGUE_OPS_BODY / PROLOGUE_PARAMS /
+// PROLOGUE_CALL like the fused ops above; by default a no-op.
+#ifdef PROLOGUE_OPS_BODY
+#define PROLOGUE_ARGS PROLOGUE_PARAMS
+inline float prologue_ops(float v0, int o, SHAPE_INFO_PTR si PROLOGUE_PARAMS) { PROLOGUE_OPS_BODY }
+#define PROLOGUE_OPS(v, i) prologue_ops((v), (i), shape_info PROLOGUE_CALL)
+#else
+#define PROLOGUE_OPS(v, i) (v)
+#define PROLOGUE_ARGS
+#endif

@@ -130,7 +130,9 @@ def _softmax_kernels(node, ins, outs, deps):
 
 
 def _softmax_static(node, ins, outs, deps, consts):
-    """Static Softmax: the axis length and strides constant (the three passes unroll)."""
+    """Static Softmax: the axis length and strides constant (the three passes unroll). A
+    prologue (engine/fusion.py) is supported here too: its operands' dims are in the static
+    table like every tensor argument's, so their broadcast offsets fold to constants."""
     call = _softmax_kernels(node, ins, outs, deps)[0]
     return StaticVariant(call, {}, call.params, "x".join(map(str, ins[0].shape)))
 

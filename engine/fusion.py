@@ -155,6 +155,13 @@ def _append(f: Fusion, step: dict, n, expr: str, operands: list) -> None:
     step[n.outputs[0]] = len(f.ops)
 
 
+def fusion_map(prog) -> dict:
+    """{node: {"position": "epilogue" | "prologue", "ops": [fused node names]}} for the trace
+    header: which nodes run inside which kernel."""
+    return {n.name: {"position": "prologue" if n.fusion.prologue else "epilogue",
+                     "ops": n.fusion.names()} for n in prog.nodes if n.fusion is not None}
+
+
 def _fuse_prologues(prog) -> int:
     fused = 0
     for c in prog.nodes:

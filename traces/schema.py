@@ -13,8 +13,12 @@ CORE_FIELDS = ("kind", "iter", "node", "op", "action", "reason", "ts")
 KINDS: dict[str, dict] = {
     "header": {
         "actions": {""},
-        "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes"),
-        "doc": "First line: schema version, model path, device description, run options.",
+        "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes",
+                   "fusions"),
+        "doc": "First line: schema version, model path, device description, run options. "
+               "`fusions`: per node that absorbed elementwise nodes at program build, their "
+               "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
+               "on its input reads).",
     },
     "infer_start": {
         "actions": {""},

@@ -194,8 +194,9 @@ def _prologue_chain(prog, c) -> tuple[list, str]:
                 {id(u) for u in prog.users.get(cur, [])} != {id(user)}:
             break
         ins = [i for i in n.inputs if i]
-        if len(ins) != 2:
-            break
+        if len(ins) != 2 or any(prog.constants[i].dtype != np.float32
+                                for i in ins if i in prog.constants):
+            break   # e.g. Pow with an int exponent: the kernel reads f32 operands only
         chain.insert(0, n)
         cur, user = max(ins, key=lambda i: _data_rank(prog, i)), n
     return chain, cur

@@ -179,3 +179,20 @@ def test_encoder_block_softmax_gets_the_scale_and_mask(device):
     fused = {o.node.name for o in sm.fusion.ops}
     assert all(not _enqueued(trace, i) & fused for i in range(2))
     assert not [e for e in trace.events if e["kind"] == "fusion"]
+
+
+def test_no_prologue_through_a_non_float_constant():
+    """Pow with an int64 exponent: the fused kernel reads f32 operands only, so the chain stops
+    before it (program level only: the chain never reaches the device)."""
+    from onnx import numpy_helper
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"], name="Pow_int"),
+             helper.make_node("Add", ["p", "m"], ["s"], name="Add_m"),
+             helper.make_node("Softmax", ["s"], ["y"], name="Softmax", axis=-1)]
+    g = helper.make_graph(nodes, "pow_softmax",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                           helper.make_tensor_value_info("m", TensorProto.FLOAT, ["b", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+                          [numpy_helper.from_array(np.array(2, np.int64), "two")])
+    prog = build_program(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    sm = next(n for n in prog.nodes if n.op == "Softmax")
+    assert sm.fusion.names() == ["Add_m"] and sm.fusion.base == "p"

@@ -51,6 +51,10 @@ class Fusion:
     def names(self) -> list[str]:
         return [f.node.name for f in self.ops]
 
+    @property
+    def position(self) -> str:
+        return "prologue" if self.prologue else "epilogue"
+
 
 def fuse(prog) -> int:
     """Mark fusions on `prog`: producer.fusion = Fusion, fused nodes get `fused_into`. Returns the
@@ -158,8 +162,8 @@ def _append(f: Fusion, step: dict, n, expr: str, operands: list) -> None:
 def fusion_map(prog) -> dict:
     """{node: {"position": "epilogue" | "prologue", "ops": [fused node names]}} for the trace
     header: which nodes run inside which kernel."""
-    return {n.name: {"position": "prologue" if n.fusion.prologue else "epilogue",
-                     "ops": n.fusion.names()} for n in prog.nodes if n.fusion is not None}
+    return {n.name: {"position": n.fusion.position, "ops": n.fusion.names()}
+            for n in prog.nodes if n.fusion is not None}
 
 
 def _fuse_prologues(prog) -> int:

@@ -121,7 +121,7 @@ class PrimitiveInst:
         if self.unfuse_reason:
             # seed 002 "Valid fusion?" no: run the unfused subgraph for these shapes
             self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names(),
-                      position="prologue" if self.fusion.prologue else "epilogue")
+                      position=self.fusion.position)
             for inst in self.unfused:
                 inst.execute()
             return

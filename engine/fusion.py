@@ -228,11 +228,12 @@ def _bn_constants(prog, n) -> list[str]:
     return names
 
 
-def fused_jit(f: Fusion, out_t: int, first_extra_t: int, hook: str = "FUSED") -> tuple:
-    """JIT constants that define the `hook` (FUSED_OPS: epilogue on the value stored to tensor
-    argument `out_t`; PROLOGUE_OPS: on the value read from tensor argument `out_t`) for a kernel
-    whose extra inputs start at argument `first_extra_t` (see cl/common.cl). Operands broadcast
-    against tensor `out_t`."""
+def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
+    """JIT constants that define the hook of `f` for a kernel whose extra inputs start at tensor
+    argument `first_extra_t` (see cl/common.cl). Epilogue: FUSED_OPS on the value stored to
+    tensor argument `ref_t`, operands indexed by broadcasting against it. Prologue: PROLOGUE_OPS
+    on values read from tensor argument `ref_t`, operands at the row offsets `ro[j] + pa * rs[j]`
+    the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read)."""
     lines = []
     for k, op in enumerate(f.ops, start=1):
         vals = []
@@ -241,8 +242,9 @@ def fused_jit(f: Fusion, out_t: int, first_extra_t: int, hook: str = "FUSED") ->
                 vals.append(f"v{x}")
             else:
                 j = f.extra.index(x)
-                t = first_extra_t + j
-                vals.append(f"F{j}[bcast_off(si, {out_t}, {t}, o)]")
+                at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
+                    f"bcast_off(si, {ref_t}, {first_extra_t + j}, o)"
+                vals.append(f"F{j}[{at}]")
         decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
         expr = re.sub(r"\bTOUT\b", "float", op.expr)
         lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
@@ -251,7 +253,12 @@ def fused_jit(f: Fusion, out_t: int, first_extra_t: int, hook: str = "FUSED") ->
     # offsets are added where the kernel calls FUSED_OPS: T_OFF reads the runtime shape_info
     # in both dynamic and static builds (cl/common.cl)
     call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
-    return ((f"{hook}_OPS_BODY", " ".join(lines)), (f"{hook}_PARAMS", params), (f"{hook}_CALL", call))
+    hook = "PROLOGUE" if f.prologue else "FUSED"
+    jit = ((f"{hook}_OPS_BODY", " ".join(lines)), (f"{hook}_PARAMS", params), (f"{hook}_CALL", call))
+    if f.prologue:
+        jit += (("PROLOGUE_REF", ref_t), ("PROLOGUE_FIRST", first_extra_t),
+                ("PROLOGUE_NUM", len(f.extra)))
+    return jit
 
 
 def fusion_valid(f: Fusion, produced, layouts: dict) -> str:

@@ -356,12 +356,12 @@ class PrimitiveInst:
     def _with_fused_ops(self, calls: list) -> list:
         """The kernel that writes the output also applies the fused ops (FUSED_OPS hook); for a
         prologue, the kernel that reads input 0 applies them on each read (PROLOGUE_OPS)."""
-        ref, hook = (("in", 0), "PROLOGUE") if self.fusion.prologue else (("out", 0), "FUSED")
+        ref = ("in", 0) if self.fusion.prologue else ("out", 0)
         k = max(i for i, c in enumerate(calls) if ref in c.args)
         c = calls[k]
         first = len(c.args)
         extra = tuple(("in", self.n_own + j) for j in range(len(self.fusion.extra)))
-        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first, hook),
+        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first),
                               c.args + extra, c.params, c.gws, c.lws, c.dims)
         return calls
 

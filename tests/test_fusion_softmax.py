@@ -113,13 +113,14 @@ def test_prologue_keeps_operand_order_and_finds_the_scores(device, scale_op, mas
     assert all(not _enqueued(trace, i) & {"Add_mask", f"{scale_op}_scale"} for i in range(2))
 
 
-def test_prologue_with_flattened_softmax_axis(device):
-    """Opset 11 Softmax normalises the flattened tail from `axis`: the prologue indexes the
-    input linearly, so it is unaffected."""
-    dims, shape = MASKS["causal_shared"]
+@pytest.mark.parametrize("mask", ["causal_shared", "keys_per_batch"])
+def test_prologue_with_flattened_softmax_axis(device, mask):
+    """Opset 11 Softmax normalises the flattened tail [s, l] from axis 2: a mask broadcast
+    along s is not linear along that row, so its offsets are computed per read."""
+    dims, shape = MASKS[mask]
     model = masked_attention(mask_dims=dims, axis=2, opset=11)
     assert next(n for n in build_program(model).nodes if n.op == "Softmax").fusion.prologue
-    _run(model, [(1, 3, 4, 1), (2, 5, 6, 1)], shape, device, seed=6)
+    _run(model, [(1, 3, 4, 1), (2, 5, 6, 2), (2, 1, 6, 2)], shape, device, seed=6)
 
 
 def test_static_softmax_applies_the_prologue(device):

@@ -197,3 +197,18 @@ def test_no_prologue_through_a_non_float_constant():
     prog = build_program(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     sm = next(n for n in prog.nodes if n.op == "Softmax")
     assert sm.fusion.names() == ["Add_m"] and sm.fusion.base == "p"
+
+
+def test_prologue_without_extra_operands(device):
+    """Softmax(x + x): both operands are the base value, so the prologue has no extra inputs."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["s"], name="Add_xx"),
+             helper.make_node("Softmax", ["s"], ["y"], name="Softmax", axis=-1)]
+    g = helper.make_graph(nodes, "double_softmax",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 5])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sm = next(n for n in build_program(model).nodes if n.op == "Softmax")
+    assert sm.fusion.extra == [] and sm.fusion.ops[0].operands == [("v", 0), ("v", 0)]
+    rng = np.random.default_rng(11)
+    run_vs_ort(model, [{"x": rng.standard_normal((b, 5)).astype(np.float32)} for b in (2, 3)],
+               device)

@@ -62,3 +62,42 @@ inline float fused_ops(float v0, int o, SHAPE_INFO_PTR si FUSED_PARAMS) { FUSED_
 #define FUSED_OPS(v, o) (v)
 #define FUSED_ARGS
 #endif
+
+// Prologue ops (engine/fusion.py prologue fusion, e.g. attention's scores * scale + mask feeding
+// a Softmax): a kernel that supports them reads its input PROLOGUE_REF in rows i0 + pa * step
+// (pa = 0, 1, ...), declares the row once with PROLOGUE_ROW(i0, step, lin) and passes every value
+// it reads through PROLOGUE_AT(v, pa, i) (i: the element's linear index, no offset); its
+// parameter list ends with PROLOGUE_ARGS. `lin`: the row runs along one dim, so each operand's
+// broadcast offset is linear in pa (computed once per row); else it is recomputed per read.
+// Defined by PROLOGUE_OPS_BODY / PROLOGUE_PARAMS / PROLOGUE_CALL / PROLOGUE_REF /
+// PROLOGUE_FIRST / PROLOGUE_NUM; by default a no-op.
+#ifdef PROLOGUE_OPS_BODY
+#define HAS_PROLOGUE 1
+#define PROLOGUE_ARGS PROLOGUE_PARAMS
+// ro[j], rs[j]: offset of operand j at row position 0 and its step per position (0: broadcast)
+inline void prologue_row(SHAPE_INFO_PTR si, int i0, int step, int* ro, int* rs) {
+    for (int j = 0; j < PROLOGUE_NUM; ++j) {
+        const int t = PROLOGUE_FIRST + j;
+        ro[j] = bcast_off(si, PROLOGUE_REF, t, i0);
+        rs[j] = step ? bcast_off(si, PROLOGUE_REF, t, i0 + step) - ro[j] : 0;
+    }
+}
+inline float prologue_ops(float v0, int pa, int i, int lin, SHAPE_INFO_PTR si, int* ro, int* rs
+                          PROLOGUE_PARAMS) {
+    if (!lin) {   // not along one dim: this read's own offsets
+        prologue_row(si, i, 0, ro, rs);
+        pa = 0;
+    }
+    PROLOGUE_OPS_BODY
+}
+#define PROLOGUE_ROW(i0, step, lin) \
+    int p_ro[PROLOGUE_NUM + 1], p_rs[PROLOGUE_NUM + 1]; const int p_lin = (lin); \
+    if (p_lin) prologue_row(shape_info, (i0), (step), p_ro, p_rs);
+#define PROLOGUE_AT(v, pa, i) \
+    prologue_ops((v), (pa), (i), p_lin, shape_info, p_ro, p_rs PROLOGUE_CALL)
+#else
+#define HAS_PROLOGUE 0
+#define PROLOGUE_ROW(i0, step, lin)
+#define PROLOGUE_AT(v, pa, i) (v)
+#define PROLOGUE_ARGS
+#endif

@@ -38,10 +38,13 @@ KERNEL(reduce_mean)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global fl
 #endif
 
 // ---- softmax -------------------------------------------------------------------------------
-// Tensors: 0 X, 1 Y, both viewed as [outer, A, inner]; normalises over A.
-// PARAM(0) A, PARAM(1) inner, PARAM(2) outer * inner (work-items).
+// Tensors: 0 X, 1 Y, both viewed as [outer, A, inner]; normalises over A, then the prologue's
+// extra inputs (PROLOGUE_ARGS). Every read of X goes through the prologue (e.g. X * scale +
+// mask), so a fused Softmax never needs its input materialised.
+// PARAM(0) A, PARAM(1) inner, PARAM(2) outer * inner (work-items), PARAM(3) 1 when A is one
+// dim of X (the prologue's operand offsets are then linear along a row).
 #ifdef SOFTMAX
-KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* Y)
+KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* Y PROLOGUE_ARGS)
 {
     const int gid = get_global_id(0);
     const int A = PARAM(0), inner = PARAM(1);
@@ -50,14 +53,17 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
     const int base = o * A * inner + (gid - o * inner);
     const __global float* x = X + T_OFF(0) + base;
     __global float* y = Y + T_OFF(1) + base;
+    PROLOGUE_ROW(base, inner, PARAM(3))
+#define SOFTMAX_X(a) PROLOGUE_AT(x[(a) * inner], (a), base + (a) * inner)
     float m = -INFINITY;
-    for (int a = 0; a < A; ++a) m = fmax(m, x[a * inner]);
+    for (int a = 0; a < A; ++a) m = fmax(m, SOFTMAX_X(a));
     float s = 0.0f;
     for (int a = 0; a < A; ++a) {
-        const float e = exp(x[a * inner] - m);
+        const float e = exp(SOFTMAX_X(a) - m);
         y[a * inner] = e;
         s += e;
     }
+#undef SOFTMAX_X
     const float inv = 1.0f / s;
     for (int a = 0; a < A; ++a) y[a * inner] *= inv;
 }

@@ -1,4 +1,5 @@
-"""Program-time fusion of elementwise chains into their producer (prepare_primitive_fusing).
+"""Program-time fusion of elementwise chains into their producer or consumer
+(prepare_primitive_fusing).
 
 A producer whose kernel stores through the FUSED_OPS hook (cl/common.cl: MatMul, Gemm, Conv,
 elementwise) absorbs the f32 elementwise nodes that follow it, e.g. MatMul + Add + Erf-GELU,
@@ -6,6 +7,11 @@ Conv + BatchNormalization + Relu, Add + Relu. The fused nodes' extra inputs beco
 arguments; their intermediate tensors are never materialised. At run time the fusion holds only
 while every fused op keeps the producer's output shape (seed 002's "Valid fusion?"): when a
 broadcast would grow it, the node runs its unfused subgraph for that inference (primitive_inst).
+
+Prologue fusion goes the other way: the short chain of binary eltwise ops that feeds a Softmax
+(attention's `Softmax(scores * scale + mask)`) is applied by the Softmax kernel on every read of
+its input (PROLOGUE_OPS hook), so the masked scores are never materialised. It holds while the
+chain's broadcasts keep the shape of the chain's base value (the scores).
 """
 from __future__ import annotations
 
@@ -20,6 +26,10 @@ from engine.ops.eltwise import BINARY, UNARY
 # Ops that may be fused into a producer, with their C expression over a, b.
 FUSABLE = {**BINARY, **UNARY, "BatchNormalization": "a * b + c"}
 PRODUCERS = {"MatMul", "Gemm", "Conv", *BINARY, *UNARY}
+# Consumers whose kernel reads its input 0 through the PROLOGUE_OPS hook, and the longest chain
+# of binary eltwise ops they take (attention needs two: scale and mask).
+PROLOGUE_CONSUMERS = {"Softmax"}
+MAX_PROLOGUE_OPS = 3
 
 
 @dataclass
@@ -34,15 +44,23 @@ class Fusion:
     ops: list = field(default_factory=list)
     out: str = ""                # tensor the fused node writes (the last fused op's output)
     extra: list = field(default_factory=list)  # extra input tensors, in kernel-argument order
+    # prologue fusion: the ops run before the node, on `base`, which replaces the node's input 0
+    prologue: bool = False
+    base: str = ""
 
     def names(self) -> list[str]:
         return [f.node.name for f in self.ops]
 
+    @property
+    def position(self) -> str:
+        return "prologue" if self.prologue else "epilogue"
+
 
 def fuse(prog) -> int:
     """Mark fusions on `prog`: producer.fusion = Fusion, fused nodes get `fused_into`. Returns the
-    number of nodes fused away."""
-    fused = 0
+    number of nodes fused away. Prologues first: the chain feeding a Softmax goes into the
+    Softmax rather than into the chain's producer (it would only add the scale there)."""
+    fused = _fuse_prologues(prog)
     for p in prog.nodes:
         if p.host or p.fused_into is not None or p.op not in PRODUCERS:
             continue
@@ -118,17 +136,85 @@ def _grow(prog, p) -> Fusion:
 
     f = Fusion(out=order[-1].outputs[0])
     step = {p.outputs[0]: 0}
-    for k, n in enumerate(order, start=1):
+    for n in order:
         if n.op == "BatchNormalization":
-            operands = [("v", step[n.inputs[0]])] + [("t", t) for t in _bn_constants(prog, n)]
+            operands = _operands(step, n.inputs[:1]) + _operands(step, _bn_constants(prog, n))
         else:
-            operands = [("v", step[i]) if i in step else ("t", i) for i in n.inputs if i]
-        for kind, name in operands:
-            if kind == "t" and name not in f.extra:
-                f.extra.append(name)
-        f.ops.append(FusedOp(n, FUSABLE[n.op], operands))
-        step[n.outputs[0]] = k
+            operands = _operands(step, n.inputs)
+        _append(f, step, n, FUSABLE[n.op], operands)
     return f
+
+
+def _operands(step: dict, names) -> list:
+    """("v", k) for the value of step k of the group (0: the producer's output or the prologue's
+    base), ("t", name) for a tensor the fused kernel reads as an extra input."""
+    return [("v", step[i]) if i in step else ("t", i) for i in names if i]
+
+
+def _append(f: Fusion, step: dict, n, expr: str, operands: list) -> None:
+    for kind, name in operands:
+        if kind == "t" and name not in f.extra:
+            f.extra.append(name)
+    f.ops.append(FusedOp(n, expr, operands))
+    step[n.outputs[0]] = len(f.ops)
+
+
+def fusion_map(prog) -> dict:
+    """{node: {"position": "epilogue" | "prologue", "ops": [fused node names]}} for the trace
+    header: which nodes run inside which kernel."""
+    return {n.name: {"position": n.fusion.position, "ops": n.fusion.names()}
+            for n in prog.nodes if n.fusion is not None}
+
+
+def _fuse_prologues(prog) -> int:
+    fused = 0
+    for c in prog.nodes:
+        if c.op not in PROLOGUE_CONSUMERS or c.host or c.fused_into is not None:
+            continue
+        chain, base = _prologue_chain(prog, c)
+        if not chain:
+            continue
+        f = Fusion(out=c.outputs[0], prologue=True, base=base)
+        step = {base: 0}
+        for n in chain:
+            _append(f, step, n, BINARY[n.op], _operands(step, n.inputs))
+            n.fused_into = c
+        c.fusion = f
+        fused += len(chain)
+    return fused
+
+
+def _prologue_chain(prog, c) -> tuple[list, str]:
+    """The binary eltwise nodes feeding `c`'s input 0, base value first, and that base value.
+    Each link's output is used only by the next link (or `c`) and is no graph output. A link
+    continues through the operand most likely to be the data (e.g. the scores, not the mask)."""
+    chain, cur, user = [], c.inputs[0] if c.inputs else "", c
+    while len(chain) < MAX_PROLOGUE_OPS:
+        src = prog.producers.get(cur)
+        n = src[0] if src else None
+        if n is None or n.op not in BINARY or n.host or n.fused_into is not None:
+            break
+        if len([o for o in n.outputs if o]) != 1 or cur in prog.outputs or \
+                {id(u) for u in prog.users.get(cur, [])} != {id(user)}:
+            break
+        ins = [i for i in n.inputs if i]
+        if len(ins) != 2 or any(prog.constants[i].dtype != np.float32
+                                for i in ins if i in prog.constants):
+            break   # e.g. Pow with an int exponent: the kernel reads f32 operands only
+        chain.insert(0, n)
+        cur, user = max(ins, key=lambda i: _data_rank(prog, i)), n
+    return chain, cur
+
+
+def _data_rank(prog, name: str) -> int:
+    """Which operand of a link is the data: the output of the latest device node; constants and
+    host shape math (a scale computed from Shape) rank lowest, graph inputs next."""
+    if name in prog.inputs:
+        return -1
+    src = prog.producers.get(name)
+    if src is None or src[0].host:
+        return -2
+    return src[0].index
 
 
 def _bn_constants(prog, n) -> list[str]:
@@ -142,9 +228,12 @@ def _bn_constants(prog, n) -> list[str]:
     return names
 
 
-def fused_jit(f: Fusion, out_t: int, first_extra_t: int) -> tuple:
-    """JIT constants that define FUSED_OPS for a kernel whose output is tensor argument `out_t`
-    and whose extra inputs start at argument `first_extra_t` (see cl/common.cl)."""
+def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
+    """JIT constants that define the hook of `f` for a kernel whose extra inputs start at tensor
+    argument `first_extra_t` (see cl/common.cl). Epilogue: FUSED_OPS on the value stored to
+    tensor argument `ref_t`, operands indexed by broadcasting against it. Prologue: PROLOGUE_OPS
+    on values read from tensor argument `ref_t`, operands at the row offsets `ro[j] + pa * rs[j]`
+    the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read)."""
     lines = []
     for k, op in enumerate(f.ops, start=1):
         vals = []
@@ -153,8 +242,9 @@ def fused_jit(f: Fusion, out_t: int, first_extra_t: int) -> tuple:
                 vals.append(f"v{x}")
             else:
                 j = f.extra.index(x)
-                t = first_extra_t + j
-                vals.append(f"F{j}[bcast_off(si, {out_t}, {t}, o)]")
+                at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
+                    f"bcast_off(si, {ref_t}, {first_extra_t + j}, o)"
+                vals.append(f"F{j}[{at}]")
         decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
         expr = re.sub(r"\bTOUT\b", "float", op.expr)
         lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
@@ -163,12 +253,18 @@ def fused_jit(f: Fusion, out_t: int, first_extra_t: int) -> tuple:
     # offsets are added where the kernel calls FUSED_OPS: T_OFF reads the runtime shape_info
     # in both dynamic and static builds (cl/common.cl)
     call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
-    return (("FUSED_OPS_BODY", " ".join(lines)), ("FUSED_PARAMS", params), ("FUSED_CALL", call))
+    hook = "PROLOGUE" if f.prologue else "FUSED"
+    jit = ((f"{hook}_OPS_BODY", " ".join(lines)), (f"{hook}_PARAMS", params), (f"{hook}_CALL", call))
+    if f.prologue:
+        jit += (("PROLOGUE_REF", ref_t), ("PROLOGUE_FIRST", first_extra_t),
+                ("PROLOGUE_NUM", len(f.extra)))
+    return jit
 
 
 def fusion_valid(f: Fusion, produced, layouts: dict) -> str:
-    """'' when the fused ops keep the producer's output layout for the current shapes, else why
-    not. `layouts` maps extra tensor names to their current layouts."""
+    """'' when the fused ops keep the layout of `produced` (the producer's output; for a
+    prologue, its base value) for the current shapes, else why not. `layouts` maps extra tensor
+    names to their current layouts."""
     shape = produced.shape
     if produced.dtype != "f32":
         return "dtype"
@@ -181,5 +277,5 @@ def fusion_valid(f: Fusion, produced, layouts: dict) -> str:
         except Exception:
             return "broadcast_error"
         if tuple(out) != tuple(shape):
-            return "broadcast_grows_output"
+            return "broadcast_grows_input" if f.prologue else "broadcast_grows_output"
     return ""

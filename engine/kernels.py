@@ -101,7 +101,8 @@ def jit_header(jit: tuple, dynamic: bool = True) -> str:
 def impl_name(source: str, jit: tuple) -> str:
     d = dict(jit)
     tag = d.get("IMPL_TAG", "")
-    return f"{source}{':' + str(tag) if tag else ''}{'+fused' if 'FUSED_OPS_BODY' in d else ''}"
+    return f"{source}{':' + str(tag) if tag else ''}{'+fused' if 'FUSED_OPS_BODY' in d else ''}" \
+        f"{'+prologue' if 'PROLOGUE_OPS_BODY' in d else ''}"
 
 
 def build_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:

@@ -111,9 +111,12 @@ class Network:
             # its unfused subgraph is kept ready for shapes that make the fusion invalid
             inst.fusion = f
             inst.n_own = len(inputs)
+            if f.prologue:   # the fused ops run on the chain's base, the node's new input 0
+                inst.inputs[0] = self.tensors[f.base]
             inst.inputs += [self.tensors[i] for i in f.extra]
             inst.outputs = [self.tensors[f.out]]
-            inst.unfused = [self._inst(node, unfused=True)] + [self._inst(op.node) for op in f.ops]
+            own, ops = [self._inst(node, unfused=True)], [self._inst(op.node) for op in f.ops]
+            inst.unfused = ops + own if f.prologue else own + ops
         return inst
 
     @property

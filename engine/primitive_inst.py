@@ -129,7 +129,8 @@ class PrimitiveInst:
         out_layouts = self.opdef.infer(node, own, deps)
         if self.fusion:
             extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
-            self.unfuse_reason = fusion_valid(self.fusion, out_layouts[0], extra)
+            produced = own[0] if self.fusion.prologue else out_layouts[0]
+            self.unfuse_reason = fusion_valid(self.fusion, produced, extra)
         self.in_layouts = in_layouts
         for t, l in zip(self.outputs, out_layouts):
             t.layout = l
@@ -149,7 +150,8 @@ class PrimitiveInst:
         in_layouts, deps = self.in_layouts, self.deps
         if self.unfuse_reason:
             # seed 002 "Valid fusion?" no: run the unfused subgraph for these shapes
-            self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names())
+            self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names(),
+                      position=self.fusion.position)
             for inst in self.unfused:
                 inst.execute()
             return
@@ -425,12 +427,14 @@ class PrimitiveInst:
         return changed
 
     def _with_fused_ops(self, calls: list) -> list:
-        """The kernel that writes the output also applies the fused ops (FUSED_OPS hook)."""
-        k = max(i for i, c in enumerate(calls) if ("out", 0) in c.args)
+        """The kernel that writes the output also applies the fused ops (FUSED_OPS hook); for a
+        prologue, the kernel that reads input 0 applies them on each read (PROLOGUE_OPS)."""
+        ref = ("in", 0) if self.fusion.prologue else ("out", 0)
+        k = max(i for i, c in enumerate(calls) if ref in c.args)
         c = calls[k]
         first = len(c.args)
         extra = tuple(("in", self.n_own + j) for j in range(len(self.fusion.extra)))
-        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(("out", 0)), first),
+        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first),
                               c.args + extra, c.params, c.gws, c.lws, c.dims)
         return calls
 

@@ -45,8 +45,8 @@ class Node:
     host: bool = False      # runs as a host impl (shape subgraph)
     shape_sources: frozenset = frozenset()  # Shape nodes this host node's value derives from
     static_output: bool = False             # output layouts fixed by the model (_mark_static)
-    fusion: object = None                   # engine.fusion.Fusion of a producer with fused ops
-    fused_into: "Node | None" = None        # the producer this node was fused into
+    fusion: object = None                   # engine.fusion.Fusion of a node with fused ops
+    fused_into: "Node | None" = None        # the node (producer, or prologue consumer) it runs in
     _host_impl: object = field(default=None, repr=False)
 
     @property

@@ -357,6 +357,37 @@ def kv_decoder_step(seed: int = 0, d_model: int = 32, heads: int = 2, opset: int
 
 
 # --------------------------------------------------------------------------
+# 4b. masked attention core (Softmax prologue fusion)
+# --------------------------------------------------------------------------
+def masked_attention(seed: int = 0, heads: int = 2, d_head: int = 8, mask_dims=("mb", 1, 1, "l"),
+                     scale_op: str = "Mul", mask_first: bool = False, axis: int = -1,
+                     opset: int = 17) -> onnx.ModelProto:
+    """softmax(q @ k^T (*|/) scale + mask) @ v, the chain a Softmax prologue takes.
+
+    inputs : q float[qb, heads, s, d_head], k, v float[qb, heads, l, d_head],
+             mask float[mask_dims] (any shape that broadcasts against the scores [qb, heads, s, l])
+    output : y float[...] (the broadcast batch of scores and mask)
+    scale_op "Mul" multiplies by 1/sqrt(d_head), "Div" divides by sqrt(d_head);
+    mask_first writes Add(mask, scores) instead of Add(scores, mask).
+    """
+    b = _Builder(opset, seed)
+    scale = 1.0 / math.sqrt(d_head) if scale_op == "Mul" else math.sqrt(d_head)
+    pair = ["mask", "scaled"] if mask_first else ["scaled", "mask"]
+    b.nodes += [
+        helper.make_node("MatMul", ["q", b.op("Transpose", ["k"], perm=[0, 1, 3, 2])], ["scores"],
+                         name="MatMul_scores"),
+        helper.make_node(scale_op, ["scores", b.const(scale)], ["scaled"], name=f"{scale_op}_scale"),
+        helper.make_node("Add", pair, ["masked"], name="Add_mask"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="Softmax", axis=axis),
+        helper.make_node("MatMul", ["probs", "v"], ["y"], name="MatMul_ctx"),
+    ]
+    kv = ["qb", heads, "l", d_head]
+    return b.model([_vi("q", FLOAT, ["qb", heads, "s", d_head]), _vi("k", FLOAT, kv),
+                    _vi("v", FLOAT, kv), _vi("mask", FLOAT, list(mask_dims))],
+                   [_vi("y", FLOAT, ["yb", heads, "s", d_head])], "masked_attention")
+
+
+# --------------------------------------------------------------------------
 # 5. onnx "light" backend-test models
 # --------------------------------------------------------------------------
 def light_model_paths() -> dict[str, str]:

@@ -33,6 +33,10 @@ def test_run_encoder_check_table_and_trace(tmp_path):
     header, events = read_trace(str(trace))
     assert header["kind"] == "header" and header["schema"] == 1 and header["model"].endswith("encoder.onnx")
     events = list(events)
+    # the attention scale and mask run inside the Softmax kernel (prologue fusion)
+    sm = [v for n, v in header["fusions"].items() if n.startswith("Softmax")]
+    assert [v["position"] for v in sm] == ["prologue"] and len(sm[0]["ops"]) == 2
+    assert not [e for e in events if e["node"] in sm[0]["ops"] and e["kind"] == "execute"]
     kinds = {e["kind"] for e in events}
     assert {"infer_start", "update_shape", "update_impl", "realloc", "set_args", "execute",
             "infer_end", "check", "run_end"} <= kinds

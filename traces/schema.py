@@ -13,8 +13,12 @@ CORE_FIELDS = ("kind", "iter", "node", "op", "action", "reason", "ts")
 KINDS: dict[str, dict] = {
     "header": {
         "actions": {""},
-        "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes"),
-        "doc": "First line: schema version, model path, device description, run options.",
+        "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes",
+                   "fusions"),
+        "doc": "First line: schema version, model path, device description, run options. "
+               "`fusions`: per node that absorbed elementwise nodes at program build, their "
+               "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
+               "on its input reads).",
     },
     "infer_start": {
         "actions": {""},
@@ -63,11 +67,14 @@ KINDS: dict[str, dict] = {
     },
     "fusion": {
         "actions": {"unfuse"},
-        "reasons": {"broadcast_grows_output", "broadcast_error", "dtype"},
-        "fields": ("ops",),
+        "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype"},
+        "fields": ("ops", "position"),
         "doc": "A node with fused elementwise ops (engine/fusion.py) whose fusion is invalid for "
                "the current shapes runs its unfused subgraph for this inference (`ops`: the "
-               "fused nodes; their own events follow under their names).",
+               "fused nodes; their own events follow under their names). `position`: "
+               "`epilogue` (ops after a producer; `broadcast_grows_output`) or `prologue` (ops "
+               "feeding a Softmax's input read, e.g. scores + mask; `broadcast_grows_input`: "
+               "a mask broadcast would make the input larger than the scores).",
     },
     "realloc": {
         "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},

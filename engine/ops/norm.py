@@ -110,27 +110,32 @@ def _reduce_mean(node, ins, deps):
 
 # ---- softmax ---------------------------------------------------------------------------------
 def _softmax_view(node, shape):
-    """(outer, A, inner): opset < 13 normalises over the flattened tail from `axis` (default 1),
-    opset >= 13 over the single dim `axis` (default -1)."""
+    """(outer, A, inner, dims of A): opset < 13 normalises over the flattened tail from `axis`
+    (default 1), opset >= 13 over the single dim `axis` (default -1)."""
     rank = len(shape)
     if node.opset < 13:
         axis = norm_axis(int(node.attrs.get("axis", 1)), rank) if rank else 0
-        return _prod(shape[:axis]), _prod(shape[axis:]), 1
+        return _prod(shape[:axis]), _prod(shape[axis:]), 1, tuple(shape[axis:])
     axis = norm_axis(int(node.attrs.get("axis", -1)), rank) if rank else 0
     if rank == 0:
-        return 1, 1, 1
-    return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
+        return 1, 1, 1, ()
+    return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:]), (shape[axis],)
 
 
 def _softmax_kernels(node, ins, outs, deps):
-    outer, a, inner = _softmax_view(node, ins[0].shape)
+    outer, a, inner, a_dims = _softmax_view(node, ins[0].shape)
+    # A along at most one dim > 1: a row steps one coordinate, so a prologue's broadcast offsets
+    # are linear along it (cl/common.cl PROLOGUE_ROW)
+    lin = int(sum(1 for d in a_dims if d != 1) <= 1)
     return [KernelCall("norm", "softmax", (("SOFTMAX", 1), ("IMPL_TAG", "Softmax")),
-                       (("in", 0), ("out", 0)), params=(a, inner, outer * inner),
+                       (("in", 0), ("out", 0)), params=(a, inner, outer * inner, lin),
                        gws=(max(outer * inner, 1),))]
 
 
 def _softmax_static(node, ins, outs, deps, consts):
-    """Static Softmax: the axis length and strides constant (the three passes unroll)."""
+    """Static Softmax: the axis length and strides constant (the three passes unroll). A
+    prologue (engine/fusion.py) is supported here too: its operands' dims are in the static
+    table like every tensor argument's, so their broadcast offsets fold to constants."""
     call = _softmax_kernels(node, ins, outs, deps)[0]
     return StaticVariant(call, {}, call.params, "x".join(map(str, ins[0].shape)))
 

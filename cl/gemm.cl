@@ -5,9 +5,13 @@
 // PARAM(0) M, PARAM(1) N, PARAM(2) K, PARAM(3) batch count.
 #if HAS_BIAS
 #define Y_T 3
+#define GEMM_BIAS_ARG __global const float* C,
 #else
 #define Y_T 2
+#define GEMM_BIAS_ARG
 #endif
+// The tensor arguments every GEMM kernel starts with, in the order the engine binds them.
+#define GEMM_TENSORS __global const float* A, __global const float* B, GEMM_BIAS_ARG __global float* Y
 
 // Batch offsets: decompose the flat batch index over Y's batch dims (all but the last two),
 // broadcasting A and B where their batch dim is 1.
@@ -64,11 +68,7 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #define C_OFF 0
 #endif
 
-KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global const float* B,
-#if HAS_BIAS
-                   __global const float* C,
-#endif
-                   __global float* Y FUSED_ARGS)
+KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 {
     const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
     const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2);
@@ -104,11 +104,7 @@ KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global con
 // buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
 // and the fused ops. Both take the tiled kernel's tensors plus T. PARAM(4): S.
 #define T_T (Y_T + 1)
-KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global const float* B,
-#if HAS_BIAS
-                            __global const float* C,
-#endif
-                            __global float* Y, __global float* T)
+KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float* T)
 {
     const int M = PARAM(0), N = PARAM(1), K = PARAM(2), NB = PARAM(3), S = PARAM(4);
     const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2) % NB;
@@ -132,11 +128,7 @@ KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __g
     T[T_OFF(T_T) + ((split * NB + bat) * M + row) * N + col] = acc;
 }
 
-KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global const float* B,
-#if HAS_BIAS
-                           __global const float* C,
-#endif
-                           __global float* Y, __global const float* T FUSED_ARGS)
+KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const float* T FUSED_ARGS)
 {
     const int total = PARAM(3) * PARAM(0) * PARAM(1), S = PARAM(4);
     const int o = get_global_id(0);
@@ -158,11 +150,7 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __gl
 #define BV RB_CAT(float, TN)
 #define BLOAD(p) RB_CAT(vload, TN)(0, p)
 
-KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG __global const float* A, __global const float* B,
-#if HAS_BIAS
-                __global const float* C,
-#endif
-                __global float* Y FUSED_ARGS)
+KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 {
     const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
     const int n0 = get_global_id(0) * TN, m0 = get_global_id(1) * TM, bat = get_global_id(2);

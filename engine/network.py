@@ -90,8 +90,7 @@ class Network:
         # device memory: lifetimes over the execution order; graph inputs (external memory) and
         # KV-cache buffers (kept across inferences) never enter the pool
         life = plan_lifetimes(self.insts, program.inputs, program.outputs)
-        for concat, producers in _in_place_concats(program, self.insts):
-            first = min(self.insts.index(p) for p in producers)
+        for concat, producers, first in _in_place_concats(program, self.insts):
             concat.in_place_producers = producers
             self.insts[first].concat_user = concat
             life[concat.outputs[0].name][0] = first   # its buffer is written from there on
@@ -145,10 +144,6 @@ class Network:
     def used_bytes(self) -> int:
         return self.memory.used_bytes
 
-    def alloc(self, nbytes: int, t: Tensor) -> cl.Buffer:
-        """A new buffer held by `t` (the caller sets t.buf/capacity)."""
-        return self.memory.alloc(self.ctx, nbytes, t.name, constant=t.constant)
-
     def release(self, t: Tensor) -> None:
         if t.capacity:
             self.memory.release(t.buf, t.name)
@@ -156,13 +151,15 @@ class Network:
 
     def give_buffer(self, t: Tensor, nbytes: int) -> str:
         """Point `t` at a buffer of at least `nbytes` (its old one released): a dead tensor's
-        from the memory pool (`from_pool`) or a new one (`alloc`)."""
+        from the memory pool (`from_pool`; only for tensors the pool serves) or a new one
+        (`alloc`)."""
         self.release(t)
         taken = self.memory.take(t.name, nbytes)
         if taken is not None:
             t.buf, t.capacity = taken
         else:
-            t.buf, t.capacity = self.alloc(nbytes, t), nbytes
+            t.buf = self.memory.alloc(self.ctx, nbytes, t.name, constant=t.constant)
+            t.capacity = nbytes
         t.offset = 0
         return "alloc" if taken is None else "from_pool"
 
@@ -174,8 +171,7 @@ class Network:
         """Put a host value on the device (constants once, shape-subgraph values when changed)."""
         nbytes = t.host.nbytes
         if t.buf is None or t.capacity < nbytes:
-            self.release(t)
-            t.buf, t.capacity = self.alloc(nbytes, t), nbytes
+            self.give_buffer(t, nbytes)
         if nbytes:
             arr = np.require(t.host, requirements="C")
             cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
@@ -339,8 +335,7 @@ class Network:
         else:
             nbytes = src.layout.nbytes
             if t.buf is None or t.capacity < nbytes:
-                self.release(t)
-                t.buf, t.capacity = self.alloc(nbytes, t), nbytes
+                self.give_buffer(t, nbytes)
             t.offset = 0
             if nbytes:
                 cl.enqueue_copy(self.queue, t.buf, src.buf, byte_count=nbytes,
@@ -415,12 +410,13 @@ def _kv_append_ok(prog, node, past: str) -> bool:
 
 
 def _in_place_concats(prog, insts) -> list:
-    """Concats that may run in place (the plugin's can_be_optimized at run time): every input
-    produced by a device node of its own (one output, used by this concat alone, not a view,
-    a concat or a graph output) whose inputs all exist before the first of them runs, so the
-    concat can infer every producer's shape then. Whether the regions are contiguous depends
+    """(concat inst, producers' insts, first producer's step) for every Concat that may run in
+    place (the plugin's can_be_optimized at run time): every input produced by a device node
+    of its own (one output, used by this concat alone, not a view, a concat or a graph output)
+    whose inputs all exist before the first of them runs, so the concat can infer every
+    producer's shape then. Whether the regions are contiguous depends
     on the shapes: decided at run time (primitive_inst.do_runtime_in_place_concat)."""
-    step = {t.name: (k, i) for k, i in enumerate(insts) for t in i.outputs}
+    producer = {t.name: i for i in insts for t in i.outputs}
     plans = []
     for c in insts:
         n = c.node
@@ -429,15 +425,15 @@ def _in_place_concats(prog, insts) -> list:
             continue
         producers = []
         for t in c.inputs:
-            k, p = step.get(t.name, (None, None))
+            p = producer.get(t.name)
             if p is None or p.node.host or p.opdef.view or p.opdef.runtime_skip or \
                     p.node.op == "Concat" or p.kv_past is not None or len(p.outputs) != 1 or \
                     t.name in prog.outputs or [u.name for u in prog.users.get(t.name, [])] != [n.name]:
                 break
             producers.append(p)
         else:
-            first = min(insts.index(p) for p in producers)
-            if all(t is None or step.get(t.name, (-1,))[0] < first
+            first = min(p.step for p in producers)
+            if all(t is None or t.name not in producer or producer[t.name].step < first
                    for p in producers for t in p.inputs):
-                plans.append((c, producers))
+                plans.append((c, producers, first))
     return plans

@@ -277,8 +277,7 @@ class PrimitiveInst:
             cap = max(l.shape[axis], d.alloc_elems // per if per else 0)
             pad = tuple(cap if i == axis else x for i, x in enumerate(l.shape))
             nbytes = max(1, int(np.prod(pad))) * l.itemsize
-            net.release(out)
-            out.buf, out.offset, out.capacity = net.alloc(nbytes, out), 0, nbytes
+            net.give_buffer(out, nbytes)    # never pooled: the buffer outlives the inference
             self._rec("realloc", "alloc", bytes=nbytes, capacity=nbytes, predicted=d.predicted,
                       mode=d.mode, shape=l.shape, dtype=l.dtype)
             calls = [copy_call(node, l.dtype, past.layout.shape, contiguous_strides(past.layout.phys),

@@ -69,10 +69,10 @@ def run_reorder(net, node, src: Tensor, wl: WeightsLayout, reuse: Tensor | None)
     if reuse is not None and reuse.capacity >= nbytes:
         dst = reuse
     else:
-        if reuse is not None and reuse.capacity:
+        if reuse is not None:
             net.release(reuse)
         dst = Tensor(f"{src.name}:{wl.name}", constant=True)
-        dst.buf, dst.capacity = net.alloc(nbytes, dst), nbytes
+        net.give_buffer(dst, nbytes)   # weights are constant: never from the pool
     dst.layout, dst.offset = Layout(tuple(wl.shape), "f32"), 0
     info = compose_shape_info([(src.offset, src.layout.shape), (0, wl.shape)], call.params)
     info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=info)

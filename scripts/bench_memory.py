@@ -20,9 +20,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from bench_models import cases  # noqa: E402
+from scripts.bench_models import cases  # noqa: E402
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
 from tests.conftest import ort_session  # noqa: E402

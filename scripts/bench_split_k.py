@@ -11,17 +11,16 @@ faster). Outputs are checked against numpy. Timings only mean something on that 
 """
 import argparse
 import os
-import statistics
 import sys
 
 import numpy as np
-import pyopencl as cl
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import engine.ops.matmul as mm  # noqa: E402
+from scripts.bench_impls import kernel_us  # noqa: E402
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
 
@@ -35,16 +34,6 @@ def model(K: int, N: int, w: np.ndarray):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", N])],
                           [numpy_helper.from_array(w, "w")])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-def kernel_us(net, repeat: int) -> float:
-    inst = net.insts[0]
-    times = []
-    for _ in range(repeat):
-        evs = [cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws) for b in inst.bound]
-        evs[-1].wait()
-        times.append(sum(e.profile.end - e.profile.start for e in evs) / 1e3)
-    return statistics.median(times)
 
 
 def main():
@@ -66,7 +55,7 @@ def main():
             mm.SPLITK_MIN_K = k
             net = Network(build_program(model(K, N, w)), dev, impls="dynamic", profile=True)
             y = net.infer({"x": x})["y"]
-            res[name] = (kernel_us(net, a.repeat), float(np.abs(y - ref).max()), len(net.insts[0].bound))
+            res[name] = (kernel_us(net, net.insts[0], a.repeat), float(np.abs(y - ref).max()), len(net.insts[0].bound))
         mm.SPLITK_MIN_K = min_k
         s = min(mm.SPLITK_MAX, K // mm.SPLITK_CHUNK) if res["split"][2] == 2 else 1
         print(f"{f'{m}x{K}x{N}':>20s} {res['tiled'][0]:10.1f} {res['split'][0]:10.1f} {s:6d} "

@@ -17,6 +17,7 @@ from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool, plan_lifetimes
 from engine.primitive_inst import PrimitiveInst
+from engine.shape_info_arena import ShapeInfoArena
 from engine.program import ModelError, Program
 from engine.predictors import make_predictor
 from engine.shape_predictor import PreallocSettings
@@ -61,6 +62,11 @@ class Network:
         self.shape_of_changed: set = set()
         self._keep: list = []
         self._dummy = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 64)
+        # kernels are not enqueued as the flow decides them: they wait in `launches` behind
+        # one write of the shape_info arena (flush), done before anything else touches the queue
+        self.arena = ShapeInfoArena(self.ctx, self.device)
+        self.launches: list = []
+        self.log_launches: list | None = None   # a list while engine/plan.py records one
 
         self.tensors: dict[str, Tensor] = {}
         for name, v in program.constants.items():  # includes constants made by fusion
@@ -167,6 +173,25 @@ class Network:
         """Host arrays of non-blocking copies must outlive the copy: kept until the inference ends."""
         self._keep.append(obj)
 
+    # ---- the queue ----------------------------------------------------------------------
+    def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None) -> None:
+        """A kernel the flow decided to run: enqueued at the next flush."""
+        self.launches.append((kernel, gws, lws))
+
+    def flush(self) -> None:
+        """Write the shape_info arena's dirty spans, then enqueue the waiting kernels. Called
+        before any other command goes on the queue (copies, reads), so the order on the
+        in-order queue is the order the flow decided."""
+        self.arena.flush(self.queue, self.keep)
+        if self.launches:
+            enqueue = cl.enqueue_nd_range_kernel
+            q = self.queue
+            for k, g, l in self.launches:
+                enqueue(q, k, g, l)
+            if self.log_launches is not None:
+                self.log_launches.extend(self.launches)
+            self.launches = []
+
     def upload(self, t: Tensor) -> None:
         """Put a host value on the device (constants once, shape-subgraph values when changed)."""
         nbytes = t.host.nbytes
@@ -174,6 +199,7 @@ class Network:
             self.give_buffer(t, nbytes)
         if nbytes:
             arr = np.require(t.host, requirements="C")
+            self.flush()
             cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
             self.keep(arr)
         t.offset = 0
@@ -190,6 +216,7 @@ class Network:
         l = t.layout
         arr = np.empty(l.phys, dtype=np_dtype(l.dtype))
         if l.count:
+            self.flush()
             cl.enqueue_copy(self.queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
         if l.pad:
             arr = np.ascontiguousarray(arr[tuple(slice(0, d) for d in l.shape)])
@@ -338,6 +365,7 @@ class Network:
                 self.give_buffer(t, nbytes)
             t.offset = 0
             if nbytes:
+                self.flush()
                 cl.enqueue_copy(self.queue, t.buf, src.buf, byte_count=nbytes,
                                 src_offset=src.offset * src.layout.itemsize, dst_offset=0)
             reason = "feedback_copy"
@@ -365,6 +393,7 @@ class Network:
             self.set_input(name, feeds[name])
         for inst in self.insts:
             inst.execute()
+        self.flush()
         outs = {}
         for name in self.program.outputs:
             t = self.tensors[name]

@@ -30,13 +30,13 @@ def work_sizes(call: KernelCall) -> tuple:
 
 class _Bound:
     """One kernel of this node's current impl with its bound arguments."""
-    __slots__ = ("call", "kernel", "impl", "info", "info_buf", "arg_ids", "offsets", "gws", "lws")
+    __slots__ = ("call", "kernel", "impl", "info", "slot", "arg_ids", "offsets", "gws", "lws")
 
     def __init__(self, call: KernelCall, impl):
         self.call, self.impl = call, impl
         self.kernel = cl.Kernel(impl.program, call.kernel)  # per node: arguments stay bound
         self.info = None
-        self.info_buf = None
+        self.slot = None               # its shape_info block in the network's arena
         self.arg_ids = None
         self.offsets = None
         self.gws, self.lws = work_sizes(call)
@@ -52,6 +52,7 @@ class PrimitiveInst:
         self.in_layouts = None
         self.dep_state: dict = {}
         self.bound: list[_Bound] = []
+        self._bound_cache: dict = {}   # (impl, kernel, position) -> _Bound, most recent last
         self.shape_changed = False
         # fusion (engine/fusion.py): set by the network on a producer with fused ops
         self.fusion = None
@@ -181,10 +182,17 @@ class PrimitiveInst:
             impl_changed = self.poll_static()  # a static build finished: switch on this execution
         if impl_changed:
             self.update_weights()
-        mem_changed = self.realloc_if_needed()
+        # realloc_if_needed only for new shapes or a new impl, as the plugin's prepare_primitive
+        # ("only try update weight and realloc when impl is updated"): a repeated shape keeps
+        # its buffers without a decision (and without feeding the ShapePredictor's history)
+        if self.shape_changed or impl_changed or self._lacks_buffer():
+            mem_changed = self.realloc_if_needed()
+        else:
+            mem_changed = False
+            self._note_live()
         self.set_arguments(impl_changed or mem_changed)
         for b in self.bound:
-            cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
+            net.launch(b.kernel, b.gws, b.lws)
         for t in self.outputs:
             t.version += 1
             t.dev_version = t.version
@@ -298,7 +306,7 @@ class PrimitiveInst:
         self._bind(calls, [self._dynamic_impl(c) for c in calls])
         self.set_arguments(False)
         for b in self.bound:
-            cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
+            net.launch(b.kernel, b.gws, b.lws)
         out.version += 1
         out.dev_version = out.version
         out.host = None
@@ -418,7 +426,18 @@ class PrimitiveInst:
                 old.gws, old.lws = work_sizes(call)
                 new.append(old)
             else:
-                new.append(_Bound(call, impl))
+                # a kernel object per (impl, kernel) is kept: creating one costs ~150 us in
+                # pyopencl, and shapes that come back take their static impl back
+                key = (id(impl), call.kernel, k)
+                b = self._bound_cache.pop(key, None)
+                if b is None or b.impl is not impl:
+                    b = _Bound(call, impl)
+                else:
+                    b.call, (b.gws, b.lws) = call, work_sizes(call)
+                self._bound_cache[key] = b
+                while len(self._bound_cache) > 16:
+                    del self._bound_cache[next(iter(self._bound_cache))]
+                new.append(b)
                 changed = True
         changed |= len(new) != len(self.bound)
         self.bound = new
@@ -514,6 +533,20 @@ class PrimitiveInst:
             changed |= self._realloc(t, buffer=f"internal{k}")
         return changed
 
+    def _owned(self):
+        """The buffers realloc_if_needed manages for this node: outputs, then internal buffers."""
+        return [t for t in self.outputs if t.layout.count and not t.by_other] + \
+            self.internals[:len(self.internal_layouts)]
+
+    def _lacks_buffer(self) -> bool:
+        return len(self.internals) < len(self.internal_layouts) or \
+            any(t.buf is None for t in self._owned())
+
+    def _note_live(self) -> None:
+        """Same shapes, same buffers: they are still live in this inference."""
+        for t in self._owned():
+            self.net.memory.note_live(t.name, t.layout.nbytes)
+
     def _internal(self, k: int) -> Tensor:
         while len(self.internals) <= k:
             t = Tensor(f"{self.node.name}:internal{len(self.internals)}")
@@ -558,13 +591,12 @@ class PrimitiveInst:
                 info = compose_shape_info(blocks, call.params)
                 b.offsets = offsets
                 if b.info is None or not np.array_equal(info, b.info):
-                    if b.info_buf is None or b.info_buf.size < info.nbytes:
-                        b.info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY, info.nbytes)
+                    if b.slot is None or b.slot.nbytes < info.nbytes:
+                        b.slot = net.arena.slot(len(info))
                         b.arg_ids = None
-                    cl.enqueue_copy(net.queue, b.info_buf, info, is_blocking=False)
-                    net.keep(info)
+                    b.slot.write(info)      # reaches the device at the network's next flush
                     b.info = info
-            bufs = [b.info_buf] + [net.device_buffer(t) for t in tensors]
+            bufs = [b.slot.buf] + [net.device_buffer(t) for t in tensors]
             if force or b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
                 b.kernel.set_args(*bufs)
                 b.arg_ids = bufs  # holding them keeps identities meaningful

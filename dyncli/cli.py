@@ -86,6 +86,10 @@ def run(
     memory_pool: bool = typer.Option(True, "--memory-pool/--no-memory-pool", help="Hand the buffers "
                                      "of dead tensors to later nodes of the same inference "
                                      "(realloc `from_pool`); off: every tensor keeps its own."),
+    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Replay the plan of "
+                                   "an input signature whose last inference changed nothing "
+                                   "(engine/plan.py; traced as `plan replay`); off: the per-node "
+                                   "flow runs every inference."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
     expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
@@ -102,7 +106,7 @@ def run(
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
-                      memory_pool=memory_pool)
+                      memory_pool=memory_pool, fast_path=fast_path)
     exprs = trace_cmd.parse_expectations(expect, fail)
     show_progress = not as_json and sys.stderr.isatty()
     try:

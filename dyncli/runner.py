@@ -51,6 +51,7 @@ class RunOptions:
     async_compile: bool = True
     impl_cache_capacity: int = 300
     memory_pool: bool = True
+    fast_path: bool = True
 
 
 @dataclass
@@ -187,7 +188,8 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     feedback = parse_feedback(opts.feedback, prog)
     net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
                   feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
-                  impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool)
+                  impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool,
+                  fast_path=opts.fast_path)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []

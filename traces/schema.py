@@ -132,13 +132,25 @@ KINDS: dict[str, dict] = {
         "fields": ("impl", "compile_ms", "source"),
         "doc": "An OpenCL program was built (pyopencl's binary cache may serve it).",
     },
+    "plan": {
+        "actions": {"replay"},
+        "reasons": {"same_signature"},
+        "fields": ("of_iter", "kernels"),
+        "doc": "The fast path, a decision beyond the seeds (engine/plan.py): the inference "
+               "`of_iter` changed nothing and this one has the same input signature, so its "
+               "`kernels` were enqueued again as recorded, with no per-node flow. It stands for "
+               "the decisions of `of_iter`: the file holds this one event, and the reader "
+               "(traces/reader.py) expands it into copies of `of_iter`'s decision events, "
+               "marked `replayed: true`, so every view counts them. Off with `--no-fast-path`.",
+    },
     "infer_end": {
         "actions": {""},
-        "fields": ("latency_ms", "out_shapes", "counters"),
+        "fields": ("latency_ms", "out_shapes", "counters", "plan_base"),
         "doc": "An inference finished; `counters` are this inference's decision counts, plus "
                "`peak_bytes` (device memory of activation buffers at its peak) and "
                "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
-               "allocator can do with less).",
+               "allocator can do with less). `plan_base: true`: the inference changed nothing, "
+               "so later `plan replay` events may refer to it.",
     },
     "check": {
         "actions": {"pass", "fail"},

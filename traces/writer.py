@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+from traces.reader import NOT_REPLAYED, replayed
 from traces.schema import SCHEMA_VERSION
 
 
@@ -64,9 +65,17 @@ class MemoryTrace:
 
     def event(self, kind: str, node: str = "", op: str = "", action: str = "", reason: str = "",
               **fields) -> None:
-        self.events.append({"kind": kind, "iter": self.iter, "node": node, "op": op,
-                            "action": action, "reason": reason,
-                            "ts": time.perf_counter() - self._t0, **fields})
+        rec = {"kind": kind, "iter": self.iter, "node": node, "op": op, "action": action,
+               "reason": reason, "ts": time.perf_counter() - self._t0, **fields}
+        self.events.append(rec)
+        if kind == "plan":   # expanded as the file reader does (traces/reader.py)
+            base = []
+            for e in reversed(self.events):   # events come in iter order: stop past the base
+                if e["iter"] < fields["of_iter"]:
+                    break
+                if e["iter"] == fields["of_iter"] and e["kind"] not in NOT_REPLAYED:
+                    base.append(e)
+            self.events.extend(replayed(base[::-1], rec))
 
     def flush(self) -> None:
         pass

@@ -140,14 +140,18 @@ def describe_inputs(prog) -> str:
                      for n, dims in prog.input_dim_names.items())
 
 
+def load_model(path: str) -> onnx.ModelProto:
+    try:
+        return onnx.load(path)
+    except FileNotFoundError:
+        raise UsageError(f"model file not found: {path}") from None
+    except Exception as e:
+        raise UsageError(f"cannot parse {path} as ONNX: {e}") from None
+
+
 def execute_run(opts: RunOptions, progress=None) -> RunResult:
     """Run the whole sequence. `progress(i, n)` is called after each inference."""
-    try:
-        model = onnx.load(opts.model)
-    except FileNotFoundError:
-        raise UsageError(f"model file not found: {opts.model}") from None
-    except Exception as e:
-        raise UsageError(f"cannot parse {opts.model} as ONNX: {e}") from None
+    model = load_model(opts.model)
     try:
         prog = build_program(model, opts.model)
     except ModelError as e:

@@ -67,6 +67,9 @@ class Network:
         # one write of the shape_info arena (flush), done before anything else touches the queue
         self.arena = ShapeInfoArena(self.ctx, self.device)
         self.launches: list = []
+        self.profile = profile
+        self.events: list = []         # with profile=True: this inference's kernel events
+        self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
         self.log_launches: list | None = None   # a list while engine/plan.py records one
 
         self.tensors: dict[str, Tensor] = {}
@@ -189,8 +192,11 @@ class Network:
         if self.launches:
             enqueue = cl.enqueue_nd_range_kernel
             q = self.queue
-            for k, g, l in self.launches:
-                enqueue(q, k, g, l)
+            if self.profile:
+                self.events += [enqueue(q, k, g, l) for k, g, l in self.launches]
+            else:
+                for k, g, l in self.launches:
+                    enqueue(q, k, g, l)
             if self.log_launches is not None:
                 self.log_launches.extend(self.launches)
             self.launches = []
@@ -220,7 +226,9 @@ class Network:
         arr = np.empty(l.phys, dtype=np_dtype(l.dtype))
         if l.count:
             self.flush()
+            t0 = time.perf_counter()
             cl.enqueue_copy(self.queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
+            self.blocked_s += time.perf_counter() - t0
         if l.pad:
             arr = np.ascontiguousarray(arr[tuple(slice(0, d) for d in l.shape)])
         t.host = arr
@@ -383,6 +391,7 @@ class Network:
         self.iter += 1
         self.trace.iter = self.iter
         t0 = time.perf_counter()
+        self.blocked_s, self.events = 0.0, []
         fast = self.fast if self.fast is not None and not self.fast.blocker else None
         sig = signature(feeds) if fast is not None else None
         if fast is not None and fast.can_replay(sig):
@@ -409,8 +418,7 @@ class Network:
             if t.host is None:
                 self.read_to_host(t)
             outs[name] = t.host
-        self.queue.finish()
-        self._keep.clear()
+        self.finish()
         latency = (time.perf_counter() - t0) * 1e3
         self.counters["latency_ms"] = latency
         # device memory of activations at its peak, next to what the live tensors needed
@@ -423,13 +431,23 @@ class Network:
         self.trace.flush()
         return outs
 
+    def finish(self) -> None:
+        """Wait for the inference's commands; the host arrays kept for them can go."""
+        t0 = time.perf_counter()
+        self.queue.finish()
+        self.blocked_s += time.perf_counter() - t0
+        self._keep.clear()
+
+    def device_ms(self) -> float:
+        """Summed kernel time of the last inference (profile=True: OpenCL profiling events)."""
+        return sum(e.profile.end - e.profile.start for e in self.events) * 1e-6
+
     def _replay(self, feeds: dict, t0: float) -> dict:
         """The fast path (engine/plan.py): the plan of this signature, standing for the
         decisions of the inference it was recorded from."""
         plan = self.fast.plan
         outs = self.fast.replay(feeds)
-        self.queue.finish()
-        self._keep.clear()
+        self.finish()
         latency = (time.perf_counter() - t0) * 1e3
         self.counters = Counter(plan.counters)
         self.counters["latency_ms"] = latency

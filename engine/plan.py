@@ -100,8 +100,11 @@ class FastPath:
                 cl.enqueue_copy(q, t.buf, value, is_blocking=False)
                 net.keep(value)
         enqueue = cl.enqueue_nd_range_kernel
-        for k, g, l in plan.launches:
-            enqueue(q, k, g, l)
+        if net.profile:
+            net.events = [enqueue(q, k, g, l) for k, g, l in plan.launches]
+        else:
+            for k, g, l in plan.launches:
+                enqueue(q, k, g, l)
         for name in self.device_outputs:
             net.read_to_host(net.tensors[name])
         return {name: net.tensors[name].host for name in net.program.outputs}

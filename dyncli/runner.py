@@ -197,15 +197,21 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []
+    # outputs fed back stay on the device unless their host copies are needed
+    host_all = bool(ref is not None or opts.save_inputs or opts.save_outputs)
+    read = None if host_all else [o for o in prog.outputs if o not in feedback]
     try:
         for i, inf in enumerate(seq):
             feeds = loaded[i] if loaded else random_inputs(rng, inf, dtypes, ranges)
             fed = {inp: out for out, inp in feedback.items()} if i else {}
             for inp, out in fed.items():  # host copies, for --check and --save-inputs
-                feeds[inp] = outs[out]
-            outs = net.infer(feeds, fed_back=fed)
-            rec = InferRecord(i, {n: tuple(v.shape) for n, v in feeds.items()},
-                              {n: tuple(v.shape) for n, v in outs.items()},
+                if host_all:
+                    feeds[inp] = outs[out]
+                else:
+                    feeds.pop(inp, None)
+            outs = net.infer(feeds, fed_back=fed, outputs=read)
+            rec = InferRecord(i, {n: tuple(net.tensors[n].layout.shape) for n in prog.inputs},
+                              {n: tuple(v) for n, v in net.output_shapes().items()},
                               net.counters["latency_ms"], dict(net.counters))
             if ref is not None:
                 want = ref.run(feeds)

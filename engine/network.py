@@ -207,8 +207,9 @@ class Network:
         if t.buf is None or t.capacity < nbytes:
             self.give_buffer(t, nbytes)
         if nbytes:
+            # no flush first: the kernels still waiting do not read this buffer (host values
+            # and inputs never come from the memory pool; their readers come later)
             arr = np.require(t.host, requirements="C")
-            self.flush()
             cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
             self.keep(arr)
         t.offset = 0
@@ -384,10 +385,13 @@ class Network:
         t.dev_version = t.version
         self.record("realloc", "external", reason, _InputNode(name), bytes=nbytes)
 
-    def infer(self, feeds: dict, fed_back: dict | None = None) -> dict:
+    def infer(self, feeds: dict, fed_back: dict | None = None, outputs=None) -> dict:
         """One inference. `fed_back` maps inputs to the previous inference's outputs that feed
-        them on the device (--feedback); `feeds` still holds their host values when known."""
+        them on the device (--feedback); `feeds` still holds their host values when known.
+        `outputs`: the graph outputs to bring to the host (default all; a decode loop leaves
+        out the KV cache it feeds back, which would otherwise be read whole every step)."""
         fed_back = fed_back or {}
+        want = self.program.outputs if outputs is None else [o for o in self.program.outputs if o in outputs]
         self.iter += 1
         self.trace.iter = self.iter
         t0 = time.perf_counter()
@@ -395,7 +399,7 @@ class Network:
         fast = self.fast if self.fast is not None and not self.fast.blocker else None
         sig = signature(feeds) if fast is not None else None
         if fast is not None and fast.can_replay(sig):
-            return self._replay(feeds, t0)
+            return self._replay(feeds, t0, want)
         self.counters = Counter()
         self.shape_of_changed = set()
         self.memory.begin_inference()
@@ -413,7 +417,7 @@ class Network:
             inst.execute()
         self.flush()
         outs = {}
-        for name in self.program.outputs:
+        for name in want:
             t = self.tensors[name]
             if t.host is None:
                 self.read_to_host(t)
@@ -426,8 +430,7 @@ class Network:
         self.counters["live_bytes_lower_bound"] = self.memory.live_lower_bound()
         base = {"plan_base": True} if fast is not None and fast.end_flow(self.counters) else {}
         self.trace.event("infer_end", latency_ms=round(latency, 3),
-                         out_shapes={k: list(v.shape) for k, v in outs.items()},
-                         counters=dict(self.counters), **base)
+                         out_shapes=self.output_shapes(), counters=dict(self.counters), **base)
         self.trace.flush()
         return outs
 
@@ -442,11 +445,14 @@ class Network:
         """Summed kernel time of the last inference (profile=True: OpenCL profiling events)."""
         return sum(e.profile.end - e.profile.start for e in self.events) * 1e-6
 
-    def _replay(self, feeds: dict, t0: float) -> dict:
+    def output_shapes(self) -> dict:
+        return {k: list(self.tensors[k].layout.shape) for k in self.program.outputs}
+
+    def _replay(self, feeds: dict, t0: float, want: list) -> dict:
         """The fast path (engine/plan.py): the plan of this signature, standing for the
         decisions of the inference it was recorded from."""
         plan = self.fast.plan
-        outs = self.fast.replay(feeds)
+        outs = self.fast.replay(feeds, want)
         self.finish()
         latency = (time.perf_counter() - t0) * 1e3
         self.counters = Counter(plan.counters)
@@ -457,8 +463,7 @@ class Network:
             tr.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
             tr.event("plan", "", "", "replay", "same_signature", of_iter=plan.of_iter,
                      kernels=len(plan.launches))
-            tr.event("infer_end", latency_ms=round(latency, 3),
-                     out_shapes={k: list(v.shape) for k, v in outs.items()},
+            tr.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
                      counters=dict(self.counters))
             tr.flush()
         return outs

@@ -14,6 +14,7 @@ import pyopencl as cl
 from engine.fusion import fused_jit, fusion_valid
 from engine.kernels import KernelCall, compose_shape_info, round_up
 from engine.layout import Layout, dtype_from_numpy
+from engine.memo import Memo, values_key
 from engine.memory import Tensor
 from engine.shape_predictor import BufferState
 from engine.weights import WeightsCache, run_reorder, weights_cache_capacity
@@ -53,6 +54,11 @@ class PrimitiveInst:
         self.dep_state: dict = {}
         self.bound: list[_Bound] = []
         self._bound_cache: dict = {}   # (impl, kernel, position) -> _Bound, most recent last
+        # pure functions of the shapes, remembered (engine/memo.py)
+        self._infer_memo = Memo()      # (in layouts, deps) -> (out layouts, unfuse reason)
+        self._calls_memo = Memo()      # (in, out layouts, deps) -> (kernel calls, static variant)
+        self._info_memo = Memo(64)     # (call, tensor offsets) -> (call, shape_info)
+        self.deps_key: tuple = ()
         self.shape_changed = False
         # fusion (engine/fusion.py): set by the network on a producer with fused ops
         self.fusion = None
@@ -126,12 +132,11 @@ class PrimitiveInst:
         reason = "first_run" if self.in_layouts is None else (
             "shape_changed" if in_layouts != self.in_layouts else
             "dynamic_output" if dynamic else "memory_deps_changed")
-        own = in_layouts[:self.n_own] if self.fusion else in_layouts
-        out_layouts = self.opdef.infer(node, own, deps)
-        if self.fusion:
-            extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
-            produced = own[0] if self.fusion.prologue else out_layouts[0]
-            self.unfuse_reason = fusion_valid(self.fusion, produced, extra)
+        self.deps_key = values_key(deps) if deps else ()
+        key = (tuple(in_layouts), self.deps_key)
+        hit = self._infer_memo.get(key)
+        out_layouts, self.unfuse_reason = hit if hit is not None else \
+            self._infer_memo.put(key, self._infer(in_layouts, deps))
         self.in_layouts = in_layouts
         for t, l in zip(self.outputs, out_layouts):
             t.layout = l
@@ -139,6 +144,16 @@ class PrimitiveInst:
         self._rec("update_shape", "infer", reason, device_reads=reads,
                   in_shapes=[l.shape if l else None for l in in_layouts],
                   out_shapes=[l.shape for l in out_layouts], **by)
+
+    def _infer(self, in_layouts, deps) -> tuple[list, str]:
+        """Output layouts for these inputs, and why the fusion is invalid for them ("": valid)."""
+        own = in_layouts[:self.n_own] if self.fusion else in_layouts
+        out_layouts = self.opdef.infer(self.node, own, deps)
+        if not self.fusion:
+            return out_layouts, ""
+        extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
+        produced = own[0] if self.fusion.prologue else out_layouts[0]
+        return out_layouts, fusion_valid(self.fusion, produced, extra)
 
     def execute(self) -> None:
         node, net = self.node, self.net
@@ -232,6 +247,9 @@ class PrimitiveInst:
             vals = node.run_host(args)
         self.in_layouts = in_layouts
         for t, v in zip(self.outputs, vals):
+            if t.host is not None and (t.host is v or (t.host.dtype == v.dtype and
+                                                        np.array_equal(t.host, v))):
+                continue     # same value: its device copy and its readers' deps stay valid
             t.host = v
             t.layout = Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype))
             t.version += 1
@@ -358,19 +376,13 @@ class PrimitiveInst:
         critical path with --no-async-compile / --impls static), or queued on the compile queue
         and switched to on a later execution (poll_static)."""
         net, node = self.net, self.node
-        own = ins[:self.n_own] if self.fusion else ins
-        calls = self.opdef.kernels(node, own, outs, deps)
-        if self.fusion:
-            calls = self._with_fused_ops(calls)
+        mkey = (tuple(ins), tuple(outs), self.deps_key)
+        hit = self._calls_memo.get(mkey)
+        calls, v, key = hit if hit is not None else \
+            self._calls_memo.put(mkey, self._kernel_calls(ins, outs, deps))
         impls = [self._dynamic_impl(call) for call in calls]
         self.pending, self.want_weights = None, None
-        v = net.static_variant(self, own, outs, deps)
-        if v is not None and any(l is not None and l.pad for l in ins):
-            v = None                     # static tables describe dense tensors only
-        if v is not None and self.fusion:
-            v = self._fused_static(v, ins[self.n_own:])
         if v is not None:
-            key = net.static_key(self, v)
             name = f"{impls[0].name}/static[{v.tag}]"
             impl, how = net.find_static(key, name, node)
             if impl is None:
@@ -382,6 +394,21 @@ class PrimitiveInst:
                     self._rec_switch(impl, "static_ready")
                 calls, impls, self.want_weights = [v.call], [impl], v.weights
         return self._bind(calls, impls)
+
+    def _kernel_calls(self, ins, outs, deps) -> tuple:
+        """The dynamic impl's kernel calls for these shapes (fused ops applied), and the static
+        variant with its impl cache key (None, None when these shapes get none)."""
+        net = self.net
+        own = ins[:self.n_own] if self.fusion else ins
+        calls = self.opdef.kernels(self.node, own, outs, deps)
+        if self.fusion:
+            calls = self._with_fused_ops(calls)
+        v = net.static_variant(self, own, outs, deps)
+        if v is not None and any(l is not None and l.pad for l in ins):
+            v = None                     # static tables describe dense tensors only
+        if v is not None and self.fusion:
+            v = self._fused_static(v, ins[self.n_own:])
+        return calls, v, (net.static_key(self, v) if v is not None else None)
 
     def _dynamic_impl(self, call):
         """This node's shape-agnostic impl of `call`: kept from an earlier shape, else from the
@@ -587,10 +614,15 @@ class PrimitiveInst:
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.
             if b.info is None or self.shape_changed or offsets != b.offsets:
-                blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
-                info = compose_shape_info(blocks, call.params)
+                # the memo holds the call, so its id names it while the entry lives
+                hit = self._info_memo.get((id(call), offsets))
+                if hit is None or hit[0] is not call:
+                    blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
+                    hit = self._info_memo.put((id(call), offsets),
+                                              (call, compose_shape_info(blocks, call.params)))
+                info = hit[1]
                 b.offsets = offsets
-                if b.info is None or not np.array_equal(info, b.info):
+                if b.info is None or not (info is b.info or np.array_equal(info, b.info)):
                     if b.slot is None or b.slot.nbytes < info.nbytes:
                         b.slot = net.arena.slot(len(info))
                         b.arg_ids = None

@@ -17,6 +17,7 @@ from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool, plan_lifetimes
 from engine.plan import FastPath, signature
+from engine.prebuild import start_builds
 from engine.primitive_inst import PrimitiveInst
 from engine.shape_info_arena import ShapeInfoArena
 from engine.program import ModelError, Program
@@ -39,7 +40,8 @@ class Network:
                  prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300,
                  predictor: str = "openvino", feedback: dict | None = None,
                  impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
-                 profile: bool = False, memory_pool: bool = True, fast_path: bool = True):
+                 profile: bool = False, memory_pool: bool = True, fast_path: bool = True,
+                 prebuild_workers: int = 8):
         if impls not in IMPL_MODES:
             raise ValueError(f"impls must be one of {', '.join(IMPL_MODES)}, not {impls!r}")
         self.program = program
@@ -108,6 +110,10 @@ class Network:
         self.memory = MemoryPool(life, set(life) - pinned, enabled=memory_pool)
         # plan replay of repeated input signatures (engine/plan.py); None: the flow runs always
         self.fast = FastPath(self) if fast_path else None
+        # (source, jit) -> future of a build started ahead of the node that needs it
+        # (engine/prebuild.py, before the first inference's flow)
+        self.prebuilt: dict = {}
+        self.prebuild_workers = prebuild_workers
 
     def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
         inst = PrimitiveInst(node, self)
@@ -263,15 +269,17 @@ class Network:
         if impl is not None:
             self.record("update_impl", "cache_hit", "dynamic", node, impl=impl.name, impl_kind="dynamic")
             return impl
+        built = self.prebuilt.pop((call.source, jit), None)
         try:
-            prg, ms = build_program(self.ctx, call.source, jit)
+            prg, ms = built.result() if built is not None else build_program(self.ctx, call.source, jit)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
         self._put_impl(key, impl, node)
-        self._count_compile(ms, False, True)
+        self._count_compile(ms, False, built is None)
+        extra = {"prebuilt": True} if built is not None else {}
         self.record("update_impl", "build", "dynamic", node, impl=impl.name, impl_kind="dynamic",
-                    compile_ms=round(ms, 3), critical=True)
+                    compile_ms=round(ms, 3), critical=built is None, **extra)
         return impl
 
     def static_variant(self, inst, ins, outs, deps) -> StaticVariant | None:
@@ -283,12 +291,12 @@ class Network:
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
         return fn(inst.node, ins, outs, deps, consts)
 
-    def static_key(self, inst, v: StaticVariant) -> ImplParams:
+    def static_key(self, inst, v: StaticVariant, ins: list, outs: list) -> ImplParams:
         call = v.call
         dims = []
         for p, (kind, i) in enumerate(call.args):
-            t = inst.inputs[i] if kind == "in" else inst.outputs[i]
-            dims.append(tuple(v.table_dims.get(p, call.dims.get(p, t.layout.shape))))
+            l = ins[i] if kind == "in" else outs[i]
+            dims.append(tuple(v.table_dims.get(p, call.dims.get(p, l.shape))))
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
         return ImplParams("static", inst.node.op, call.source, jit, tuple(dims), tuple(v.table_params))
 
@@ -397,13 +405,15 @@ class Network:
         t0 = time.perf_counter()
         self.blocked_s, self.events = 0.0, []
         fast = self.fast if self.fast is not None and not self.fast.blocker else None
-        sig = signature(feeds) if fast is not None else None
+        sig = signature(feeds, fast.by_value) if fast is not None else None
         if fast is not None and fast.can_replay(sig):
             return self._replay(feeds, t0, want)
         self.counters = Counter()
         self.shape_of_changed = set()
         self.memory.begin_inference()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
+        if self.iter == 0 and self.prebuild_workers > 1:
+            start_builds(self, feeds)
         if fast is not None:
             fast.begin_flow(sig)
         for name in self.program.inputs:

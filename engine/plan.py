@@ -30,8 +30,24 @@ NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "p
                            "plan.replay.same_signature"})
 
 
-def signature(feeds: dict) -> tuple:
-    return tuple((k, np.shape(v), np.asarray(v).dtype.str) for k, v in sorted(feeds.items()))
+def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:
+    """Input shapes and dtypes; the values too of the inputs shape inference reads."""
+    return tuple((k, np.shape(v), np.asarray(v).dtype.str,
+                  np.asarray(v).tobytes() if k in by_value else None) for k, v in sorted(feeds.items()))
+
+
+def value_inputs(net) -> frozenset:
+    """Graph inputs whose values decide shapes: read as a memory dep by a device node or by a
+    host impl (a Shape node reads only the shape)."""
+    names = set()
+    for inst in net.insts:
+        for i in [inst] + inst.unfused:
+            if i.node.host and i.node.op != "Shape":
+                idx = range(len(i.inputs))
+            else:
+                idx = i.opdef.shape_deps
+            names |= {i.inputs[k].name for k in idx if k < len(i.inputs) and i.inputs[k] is not None}
+    return frozenset(names & set(net.program.inputs))
 
 
 def fast_path_blocker(net) -> str:
@@ -59,6 +75,7 @@ class FastPath:
     def __init__(self, net):
         self.net = net
         self.blocker = fast_path_blocker(net)
+        self.by_value = value_inputs(net)
         self.plan: Plan | None = None
         self.last_sig = None
         self.recording = None

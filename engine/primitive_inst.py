@@ -408,7 +408,7 @@ class PrimitiveInst:
             v = None                     # static tables describe dense tensors only
         if v is not None and self.fusion:
             v = self._fused_static(v, ins[self.n_own:])
-        return calls, v, (net.static_key(self, v) if v is not None else None)
+        return calls, v, (net.static_key(self, v, ins, outs) if v is not None else None)
 
     def _dynamic_impl(self, call):
         """This node's shape-agnostic impl of `call`: kept from an earlier shape, else from the

@@ -170,11 +170,40 @@ def torch_peers(out, tokens=256):
         print(f"torch eager CUDA GPT-2 decode: {statistics.mean(lat[1:]):.3f} ms/token", flush=True)
 
 
+def host_profile(device):
+    import cProfile
+    import pstats
+    import onnx
+    net = Network(build_program(onnx.load(BERT), BERT), device)
+    rng = np.random.default_rng(0)
+    feeds = [{"input_ids": rng.integers(0, 30000, (1, s)), "attention_mask": np.ones((1, s), np.int64)}
+             for s in bert_sequence(40)]
+    for f in feeds:
+        net.infer(f)
+    pr = cProfile.Profile()
+    pr.enable()
+    for f in feeds:
+        net.infer(f)
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+    # a shape never seen before (kernels all built): where its first-seen time goes
+    f = {"input_ids": rng.integers(0, 30000, (1, 80)), "attention_mask": np.ones((1, 80), np.int64)}
+    pr = cProfile.Profile()
+    pr.enable()
+    t0 = time.perf_counter()
+    net.infer(f)
+    pr.disable()
+    print(f"first-seen seq 80: {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    pstats.Stats(pr).sort_stats("tottime").print_stats(15)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bert", action="store_true")
     ap.add_argument("--gpt2", action="store_true")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="cProfile of the flow's host work over 40 BERT inferences of changing shapes")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--device")
     ap.add_argument("--json")
@@ -188,6 +217,8 @@ def main():
         bench_gpt2(dev, out, a.tokens)
     if a.torch:
         torch_peers(out, a.tokens)
+    if a.host_profile:
+        host_profile(dev)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -119,3 +119,19 @@ def test_reader_refuses_a_replay_of_an_unknown_base(tmp_path):
     _, events = read_trace(str(path))
     with pytest.raises(TraceError, match="not a plan base"):
         list(events)
+
+
+def test_inputs_read_as_values_are_part_of_the_signature(device):
+    """A Reshape target fed as a graph input: same shape, new value, no replay."""
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "target"], ["r"], name="Reshape"),
+                           helper.make_node("Relu", ["r"], ["y"], name="Relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
+                           helper.make_tensor_value_info("target", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(7).standard_normal((4, 6)).astype(np.float32)
+    feeds = [{"x": x, "target": np.array(t, np.int64)} for t in ([3, 8], [3, 8], [3, 8], [8, 3])]
+    outs, _, tr = _run(model, feeds, device, True, impls="dynamic")
+    assert [o["y"].shape for o in outs] == [(3, 8), (3, 8), (3, 8), (8, 3)]
+    assert [e["iter"] for e in tr.events if e["kind"] == "plan"] == [2]

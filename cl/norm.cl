@@ -69,53 +69,153 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
 }
 #endif
 
+// GPU, rows along the last dim (inner == 1): W lanes per row, NORM_WG / W rows per work-group,
+// local reductions of the max and the sum. PARAM(4) W (a power of two). JIT: NORM_WG.
+#ifdef SOFTMAX_WG
+inline float row_max(__local float* red, int lid, int lane, int W, float v) {
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = W / 2; h > 0; h >>= 1) {
+        if (lane < h) red[lid] = fmax(red[lid], red[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = red[lid - lane];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+inline float row_add(__local float* red, int lid, int lane, int W, float v) {
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = W / 2; h > 0; h >>= 1) {
+        if (lane < h) red[lid] += red[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = red[lid - lane];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+KERNEL(softmax_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* Y PROLOGUE_ARGS)
+{
+    __local float red[NORM_WG];
+    const int A = PARAM(0), W = PARAM(4), lid = get_local_id(0), lane = lid & (W - 1);
+    const int row = get_group_id(0) * (NORM_WG / W) + lid / W;
+    const int live = row < PARAM(2);
+    const int base = (live ? row : 0) * A;
+    const __global float* x = X + T_OFF(0) + base;
+    __global float* y = Y + T_OFF(1) + base;
+    PROLOGUE_ROW(base, 1, PARAM(3))
+#define SOFTMAX_X(a) PROLOGUE_AT(x[a], (a), base + (a))
+    float m = -INFINITY;
+    for (int a = lane; a < A; a += W) m = fmax(m, SOFTMAX_X(a));
+    m = row_max(red, lid, lane, W, m);
+    float s = 0.0f;
+    for (int a = lane; a < A; a += W) {
+        const float e = exp(SOFTMAX_X(a) - m);
+        if (live) y[a] = e;
+        s += e;
+    }
+#undef SOFTMAX_X
+    const float inv = 1.0f / row_add(red, lid, lane, W, s);
+    if (live)
+        for (int a = lane; a < A; a += W) y[a] *= inv;   // the lane's own stores: no barrier
+}
+#endif
+
 // ---- layer normalization -------------------------------------------------------------------
-// Tensors: 0 X [rows, D], 1 Scale, [2 B], then Y. JIT: EPS, HAS_BIAS.
-// PARAM(0) rows, PARAM(1) D, PARAM(2) Scale's element count, PARAM(3) B's element count
-// (Scale and B broadcast to the normalised dims as a suffix: index j % count).
+// Tensors: 0 X [rows, D], 1 Scale, [2 B], then Y, then the prologue's extra inputs (e.g. the
+// residual r of LN(x + r): every read of X goes through PROLOGUE_AT, engine/fusion.py).
+// JIT: EPS, HAS_BIAS. PARAM(0) rows, PARAM(1) D, PARAM(2) Scale's element count, PARAM(3) B's
+// element count (Scale and B broadcast to the normalised dims as a suffix: index j % count),
+// PARAM(4) 1 when a row runs along one dim (prologue offsets linear), PARAM(5) lanes per row
+// (layer_norm_wg).
 #ifdef LAYER_NORM
 #if HAS_BIAS
 #define LN_Y 3
+#define LN_B_ARG __global const float* B,
+#define LN_BIAS(j) (bc == D ? b[j] : b[(j) % bc])
 #else
 #define LN_Y 2
+#define LN_B_ARG
+#define LN_BIAS(j) 0.0f
 #endif
+#define LN_X(j) PROLOGUE_AT(x[j], (j), base + (j))
+#define LN_SCALE(j) (sc == D ? s[j] : s[(j) % sc])
+
+// CPU: a work-item per row, no barriers (PoCL runs barriers as loops over the work-group).
+#ifndef NORM_WG
 KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const float* S,
-#if HAS_BIAS
-                   __global const float* B,
-#endif
-                   __global float* Y)
+                   LN_B_ARG __global float* Y PROLOGUE_ARGS)
 {
     const int row = get_global_id(0);
-    const int D = PARAM(1), sc = PARAM(2);
+    const int D = PARAM(1), sc = PARAM(2), bc = PARAM(3);
     if (row >= PARAM(0)) return;
-    const __global float* x = X + T_OFF(0) + row * D;
-    __global float* y = Y + T_OFF(LN_Y) + row * D;
+    const int base = row * D;
+    const __global float* x = X + T_OFF(0) + base;
+    __global float* y = Y + T_OFF(LN_Y) + base;
     const __global float* s = S + T_OFF(1);
+#if HAS_BIAS
+    const __global float* b = B + T_OFF(2);
+#endif
+    PROLOGUE_ROW(base, 1, PARAM(4))
     float sum = 0.0f;
-    for (int j = 0; j < D; ++j) sum += x[j];
+    for (int j = 0; j < D; ++j) sum += LN_X(j);
     const float mean = sum / (float)D;
     float sq = 0.0f;
     for (int j = 0; j < D; ++j) {
-        const float d = x[j] - mean;
+        const float d = LN_X(j) - mean;
         sq += d * d;
     }
     const float inv = rsqrt(sq / (float)D + EPS);
+    for (int j = 0; j < D; ++j) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+}
+#else
+
+// Sum of v over the W lanes of this row's slice of the work-group (W a power of two, lanes
+// lid - lane .. lid - lane + W - 1); every lane gets the sum. Called by the whole work-group.
+inline float row_sum(__local float* red, int lid, int lane, int W, float v) {
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = W / 2; h > 0; h >>= 1) {
+        if (lane < h) red[lid] += red[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = red[lid - lane];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+// GPU: W lanes per row, NORM_WG / W rows per work-group; lane k reads elements k, k + W, ...
+// (consecutive lanes read consecutive floats: coalesced); two local reductions (mean, then the
+// squared deviations: the second read of the row comes from cache). JIT: NORM_WG.
+KERNEL(layer_norm_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const float* S,
+                      LN_B_ARG __global float* Y PROLOGUE_ARGS)
+{
+    __local float red[NORM_WG];
+    const int W = PARAM(5), lid = get_local_id(0), lane = lid & (W - 1);
+    const int row = get_group_id(0) * (NORM_WG / W) + lid / W;
+    const int D = PARAM(1), sc = PARAM(2), bc = PARAM(3);
+    const int live = row < PARAM(0);
+    const int base = (live ? row : 0) * D;   // spare lanes read row 0 and store nothing
+    const __global float* x = X + T_OFF(0) + base;
+    __global float* y = Y + T_OFF(LN_Y) + base;
+    const __global float* s = S + T_OFF(1);
 #if HAS_BIAS
     const __global float* b = B + T_OFF(2);
-    const int bc = PARAM(3);
-    if (sc == D && bc == D) {
-        for (int j = 0; j < D; ++j) y[j] = (x[j] - mean) * inv * s[j] + b[j];
-    } else {
-        for (int j = 0; j < D; ++j) y[j] = (x[j] - mean) * inv * s[j % sc] + b[j % bc];
-    }
-#else
-    if (sc == D) {
-        for (int j = 0; j < D; ++j) y[j] = (x[j] - mean) * inv * s[j];
-    } else {
-        for (int j = 0; j < D; ++j) y[j] = (x[j] - mean) * inv * s[j % sc];
-    }
 #endif
+    PROLOGUE_ROW(base, 1, PARAM(4))
+    float sum = 0.0f;
+    for (int j = lane; j < D; j += W) sum += LN_X(j);
+    const float mean = row_sum(red, lid, lane, W, sum) / (float)D;
+    float sq = 0.0f;
+    for (int j = lane; j < D; j += W) {
+        const float d = LN_X(j) - mean;
+        sq += d * d;
+    }
+    const float inv = rsqrt(row_sum(red, lid, lane, W, sq) / (float)D + EPS);
+    if (live)
+        for (int j = lane; j < D; j += W) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
 }
+#endif   // NORM_WG
 #endif
 
 // ---- local response normalization (across channels) ---------------------------------------

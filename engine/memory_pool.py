@@ -55,7 +55,10 @@ def plan_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
         for t in inst.outputs:
             if not inst.opdef.view:
                 life.setdefault(t.name, [s, s])
-        for sub in inst.unfused:
+        subs = list(inst.unfused)
+        while subs:   # nested: a fused attention's unfused Softmax has its own prologue
+            sub = subs.pop()
+            subs += sub.unfused
             for t in sub.outputs:
                 life.setdefault(t.name, [s, s])
     for o in graph_outputs:

@@ -130,7 +130,7 @@ class PrimitiveInst:
         if self.fusion:
             extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
             produced = own[0] if self.fusion.prologue else out_layouts[0]
-            self.unfuse_reason = fusion_valid(self.fusion, produced, extra)
+            self.unfuse_reason = fusion_valid(self.fusion, produced, extra, own)
         self.in_layouts = in_layouts
         for t, l in zip(self.outputs, out_layouts):
             t.layout = l
@@ -351,8 +351,9 @@ class PrimitiveInst:
         and switched to on a later execution (poll_static)."""
         net, node = self.net, self.node
         own = ins[:self.n_own] if self.fusion else ins
-        calls = self.opdef.kernels(node, own, outs, deps)
-        if self.fusion:
+        dev = {"device": net.device_type} if self.opdef.per_device else {}
+        calls = self.opdef.kernels(node, own, outs, deps, **dev)
+        if self.fusion and not self.fusion.subgraph:
             calls = self._with_fused_ops(calls)
         impls = [self._dynamic_impl(call) for call in calls]
         self.pending, self.want_weights = None, None

@@ -128,3 +128,25 @@ def test_layer_norm_keeps_a_sum_that_is_used_elsewhere(device):
     net, trace = _net(model, device, "cpu")
     run_vs_ort(model, [{"x": rng.standard_normal((2, 3, 16)).astype(np.float32),
                         "r": rng.standard_normal((2, 3, 16)).astype(np.float32)}], device, net=net)
+
+
+def test_eltwise_vector_path_and_unaligned_slices(device):
+    """Flat eltwise kernels take 4 elements per work-item, as vectors when every offset is a
+    multiple of 4: an in-place concat slice at offset 15 and counts that are not multiples of 4
+    take the scalar tail; int64 and bool (Equal, Where) go through the same path."""
+    nodes = [helper.make_node("Relu", ["a"], ["ra"], name="Relu_a"),
+             helper.make_node("Add", ["a", "b"], ["ab"], name="Add_ab"),
+             helper.make_node("Concat", ["ra", "ab"], ["cat"], name="Concat", axis=0),
+             helper.make_node("Equal", ["a", "b"], ["eq"], name="Equal"),
+             helper.make_node("Where", ["eq", "a", "b"], ["w"], name="Where")]
+    model = _model(nodes, [("a", ["n", 5]), ("b", ["n", 5])], ["cat", "w"])
+    rng = np.random.default_rng(6)
+    seq = []
+    for n in (3, 4, 1, 13):
+        a = rng.standard_normal((n, 5)).astype(np.float32)
+        b = np.where(rng.random((n, 5)) > 0.5, a, rng.standard_normal((n, 5))).astype(np.float32)
+        seq.append({"a": a, "b": b})
+    net, trace = _net(model, device, "cpu")
+    run_vs_ort(model, seq, device, net=net)
+    applied = [e for e in trace.events if e["kind"] == "in_place_concat" and e["action"] == "apply"]
+    assert applied and applied[0]["offsets"] == [0, 15]

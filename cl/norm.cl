@@ -54,6 +54,32 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
     const __global float* x = X + T_OFF(0) + base;
     __global float* y = Y + T_OFF(1) + base;
     PROLOGUE_ROW(base, inner, PARAM(3))
+#if !HAS_PROLOGUE
+    if (inner == 1) {   // a contiguous row: float8 (explicit SIMD, PoCL's vector exp), then a tail
+        const int A8 = A & ~7;
+        float8 m8 = -INFINITY;
+        for (int a = 0; a < A8; a += 8) m8 = fmax(m8, vload8(0, x + a));
+        float m = fmax(fmax(fmax(m8.s0, m8.s1), fmax(m8.s2, m8.s3)),
+                       fmax(fmax(m8.s4, m8.s5), fmax(m8.s6, m8.s7)));
+        for (int a = A8; a < A; ++a) m = fmax(m, x[a]);
+        float8 s8 = 0.0f;
+        for (int a = 0; a < A8; a += 8) {
+            const float8 e = exp(vload8(0, x + a) - m);
+            vstore8(e, 0, y + a);
+            s8 += e;
+        }
+        float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
+        for (int a = A8; a < A; ++a) {
+            const float e = exp(x[a] - m);
+            y[a] = e;
+            s += e;
+        }
+        const float inv = 1.0f / s;
+        for (int a = 0; a < A8; a += 8) vstore8(vload8(0, y + a) * inv, 0, y + a);
+        for (int a = A8; a < A; ++a) y[a] *= inv;
+        return;
+    }
+#endif
 #define SOFTMAX_X(a) PROLOGUE_AT(x[(a) * inner], (a), base + (a) * inner)
     float m = -INFINITY;
     for (int a = 0; a < A; ++a) m = fmax(m, SOFTMAX_X(a));
@@ -157,16 +183,38 @@ KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
     const __global float* b = B + T_OFF(2);
 #endif
     PROLOGUE_ROW(base, 1, PARAM(4))
-    float sum = 0.0f;
-    for (int j = 0; j < D; ++j) sum += LN_X(j);
+    // the first D8 elements as float8 (explicit SIMD: PoCL does not vectorise a float
+    // reduction loop on its own), the rest one by one; prologue reads are scalar
+    const int D8 = HAS_PROLOGUE ? 0 : D & ~7;
+    float8 sum8 = 0.0f;
+    for (int j = 0; j < D8; j += 8) sum8 += vload8(0, x + j);
+    float sum = sum8.s0 + sum8.s1 + sum8.s2 + sum8.s3 + sum8.s4 + sum8.s5 + sum8.s6 + sum8.s7;
+    for (int j = D8; j < D; ++j) sum += LN_X(j);
     const float mean = sum / (float)D;
-    float sq = 0.0f;
-    for (int j = 0; j < D; ++j) {
+    float8 sq8 = 0.0f;
+    for (int j = 0; j < D8; j += 8) {
+        const float8 d = vload8(0, x + j) - mean;
+        sq8 += d * d;
+    }
+    float sq = sq8.s0 + sq8.s1 + sq8.s2 + sq8.s3 + sq8.s4 + sq8.s5 + sq8.s6 + sq8.s7;
+    for (int j = D8; j < D; ++j) {
         const float d = LN_X(j) - mean;
         sq += d * d;
     }
     const float inv = rsqrt(sq / (float)D + EPS);
-    for (int j = 0; j < D; ++j) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+    if (sc == D && (!HAS_BIAS || bc == D)) {
+        for (int j = 0; j < D8; j += 8) {
+#if HAS_BIAS
+            const float8 bj = vload8(0, b + j);
+#else
+            const float8 bj = 0.0f;
+#endif
+            vstore8((vload8(0, x + j) - mean) * inv * vload8(0, s + j) + bj, 0, y + j);
+        }
+        for (int j = D8; j < D; ++j) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+    } else {
+        for (int j = 0; j < D; ++j) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+    }
 }
 #else
 

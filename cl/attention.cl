@@ -30,6 +30,32 @@ KERNEL(attention_row)(ATT_ARGS)
     PROLOGUE_ROW(base, 1, 1)
     float sc[MAX_L];
     float m = -INFINITY;
+    if (qd == 1 && kd == 1 && vd == 1 && (Dk & 7) == 0 && (Dv & 7) == 0) {
+        // contiguous head dims (k's Transpose absorbed): float8 dot products and a float8
+        // accumulator row (explicit SIMD; PoCL does not vectorise the float reductions)
+        float8 qv[MAX_D / 8], acc[MAX_D / 8];
+        for (int c = 0; c < Dk / 8; ++c) qv[c] = vload8(c, q);
+        for (int j = 0; j < L; ++j) {
+            const __global float* kj = k + j * kl;
+            float8 s8 = 0.0f;
+            for (int c = 0; c < Dk / 8; ++c) s8 += qv[c] * vload8(c, kj);
+            float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
+            s = PROLOGUE_AT(s, j, base + j);
+            sc[j] = s;
+            m = fmax(m, s);
+        }
+        float sum = 0.0f;
+        for (int c = 0; c < Dv / 8; ++c) acc[c] = 0.0f;
+        for (int j = 0; j < L; ++j) {
+            const float e = exp(sc[j] - m);
+            sum += e;
+            const __global float* vj = v + j * vl;
+            for (int c = 0; c < Dv / 8; ++c) acc[c] += e * vload8(c, vj);
+        }
+        const float inv = 1.0f / sum;
+        for (int c = 0; c < Dv / 8; ++c) vstore8(acc[c] * inv, c, y);
+        return;
+    }
     for (int j = 0; j < L; ++j) {
         const __global float* kj = k + j * kl;
         float s = 0.0f;

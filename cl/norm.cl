@@ -131,6 +131,30 @@ KERNEL(softmax_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global flo
     __global float* y = Y + T_OFF(1) + base;
     PROLOGUE_ROW(base, 1, PARAM(3))
 #define SOFTMAX_X(a) PROLOGUE_AT(x[a], (a), base + (a))
+    if (A <= ROW_PER_LANE * W) {   // the row in registers: one read of X, one write of Y
+        float v[ROW_PER_LANE];
+        float m = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < ROW_PER_LANE; ++k) {
+            const int a = lane + k * W;
+            v[k] = a < A ? SOFTMAX_X(a) : -INFINITY;
+            m = fmax(m, v[k]);
+        }
+        m = row_max(red, lid, lane, W, m);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ROW_PER_LANE; ++k) {
+            v[k] = lane + k * W < A ? exp(v[k] - m) : 0.0f;
+            s += v[k];
+        }
+        const float inv = 1.0f / row_add(red, lid, lane, W, s);
+        if (live) {
+#pragma unroll
+            for (int k = 0; k < ROW_PER_LANE; ++k)
+                if (lane + k * W < A) y[lane + k * W] = v[k] * inv;
+        }
+        return;
+    }
     float m = -INFINITY;
     for (int a = lane; a < A; a += W) m = fmax(m, SOFTMAX_X(a));
     m = row_max(red, lid, lane, W, m);
@@ -251,7 +275,35 @@ KERNEL(layer_norm_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global 
     const __global float* b = B + T_OFF(2);
 #endif
     PROLOGUE_ROW(base, 1, PARAM(4))
-    float sum = 0.0f;
+    if (D <= ROW_PER_LANE * W) {
+        // the row fits in registers (ROW_PER_LANE values per lane, row_lanes sizes W for it):
+        // one read of X, the statistics and the output from the registers
+        float v[ROW_PER_LANE];
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ROW_PER_LANE; ++k) {
+            const int j = lane + k * W;
+            v[k] = j < D ? LN_X(j) : 0.0f;
+            sum += v[k];
+        }
+        const float mean = row_sum(red, lid, lane, W, sum) / (float)D;
+        float sq = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ROW_PER_LANE; ++k) {
+            const float d = lane + k * W < D ? v[k] - mean : 0.0f;
+            sq += d * d;
+        }
+        const float inv = rsqrt(row_sum(red, lid, lane, W, sq) / (float)D + EPS);
+        if (live) {
+#pragma unroll
+            for (int k = 0; k < ROW_PER_LANE; ++k) {
+                const int j = lane + k * W;
+                if (j < D) y[j] = (v[k] - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+            }
+        }
+        return;
+    }
+    float sum = 0.0f;   // longer rows: the second and third reads come from cache
     for (int j = lane; j < D; j += W) sum += LN_X(j);
     const float mean = row_sum(red, lid, lane, W, sum) / (float)D;
     float sq = 0.0f;

@@ -30,10 +30,11 @@ def _net(model, device, kind):
 
 
 def _shapes():
-    """(rows, d): d = 1, lanes-per-row boundaries (8 * lanes +- 1), 384, 768 and primes; rows
+    """(rows, d): d = 1, lanes-per-row boundaries (8 * lanes +- 1), 384, 768, primes and a row
+    longer than the GPU kernel holds in registers (ROW_PER_LANE * NORM_WG = 1024); rows
     = 1 and around rows-per-group for that d."""
     out = []
-    for d in (1, 7, 8, 9, 63, 64, 65, 383, 384, 768, 1021):
+    for d in (1, 7, 8, 9, 63, 64, 65, 383, 384, 768, 1021, 1031):   # 1031: over 8 x 128
         per = NORM_WG // row_lanes(d)
         out += [(1, d), (per + 1, d)] + ([(per - 1, d)] if per > 1 else [])
     return out + [(37, 384), (128, 384)]

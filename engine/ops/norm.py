@@ -28,13 +28,14 @@ def _prod(dims) -> int:
 # GPU row kernels (layer_norm_wg, softmax_wg): one work-group size for every shape (one build),
 # the lanes per row sized to the row (row_lanes).
 NORM_WG = 128
+ROW_PER_LANE = 8     # a row of up to ROW_PER_LANE * NORM_WG floats is held in registers
 
 
 def row_lanes(n: int) -> int:
-    """Lanes per row on a GPU: the least power of two giving each lane at most 8 elements, up
-    to the whole work-group (a 384-float row: 64 lanes, 2 rows per work-group)."""
+    """Lanes per row on a GPU: the least power of two giving each lane at most ROW_PER_LANE
+    elements, up to the whole work-group (a 384-float row: 64 lanes, 2 rows per work-group)."""
     w = 1
-    while w < NORM_WG and w * 8 < n:
+    while w < NORM_WG and w * ROW_PER_LANE < n:
         w *= 2
     return w
 
@@ -150,6 +151,7 @@ def _softmax_kernels(node, ins, outs, deps, device="cpu"):
         w = row_lanes(a)
         gws, lws = _rows_dispatch(outer, w)
         return [KernelCall("norm", "softmax_wg", (("SOFTMAX_WG", 1), ("NORM_WG", NORM_WG),
+                                                  ("ROW_PER_LANE", ROW_PER_LANE),
                                                   ("IMPL_TAG", "Softmax")),
                            (("in", 0), ("out", 0)), params=(a, inner, outer, lin, w),
                            gws=gws, lws=lws)]
@@ -211,7 +213,8 @@ def _ln_kernels(node, ins, outs, deps, device="cpu"):
     if device == "gpu":
         w = row_lanes(d)
         gws, lws = _rows_dispatch(rows, w)
-        return [KernelCall("norm", "layer_norm_wg", jit + (("NORM_WG", NORM_WG),), args,
+        return [KernelCall("norm", "layer_norm_wg",
+                           jit + (("NORM_WG", NORM_WG), ("ROW_PER_LANE", ROW_PER_LANE)), args,
                            params=(rows, d, sc, bc, lin, w), gws=gws, lws=lws)]
     return [KernelCall("norm", "layer_norm", jit, args, params=(rows, d, sc, bc, lin, 1),
                        gws=(max(rows, 1),))]

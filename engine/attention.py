@@ -5,12 +5,12 @@
 
 becomes one internal `attention` node (engine/ops/attention.py, cl/attention.cl) reading q, k, v
 and the prologue's operands: the scores and probabilities are never written to global memory.
-The Transpose of k (perm [0, 1, 3, 2]) is absorbed when the MatMul is its only reader (the
+The Transpose of k (perm [0, 1, 3, 2], or [0, 2, 1] for rank 3) is absorbed when the MatMul is its only reader (the
 kernel reads k with the strides of its layout; a padded KV-cache layout too). The replaced
 nodes keep `fused_into` = the attention node and run as its unfused subgraph (the Softmax with
 its own prologue) for shapes the kernel does not take: key sequence longer than what fits
-(`seq_too_long`), head size too large, ranks other than 4, or a prologue broadcast that grows
-the scores.
+(`seq_too_long`), head size too large, ranks other than 3 or 4 ([b, s, d] is one head), or a
+prologue broadcast that grows the scores.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def fuse_attention(prog) -> int:
         extra = list(f.extra) if f is not None else []
         name = f"{sm.name}_attention"
         node = Node(name, "attention", [mm.inputs[0], k, mm2.inputs[1]] + extra,
-                    [mm2.outputs[0]], {"k_transposed": int(tr is not None), "prologue": f},
+                    [mm2.outputs[0]], {"k_transposed": int(tr is not None), "prologue": f,
+                                       "axis": int(sm.attrs.get("axis", -1 if sm.opset >= 13 else 1))},
                     mm2.proto, mm2.opset)
         replaced = [n for n in (tr, mm, sm, mm2) if n is not None]
         node.fusion = Fusion(ops=[FusedOp(n, "", []) for n in replaced], out=mm2.outputs[0],
@@ -54,8 +55,8 @@ def _match(prog, sm):
     """(Transpose of k or None, scores MatMul, Softmax, context MatMul) or None."""
     if sm.op != "Softmax" or sm.host or sm.fused_into is not None:
         return None
-    if int(sm.attrs.get("axis", -1 if sm.opset >= 13 else 1)) not in (-1, 3):
-        return None                      # rank 4 is checked at run time: axis 3 is the last
+    if int(sm.attrs.get("axis", -1 if sm.opset >= 13 else 1)) not in (-1, 2, 3):
+        return None                      # the last axis: checked against the rank at run time
     f = sm.fusion
     base = f.base if f is not None else sm.inputs[0]
     first = f.ops[0].node if f is not None else sm
@@ -74,7 +75,8 @@ def _match(prog, sm):
     src = prog.producers.get(mm.inputs[1])
     tr = src[0] if src else None
     if tr is None or tr.op != "Transpose" or tr.host or tr.fused_into is not None or \
-            list(tr.attrs.get("perm", [])) != [0, 1, 3, 2] or not _only_user(prog, mm.inputs[1], mm):
+            list(tr.attrs.get("perm", [])) not in ([0, 1, 3, 2], [0, 2, 1]) or \
+            not _only_user(prog, mm.inputs[1], mm):
         tr = None                        # k^T is read as it is
     return tr, mm, sm, mm2
 
@@ -84,8 +86,11 @@ def check(node, own) -> str:
     from engine.ops.attention import MAX_D, MAX_L, geometry
     if any(l is None or l.dtype != "f32" for l in own):
         return "dtype"
-    if any(l.rank != 4 for l in own[:3]):
+    rank = own[0].rank
+    if rank not in (3, 4) or any(l.rank != rank for l in own[1:3]):
         return "rank"
+    if node.attrs["axis"] not in (-1, rank - 1):
+        return "softmax_axis"            # not over the keys
     g = geometry(node, own)
     if g["L"] == 0:
         return "empty_keys"

@@ -181,3 +181,51 @@ def test_kv_decoder_reads_the_padded_cache_in_place(device, kind):
         assert not trace.of(step, "fusion", "unfuse")
     appends = [e for e in trace.events if e["kind"] == "kv_cache" and e["action"] == "append"]
     assert len(appends) >= 2 * 8
+
+
+def _single_head(axis=-1, opset=17):
+    """softmax(q @ k^T / 4 + mask) @ v on rank-3 tensors [b, s, d] (one head, perm [0, 2, 1])."""
+    from onnx import TensorProto, helper, numpy_helper
+    F = TensorProto.FLOAT
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], name="Transpose_k", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="MatMul_scores"),
+             helper.make_node("Div", ["s", "four"], ["sd"], name="Div_scale"),
+             helper.make_node("Add", ["sd", "mask"], ["sm"], name="Add_mask"),
+             helper.make_node("Softmax", ["sm"], ["p"], name="Softmax", axis=axis),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="MatMul_ctx")]
+    vi = lambda n, d: helper.make_tensor_value_info(n, F, d)  # noqa: E731
+    g = helper.make_graph(nodes, "single_head",
+                          [vi("q", ["b", "s", 16]), vi("k", ["b", "l", 16]), vi("v", ["b", "l", 16]),
+                           vi("mask", ["mb", 1, "l"])], [vi("y", None)],
+                          [numpy_helper.from_array(np.array(4.0, np.float32), "four")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_rank3_single_head(device, kind):
+    """[b, s, d] tensors are one head; a mask [b, 1, l] broadcasts against the scores [b, s, l]."""
+    model = _single_head()
+    prog = build_program(model)
+    att = next(n for n in prog.nodes if n.op == "attention")
+    assert att.attrs["k_transposed"] == 1 and att.fusion.names()[0] == "Transpose_k"
+    rng = np.random.default_rng(7)
+    seq = []
+    for b, s, l in [(2, 3, 5), (3, 1, 70), (1, 4, 4)]:
+        f = {n: rng.standard_normal((b, s if n == "q" else l, 16)).astype(np.float32) for n in "qkv"}
+        f["mask"] = np.where(rng.random((b, 1, l)) > 0.3, 0.0, -1e4).astype(np.float32)
+        seq.append(f)
+    net, trace = _net(model, device, kind)
+    run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
+    assert not [e for e in trace.events if e["kind"] == "fusion"]
+    assert all(_enqueued(trace, i) == {att.name} for i in range(3))
+
+
+def test_softmax_not_over_the_keys_unfuses(device):
+    """Softmax axis 2 of rank-4 scores normalises over the queries: matched at program build
+    (axis 2 is the last of rank-3 scores) but unfused at run time; axis 1 is never matched."""
+    assert not [n for n in build_program(_single_head(axis=1)).nodes if n.op == "attention"]
+    model = masked_attention(axis=2)
+    rng = np.random.default_rng(8)
+    net, trace = _net(model, device, "cpu")
+    run_vs_ort(model, [_feeds(rng, 2, 3, 5, 8)], device, rtol=2e-4, atol=2e-5, net=net)
+    assert [e["reason"] for e in trace.of(0, "fusion", "unfuse")] == ["softmax_axis"]

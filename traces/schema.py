@@ -69,7 +69,7 @@ KINDS: dict[str, dict] = {
     "fusion": {
         "actions": {"unfuse"},
         "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype",
-                    "seq_too_long", "head_too_large", "rank", "empty_keys",
+                    "seq_too_long", "head_too_large", "rank", "softmax_axis", "empty_keys",
                     "broadcast_grows_scores"},
         "fields": ("ops", "position"),
         "doc": "A node with fused elementwise ops (engine/fusion.py) whose fusion is invalid for "
@@ -80,7 +80,7 @@ KINDS: dict[str, dict] = {
                "residual; `broadcast_grows_input`: a broadcast would make the input larger than "
                "the base value) or `subgraph` (the fused attention, engine/attention.py: "
                "`seq_too_long` (keys beyond what fits in its local/private row), `head_too_large`, "
-               "`rank` (not 4-D), `empty_keys`, `broadcast_grows_scores` (v's batch beyond the "
+               "`rank` (not 3-D or 4-D), `softmax_axis` (not over the keys), `empty_keys`, `broadcast_grows_scores` (v's batch beyond the "
                "scores'), or the Softmax prologue's own reason).",
     },
     "realloc": {

@@ -2,7 +2,7 @@
 program's attention fusion (engine/attention.py), never accepted from a model.
 
 Inputs: q [b, h, s, dk], k ([b, h, l, dk] when the Transpose was absorbed, attr k_transposed=1;
-else k^T [b, h, dk, l]), v [b, h, l, dv], then the Softmax prologue's operands (scale, mask),
+else k^T [b, h, dk, l]), v [b, h, l, dv] (or all rank 3, [b, s, d]: one head), then the Softmax prologue's operands (scale, mask),
 broadcast against the scores [b, h, s, l] as the unfused nodes would. Batch dims of size 1
 broadcast (stride 0). Every operand is read with the strides of its buffer (Layout.phys), so a
 KV-cache buffer with room along its sequence axis is read in place (padded_ok).
@@ -22,8 +22,16 @@ MAX_D = 256
 ATT_WG = 64     # GPU: one work-group per query row
 
 
+def _as4(l: Layout) -> Layout:
+    """A rank-3 operand [b, s, d] is one head: [b, 1, s, d]."""
+    if l.rank == 4:
+        return l
+    ins = lambda d: (d[0], 1) + tuple(d[1:])   # noqa: E731
+    return Layout(ins(l.shape), l.dtype, pad=ins(l.pad) if l.pad else None)
+
+
 def geometry(node, ins) -> dict:
-    q, k, v = ins[:3]
+    q, k, v = (_as4(l) for l in ins[:3])
     kt = node.attrs["k_transposed"]
     dk2, l = (k.shape[3], k.shape[2]) if kt else (k.shape[2], k.shape[3])
     if dk2 != q.shape[3] or v.shape[2] != l:
@@ -31,7 +39,9 @@ def geometry(node, ins) -> dict:
     bh = broadcast(q.shape[:2], k.shape[:2])
     out_bh = broadcast(bh, v.shape[:2])
     return {"bh": bh, "out_bh": out_bh, "S": q.shape[2], "L": l, "Dk": q.shape[3],
-            "Dv": v.shape[3], "scores": bh + (q.shape[2], l)}
+            "Dv": v.shape[3],
+            # the scores as the unfused MatMul makes them (the prologue broadcasts against them)
+            "scores": (bh if ins[0].rank == 4 else bh[:1]) + (q.shape[2], l)}
 
 
 def _strides(l: Layout, seq: int, d: int) -> tuple:
@@ -42,7 +52,7 @@ def _strides(l: Layout, seq: int, d: int) -> tuple:
 
 def _kernels(node, ins, outs, deps, device="cpu"):
     g = geometry(node, ins)
-    q, k, v = ins[:3]
+    q, k, v = (_as4(l) for l in ins[:3])
     kt = node.attrs["k_transposed"]
     b, h = g["bh"]
     rows = b * h * g["S"]
@@ -66,7 +76,10 @@ def _kernels(node, ins, outs, deps, device="cpu"):
 
 @register("attention", kernels=_kernels, internal=True, padded_ok=True, per_device=True)
 def _attention(node, ins, deps):
-    if any(l.rank != 4 for l in ins[:3]):   # unfused for these shapes (engine/attention.py)
+    rank = ins[0].rank
+    if rank not in (3, 4) or any(l.rank != rank for l in ins[1:3]):
+        # unfused for these shapes (engine/attention.py): its nodes infer their own layouts
         return [Layout(ins[0].shape[:-1] + ins[2].shape[-1:], "f32")]
     g = geometry(node, ins)
-    return [Layout(g["out_bh"] + (g["S"], g["Dv"]), "f32")]
+    bh = g["out_bh"] if rank == 4 else g["out_bh"][:1]
+    return [Layout(bh + (g["S"], g["Dv"]), "f32")]

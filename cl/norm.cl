@@ -207,22 +207,29 @@ KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
     const __global float* b = B + T_OFF(2);
 #endif
     PROLOGUE_ROW(base, 1, PARAM(4))
+#if HAS_PROLOGUE
+    // the prologue (x + r, ...) once, into this row of Y; the passes below read it from there
+    for (int j = 0; j < D; ++j) y[j] = LN_X(j);
+    const __global float* xr = y;
+#else
+    const __global float* xr = x;
+#endif
     // the first D8 elements as float8 (explicit SIMD: PoCL does not vectorise a float
-    // reduction loop on its own), the rest one by one; prologue reads are scalar
-    const int D8 = HAS_PROLOGUE ? 0 : D & ~7;
+    // reduction loop on its own), the rest one by one
+    const int D8 = D & ~7;
     float8 sum8 = 0.0f;
-    for (int j = 0; j < D8; j += 8) sum8 += vload8(0, x + j);
+    for (int j = 0; j < D8; j += 8) sum8 += vload8(0, xr + j);
     float sum = sum8.s0 + sum8.s1 + sum8.s2 + sum8.s3 + sum8.s4 + sum8.s5 + sum8.s6 + sum8.s7;
-    for (int j = D8; j < D; ++j) sum += LN_X(j);
+    for (int j = D8; j < D; ++j) sum += xr[j];
     const float mean = sum / (float)D;
     float8 sq8 = 0.0f;
     for (int j = 0; j < D8; j += 8) {
-        const float8 d = vload8(0, x + j) - mean;
+        const float8 d = vload8(0, xr + j) - mean;
         sq8 += d * d;
     }
     float sq = sq8.s0 + sq8.s1 + sq8.s2 + sq8.s3 + sq8.s4 + sq8.s5 + sq8.s6 + sq8.s7;
     for (int j = D8; j < D; ++j) {
-        const float d = LN_X(j) - mean;
+        const float d = xr[j] - mean;
         sq += d * d;
     }
     const float inv = rsqrt(sq / (float)D + EPS);
@@ -233,11 +240,11 @@ KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
 #else
             const float8 bj = 0.0f;
 #endif
-            vstore8((vload8(0, x + j) - mean) * inv * vload8(0, s + j) + bj, 0, y + j);
+            vstore8((vload8(0, xr + j) - mean) * inv * vload8(0, s + j) + bj, 0, y + j);
         }
-        for (int j = D8; j < D; ++j) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+        for (int j = D8; j < D; ++j) y[j] = (xr[j] - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
     } else {
-        for (int j = 0; j < D; ++j) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
+        for (int j = 0; j < D; ++j) y[j] = (xr[j] - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
     }
 }
 #else

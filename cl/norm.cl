@@ -54,23 +54,29 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
     const __global float* x = X + T_OFF(0) + base;
     __global float* y = Y + T_OFF(1) + base;
     PROLOGUE_ROW(base, inner, PARAM(3))
-#if !HAS_PROLOGUE
     if (inner == 1) {   // a contiguous row: float8 (explicit SIMD, PoCL's vector exp), then a tail
+#if HAS_PROLOGUE
+        // the prologue (scores * scale + mask) once, into this row of Y; then read from there
+        for (int a = 0; a < A; ++a) y[a] = PROLOGUE_AT(x[a], a, base + a);
+        const __global float* xr = y;
+#else
+        const __global float* xr = x;
+#endif
         const int A8 = A & ~7;
         float8 m8 = -INFINITY;
-        for (int a = 0; a < A8; a += 8) m8 = fmax(m8, vload8(0, x + a));
+        for (int a = 0; a < A8; a += 8) m8 = fmax(m8, vload8(0, xr + a));
         float m = fmax(fmax(fmax(m8.s0, m8.s1), fmax(m8.s2, m8.s3)),
                        fmax(fmax(m8.s4, m8.s5), fmax(m8.s6, m8.s7)));
-        for (int a = A8; a < A; ++a) m = fmax(m, x[a]);
+        for (int a = A8; a < A; ++a) m = fmax(m, xr[a]);
         float8 s8 = 0.0f;
         for (int a = 0; a < A8; a += 8) {
-            const float8 e = exp(vload8(0, x + a) - m);
+            const float8 e = exp(vload8(0, xr + a) - m);
             vstore8(e, 0, y + a);
             s8 += e;
         }
         float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
         for (int a = A8; a < A; ++a) {
-            const float e = exp(x[a] - m);
+            const float e = exp(xr[a] - m);
             y[a] = e;
             s += e;
         }
@@ -79,7 +85,6 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
         for (int a = A8; a < A; ++a) y[a] *= inv;
         return;
     }
-#endif
 #define SOFTMAX_X(a) PROLOGUE_AT(x[(a) * inner], (a), base + (a) * inner)
     float m = -INFINITY;
     for (int a = 0; a < A; ++a) m = fmax(m, SOFTMAX_X(a));

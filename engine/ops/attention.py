@@ -19,7 +19,8 @@ from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
 # in local memory. Longer keys run the unfused subgraph (engine/attention.py: seq_too_long).
 MAX_L = 512
 MAX_D = 256
-ATT_WG = 64     # GPU: one work-group per query row
+ATT_WG = 64     # GPU: one work-group per block of query rows of one (b, h)
+ATT_ROWS = 8    # GPU: query rows per work-group at most (k and v are read once per block)
 
 
 def _as4(l: Layout) -> Layout:
@@ -56,8 +57,9 @@ def _kernels(node, ins, outs, deps, device="cpu"):
     kt = node.attrs["k_transposed"]
     b, h = g["bh"]
     rows = b * h * g["S"]
+    per = min(ATT_ROWS, 1 << max(g["S"] - 1, 0).bit_length())   # a power of two, not past S
     params = _strides(q, 2, 3) + _strides(k, 2 if kt else 3, 3 if kt else 2) + _strides(v, 2, 3) + \
-        (b, h, g["S"], g["L"], g["Dk"], g["Dv"])
+        (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per)
     jit = (("MAX_L", MAX_L), ("MAX_D", MAX_D), ("IMPL_TAG", "attention"))
     # tensor 4: the scores' dims only (q's buffer again, never read): the prologue's
     # broadcast reference
@@ -68,8 +70,10 @@ def _kernels(node, ins, outs, deps, device="cpu"):
         args += tuple(("in", 3 + j) for j in range(len(f.extra)))
     dims = {4: g["scores"]}
     if device == "gpu":
-        return [KernelCall("attention", "attention_wg", jit + (("ATTENTION_WG", ATT_WG),), args,
-                           params, gws=(max(rows, 1) * ATT_WG,), lws=(ATT_WG,), dims=dims)]
+        groups = b * h * ((g["S"] + per - 1) // per)
+        return [KernelCall("attention", "attention_wg",
+                           jit + (("ATTENTION_WG", ATT_WG), ("ATT_ROWS", ATT_ROWS)), args, params,
+                           gws=(max(groups, 1) * ATT_WG,), lws=(ATT_WG,), dims=dims)]
     return [KernelCall("attention", "attention_row", jit + (("ATTENTION_ROW", 1),), args, params,
                        gws=(max(rows, 1),), dims=dims)]
 

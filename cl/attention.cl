@@ -5,7 +5,8 @@
 // PARAM(0..3) Q strides (b, h, s, d), PARAM(4..7) K strides (b, h, l, d), PARAM(8..11) V strides
 // (b, h, l, d) (0 along a broadcast batch dim), PARAM(12) b, PARAM(13) h, PARAM(14) s,
 // PARAM(15) l (<= MAX_L), PARAM(16) dk, PARAM(17) dv (<= MAX_D), PARAM(18) query rows per
-// work-group (GPU). Row r = (b * H + h) * s + i.
+// work-group (GPU), PARAM(19..22) Y strides (b, h, s, d) (a heads merge absorbed: [b, s, h, d]).
+// Row r = (b * H + h) * s + i.
 
 #define ATT_ARGS OPTIONAL_SHAPE_INFO_ARG __global const float* Q, __global const float* K, \
     __global const float* V, __global float* Y, __global const float* scores_dims PROLOGUE_ARGS
@@ -17,8 +18,9 @@
     const __global float* q = Q + T_OFF(0) + b_ * PARAM(0) + h_ * PARAM(1) + i_ * PARAM(2); \
     const __global float* k = K + T_OFF(1) + b_ * PARAM(4) + h_ * PARAM(5); \
     const __global float* v = V + T_OFF(2) + b_ * PARAM(8) + h_ * PARAM(9); \
-    __global float* y = Y + T_OFF(3) + (r) * Dv; \
+    __global float* y = Y + T_OFF(3) + b_ * PARAM(19) + h_ * PARAM(20) + i_ * PARAM(21); \
     const int qd = PARAM(3), kl = PARAM(6), kd = PARAM(7), vl = PARAM(10), vd = PARAM(11); \
+    const int yd = PARAM(22); \
     const int base = (r) * L;
 
 // CPU: a work-item per query row, no barriers.
@@ -31,7 +33,7 @@ KERNEL(attention_row)(ATT_ARGS)
     PROLOGUE_ROW(base, 1, 1)
     float sc[MAX_L];
     float m = -INFINITY;
-    if (qd == 1 && kd == 1 && vd == 1 && (Dk & 7) == 0 && (Dv & 7) == 0) {
+    if (qd == 1 && kd == 1 && vd == 1 && yd == 1 && (Dk & 7) == 0 && (Dv & 7) == 0) {
         // contiguous head dims (k's Transpose absorbed): float8 dot products and a float8
         // accumulator row (explicit SIMD; PoCL does not vectorise the float reductions)
         float8 qv[MAX_D / 8], acc[MAX_D / 8];
@@ -75,7 +77,7 @@ KERNEL(attention_row)(ATT_ARGS)
     for (int d = 0; d < Dv; ++d) {
         float acc = 0.0f;
         for (int j = 0; j < L; ++j) acc += sc[j] * v[j * vl + d * vd];
-        y[d] = acc * inv;
+        y[d * yd] = acc * inv;
     }
 }
 #endif
@@ -180,7 +182,8 @@ KERNEL(attention_wg)(ATT_ARGS)
             for (int r = 0; r < R && i0 + r < S; ++r) {
                 float t = 0.0f;
                 for (int p = 0; p < parts; ++p) t += red[r * ATTENTION_WG + p * dn + dl];
-                Y[T_OFF(3) + ((bh * S + i0 + r) * Dv) + d] = t * invs[r];
+                Y[T_OFF(3) + bb * PARAM(19) + hh * PARAM(20) + (i0 + r) * PARAM(21) + d * PARAM(22)] =
+                    t * invs[r];
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

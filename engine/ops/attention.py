@@ -1,9 +1,11 @@
 """`attention`: softmax(prologue(q @ k^T)) @ v in one kernel (cl/attention.cl), made only by the
 program's attention fusion (engine/attention.py), never accepted from a model.
 
-Inputs: q [b, h, s, dk], k ([b, h, l, dk] when the Transpose was absorbed, attr k_transposed=1;
-else k^T [b, h, dk, l]), v [b, h, l, dv] (or all rank 3, [b, s, d]: one head), then the Softmax prologue's operands (scale, mask),
-broadcast against the scores [b, h, s, l] as the unfused nodes would. Batch dims of size 1
+Inputs: the tensors q, k^T and v are read from, each viewed through the perm of the Transposes
+the fusion absorbed (attr `perms`, None: as it is), giving q [b, h, s, dk], k^T [b, h, dk, l],
+v [b, h, l, dv] (or all rank 3, [b, s, d]: one head); then the Softmax prologue's operands
+(scale, mask), broadcast against the scores [b, h, s, l] as the unfused nodes would. The output
+is [b, h, s, dv], or its transpose by `out_perm` (e.g. the heads merge). Batch dims of size 1
 broadcast (stride 0). Every operand is read with the strides of its buffer (Layout.phys), so a
 KV-cache buffer with room along its sequence axis is read in place (padded_ok).
 """
@@ -23,43 +25,56 @@ ATT_WG = 64     # GPU: one work-group per block of query rows of one (b, h)
 ATT_ROWS = 8    # GPU: query rows per work-group at most (k and v are read once per block)
 
 
-def _as4(l: Layout) -> Layout:
-    """A rank-3 operand [b, s, d] is one head: [b, 1, s, d]."""
-    if l.rank == 4:
-        return l
-    ins = lambda d: (d[0], 1) + tuple(d[1:])   # noqa: E731
-    return Layout(ins(l.shape), l.dtype, pad=ins(l.pad) if l.pad else None)
+def _view(l: Layout, perm) -> tuple[tuple, tuple]:
+    """(dims, element strides) of an operand as the chain sees it: `l` through `perm`; rank 3
+    gets a head dim of 1; a batch dim of 1 gets stride 0 (broadcast)."""
+    st = contiguous_strides(l.phys)
+    p = perm if perm is not None else range(l.rank)
+    dims, strides = [l.shape[i] for i in p], [st[i] for i in p]
+    if l.rank == 3:
+        dims.insert(1, 1)
+        strides.insert(1, 0)
+    strides = [0 if i < 2 and dims[i] == 1 else s for i, s in enumerate(strides)]
+    return tuple(dims), tuple(strides)
+
+
+def ranks_ok(node, ins) -> bool:
+    rank = ins[0].rank
+    return rank in (3, 4) and all(
+        l.rank == rank and (p is None or len(p) == rank) for l, p in zip(ins[:3], node.attrs["perms"])) \
+        and (node.attrs["out_perm"] is None or len(node.attrs["out_perm"]) == rank)
 
 
 def geometry(node, ins) -> dict:
-    q, k, v = (_as4(l) for l in ins[:3])
-    kt = node.attrs["k_transposed"]
-    dk2, l = (k.shape[3], k.shape[2]) if kt else (k.shape[2], k.shape[3])
-    if dk2 != q.shape[3] or v.shape[2] != l:
-        raise ShapeInferenceError(f"attention {node.name}: q {q}, k {k}, v {v} do not chain")
-    bh = broadcast(q.shape[:2], k.shape[:2])
-    out_bh = broadcast(bh, v.shape[:2])
-    return {"bh": bh, "out_bh": out_bh, "S": q.shape[2], "L": l, "Dk": q.shape[3],
-            "Dv": v.shape[3],
+    (q, qs), (kt, kts), (v, vs) = (_view(l, p) for l, p in zip(ins[:3], node.attrs["perms"]))
+    if kt[2] != q[3] or v[2] != kt[3]:
+        raise ShapeInferenceError(f"attention {node.name}: q {q}, k^T {kt}, v {v} do not chain")
+    bh = broadcast(q[:2], kt[:2])
+    rank = ins[0].rank
+    y = broadcast(bh, v[:2]) + (q[2], v[3])
+    y = y if rank == 4 else y[:1] + y[2:]
+    op = node.attrs["out_perm"]
+    out = tuple(y[i] for i in op) if op is not None else y
+    # strides of y's (b, h, s, d) in the output buffer
+    ost = contiguous_strides(out)
+    yst = [ost[op.index(i)] for i in range(rank)] if op is not None else ost
+    if rank == 3:
+        yst.insert(1, 0)
+    return {"bh": bh, "out_bh": broadcast(bh, v[:2]), "S": q[2], "L": kt[3], "Dk": q[3],
+            "Dv": v[3], "out": out,
             # the scores as the unfused MatMul makes them (the prologue broadcasts against them)
-            "scores": (bh if ins[0].rank == 4 else bh[:1]) + (q.shape[2], l)}
-
-
-def _strides(l: Layout, seq: int, d: int) -> tuple:
-    """(b, h, seq, d) element strides of a rank-4 operand; 0 along a broadcast batch dim."""
-    st = contiguous_strides(l.phys)
-    return (st[0] if l.shape[0] != 1 else 0, st[1] if l.shape[1] != 1 else 0, st[seq], st[d])
+            "scores": (bh if rank == 4 else bh[:1]) + (q[2], kt[3]),
+            # (b, h, s|l, d) strides of q, k (from k^T's), v and y
+            "strides": qs + (kts[0], kts[1], kts[3], kts[2]) + vs + tuple(yst)}
 
 
 def _kernels(node, ins, outs, deps, device="cpu"):
     g = geometry(node, ins)
-    q, k, v = (_as4(l) for l in ins[:3])
-    kt = node.attrs["k_transposed"]
     b, h = g["bh"]
     rows = b * h * g["S"]
     per = min(ATT_ROWS, 1 << max(g["S"] - 1, 0).bit_length())   # a power of two, not past S
-    params = _strides(q, 2, 3) + _strides(k, 2 if kt else 3, 3 if kt else 2) + _strides(v, 2, 3) + \
-        (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per)
+    st = g["strides"]
+    params = st[:12] + (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per) + st[12:]
     jit = (("MAX_L", MAX_L), ("MAX_D", MAX_D), ("IMPL_TAG", "attention"))
     # tensor 4: the scores' dims only (q's buffer again, never read): the prologue's
     # broadcast reference
@@ -80,10 +95,7 @@ def _kernels(node, ins, outs, deps, device="cpu"):
 
 @register("attention", kernels=_kernels, internal=True, padded_ok=True, per_device=True)
 def _attention(node, ins, deps):
-    rank = ins[0].rank
-    if rank not in (3, 4) or any(l.rank != rank for l in ins[1:3]):
+    if not ranks_ok(node, ins):
         # unfused for these shapes (engine/attention.py): its nodes infer their own layouts
-        return [Layout(ins[0].shape[:-1] + ins[2].shape[-1:], "f32")]
-    g = geometry(node, ins)
-    bh = g["out_bh"] if rank == 4 else g["out_bh"][:1]
-    return [Layout(bh + (g["S"], g["Dv"]), "f32")]
+        return [Layout(ins[0].shape, "f32")]
+    return [Layout(geometry(node, ins)["out"], "f32")]

@@ -88,19 +88,6 @@ KERNEL(attention_row)(ATT_ARGS)
 // apply the prologue and the softmax (local reductions); then lanes split (d, keys) for the
 // output (consecutive lanes read consecutive v elements), R sums per lane.
 #ifdef ATTENTION_WG
-// the sum (is_max: the max) over the n lanes (a power of two) lid - sub .. lid - sub + n - 1
-inline float lanes_reduce(__local float* red, int lid, int sub, int n, float v, int is_max) {
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = n / 2; h > 0; h >>= 1) {
-        if (sub < h) red[lid] = is_max ? fmax(red[lid], red[lid + h]) : red[lid] + red[lid + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = red[lid - sub];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-
 KERNEL(attention_wg)(ATT_ARGS)
 {
     __local float qs[ATT_ROWS * MAX_D];

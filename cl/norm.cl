@@ -1,22 +1,6 @@
 // Normalisations and reductions: mean reduction, softmax, layer normalization, LRN.
 // Every kernel is shape-agnostic: sizes come from shape_info (T_DIM / PARAM).
 
-#ifdef NORM_WG
-// GPU row kernels: the sum (is_max: the max) of v over the W lanes (a power of two) of this
-// lane's row slice of the work-group (lanes lid - lane .. lid - lane + W - 1); every lane gets
-// it. Called by the whole work-group (barriers).
-inline float row_reduce(__local float* red, int lid, int lane, int W, float v, int is_max) {
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = W / 2; h > 0; h >>= 1) {
-        if (lane < h) red[lid] = is_max ? fmax(red[lid], red[lid + h]) : red[lid] + red[lid + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = red[lid - lane];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-#endif
 
 // ---- mean over a set of axes ---------------------------------------------------------------
 // Tensors: 0 X, 1 Y (Y's element order is X's with the reduced dims removed).
@@ -140,14 +124,14 @@ KERNEL(softmax_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global flo
             v[k] = a < A ? SOFTMAX_X(a) : -INFINITY;
             m = fmax(m, v[k]);
         }
-        m = row_reduce(red, lid, lane, W, m, 1);
+        m = lanes_reduce(red, lid, lane, W, m, 1);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < ROW_PER_LANE; ++k) {
             v[k] = lane + k * W < A ? exp(v[k] - m) : 0.0f;
             s += v[k];
         }
-        const float inv = 1.0f / row_reduce(red, lid, lane, W, s, 0);
+        const float inv = 1.0f / lanes_reduce(red, lid, lane, W, s, 0);
         if (live) {
 #pragma unroll
             for (int k = 0; k < ROW_PER_LANE; ++k)
@@ -157,7 +141,7 @@ KERNEL(softmax_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global flo
     }
     float m = -INFINITY;
     for (int a = lane; a < A; a += W) m = fmax(m, SOFTMAX_X(a));
-    m = row_reduce(red, lid, lane, W, m, 1);
+    m = lanes_reduce(red, lid, lane, W, m, 1);
     float s = 0.0f;
     for (int a = lane; a < A; a += W) {
         const float e = exp(SOFTMAX_X(a) - m);
@@ -165,7 +149,7 @@ KERNEL(softmax_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global flo
         s += e;
     }
 #undef SOFTMAX_X
-    const float inv = 1.0f / row_reduce(red, lid, lane, W, s, 0);
+    const float inv = 1.0f / lanes_reduce(red, lid, lane, W, s, 0);
     if (live)
         for (int a = lane; a < A; a += W) y[a] *= inv;   // the lane's own stores: no barrier
 }
@@ -279,14 +263,14 @@ KERNEL(layer_norm_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global 
             v[k] = j < D ? LN_X(j) : 0.0f;
             sum += v[k];
         }
-        const float mean = row_reduce(red, lid, lane, W, sum, 0) / (float)D;
+        const float mean = lanes_reduce(red, lid, lane, W, sum, 0) / (float)D;
         float sq = 0.0f;
 #pragma unroll
         for (int k = 0; k < ROW_PER_LANE; ++k) {
             const float d = lane + k * W < D ? v[k] - mean : 0.0f;
             sq += d * d;
         }
-        const float inv = rsqrt(row_reduce(red, lid, lane, W, sq, 0) / (float)D + EPS);
+        const float inv = rsqrt(lanes_reduce(red, lid, lane, W, sq, 0) / (float)D + EPS);
         if (live) {
 #pragma unroll
             for (int k = 0; k < ROW_PER_LANE; ++k) {
@@ -298,13 +282,13 @@ KERNEL(layer_norm_wg)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global 
     }
     float sum = 0.0f;   // longer rows: the second and third reads come from cache
     for (int j = lane; j < D; j += W) sum += LN_X(j);
-    const float mean = row_reduce(red, lid, lane, W, sum, 0) / (float)D;
+    const float mean = lanes_reduce(red, lid, lane, W, sum, 0) / (float)D;
     float sq = 0.0f;
     for (int j = lane; j < D; j += W) {
         const float d = LN_X(j) - mean;
         sq += d * d;
     }
-    const float inv = rsqrt(row_reduce(red, lid, lane, W, sq, 0) / (float)D + EPS);
+    const float inv = rsqrt(lanes_reduce(red, lid, lane, W, sq, 0) / (float)D + EPS);
     if (live)
         for (int j = lane; j < D; j += W) y[j] = (LN_X(j) - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
 }

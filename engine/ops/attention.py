@@ -87,7 +87,8 @@ def _kernels(node, ins, outs, deps, device="cpu"):
     if device == "gpu":
         groups = b * h * ((g["S"] + per - 1) // per)
         return [KernelCall("attention", "attention_wg",
-                           jit + (("ATTENTION_WG", ATT_WG), ("ATT_ROWS", ATT_ROWS)), args, params,
+                           jit + (("ATTENTION_WG", ATT_WG), ("ATT_ROWS", ATT_ROWS),
+                                  ("LANES_REDUCE", 1)), args, params,
                            gws=(max(groups, 1) * ATT_WG,), lws=(ATT_WG,), dims=dims)]
     return [KernelCall("attention", "attention_row", jit + (("ATTENTION_ROW", 1),), args, params,
                        gws=(max(rows, 1),), dims=dims)]

@@ -151,7 +151,7 @@ def _softmax_kernels(node, ins, outs, deps, device="cpu"):
         w = row_lanes(a)
         gws, lws = _rows_dispatch(outer, w)
         return [KernelCall("norm", "softmax_wg", (("SOFTMAX_WG", 1), ("NORM_WG", NORM_WG),
-                                                  ("ROW_PER_LANE", ROW_PER_LANE),
+                                                  ("LANES_REDUCE", 1), ("ROW_PER_LANE", ROW_PER_LANE),
                                                   ("IMPL_TAG", "Softmax")),
                            (("in", 0), ("out", 0)), params=(a, inner, outer, lin, w),
                            gws=gws, lws=lws)]
@@ -214,7 +214,8 @@ def _ln_kernels(node, ins, outs, deps, device="cpu"):
         w = row_lanes(d)
         gws, lws = _rows_dispatch(rows, w)
         return [KernelCall("norm", "layer_norm_wg",
-                           jit + (("NORM_WG", NORM_WG), ("ROW_PER_LANE", ROW_PER_LANE)), args,
+                           jit + (("NORM_WG", NORM_WG), ("ROW_PER_LANE", ROW_PER_LANE),
+                                 ("LANES_REDUCE", 1)), args,
                            params=(rows, d, sc, bc, lin, w), gws=gws, lws=lws)]
     return [KernelCall("norm", "layer_norm", jit, args, params=(rows, d, sc, bc, lin, 1),
                        gws=(max(rows, 1),))]

@@ -199,7 +199,8 @@ KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
     const __global float* xr = x;
 #endif
     // the first D8 elements as float8 (explicit SIMD: PoCL does not vectorise a float
-    // reduction loop on its own), the rest one by one
+    // reduction loop on its own), the rest one by one. PoCL, 2 shared cores, 2048x384
+    // (scripts/bench_norm.py): scalar 1339 us, float4 400 us, float8 210 us.
     const int D8 = D & ~7;
     float8 sum8 = 0.0f;
     for (int j = 0; j < D8; j += 8) sum8 += vload8(0, xr + j);

@@ -21,6 +21,7 @@ from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
 # in local memory. Longer keys run the unfused subgraph (engine/attention.py: seq_too_long).
 MAX_L = 512
 MAX_D = 256
+# GPU (not yet measured on one: scripts/bench_norm.py on the H100 should decide these)
 ATT_WG = 64     # GPU: one work-group per block of query rows of one (b, h)
 ATT_ROWS = 8    # GPU: query rows per work-group at most (k and v are read once per block)
 

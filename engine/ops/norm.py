@@ -26,7 +26,9 @@ def _prod(dims) -> int:
 
 
 # GPU row kernels (layer_norm_wg, softmax_wg): one work-group size for every shape (one build),
-# the lanes per row sized to the row (row_lanes).
+# the lanes per row sized to the row (row_lanes). Not yet measured on a GPU (written without
+# one, checked on PoCL): `python scripts/bench_norm.py` on the H100 should decide NORM_WG and
+# ROW_PER_LANE.
 NORM_WG = 128
 ROW_PER_LANE = 8     # a row of up to ROW_PER_LANE * NORM_WG floats is held in registers
 

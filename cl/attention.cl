@@ -1,6 +1,6 @@
 // Fused attention (engine/ops/attention.py): y = softmax(prologue(q . k)) @ v per query row; the
 // scores and probabilities stay in private (CPU) or local (GPU) memory.
-// Tensors: 0 Q, 1 K, 2 V, 3 Y [b, h, s, dv] (dense), 4 the scores' dims [b, h, s, l] (a buffer
+// Tensors: 0 Q, 1 K, 2 V, 3 Y ([b, h, s, dv] through its strides), 4 the scores' dims (a buffer
 // never read: the prologue's broadcast reference), then the prologue's operands (scale, mask).
 // PARAM(0..3) Q strides (b, h, s, d), PARAM(4..7) K strides (b, h, l, d), PARAM(8..11) V strides
 // (b, h, l, d) (0 along a broadcast batch dim), PARAM(12) b, PARAM(13) h, PARAM(14) s,

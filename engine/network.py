@@ -86,7 +86,7 @@ class Network:
                 self.tensors.setdefault(o, Tensor(o))
         self.insts = [self._inst(n) for n in program.nodes if n.fused_into is None]
         for step, inst in enumerate(self.insts):
-            for i in [inst] + inst.unfused:
+            for i in inst.family():
                 i.step = step
         # --feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on device
         self.feedback = dict(feedback or {})
@@ -128,6 +128,9 @@ class Network:
             # its unfused subgraph is kept ready for shapes that make the fusion invalid
             inst.fusion = f
             inst.n_own = len(inputs)
+            if f.subgraph:   # an internal op standing for the nodes it replaced (engine/attention.py)
+                inst.unfused = [self._inst(op.node) for op in f.ops]
+                return inst
             if f.prologue:   # the fused ops run on the chain's base, the node's new input 0
                 inst.inputs[0] = self.tensors[f.base]
             inst.inputs += [self.tensors[i] for i in f.extra]
@@ -289,7 +292,8 @@ class Network:
                 (self.impl_mode == "auto" and not static_worth(self.device_type, inst.node.op)):
             return None
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
-        return fn(inst.node, ins, outs, deps, consts)
+        dev = {"device": self.device_type} if inst.opdef.per_device else {}
+        return fn(inst.node, ins, outs, deps, consts, **dev)
 
     def static_key(self, inst, v: StaticVariant, ins: list, outs: list) -> ImplParams:
         call = v.call
@@ -499,8 +503,10 @@ def _kv_append_ok(prog, node, past: str) -> bool:
     rank = len(prog.inputs[past].shape)
     if axis is None or (axis % rank if rank else 0) == rank - 1:
         return False
-    return all(u.opdef.padded_ok and u.fused_into is None and not u.host
-               for u in prog.users.get(node.outputs[0], []))
+    # a user fused into another node runs inside it, or on its own when unfused: both read the
+    # padded buffer (the fused attention does, engine/ops/attention.py)
+    return all(u.opdef.padded_ok and (u.fused_into is None or u.fused_into.opdef.padded_ok)
+               and not u.host for u in prog.users.get(node.outputs[0], []))
 
 
 def _in_place_concats(prog, insts) -> list:

@@ -41,7 +41,7 @@ def value_inputs(net) -> frozenset:
     host impl (a Shape node reads only the shape)."""
     names = set()
     for inst in net.insts:
-        for i in [inst] + inst.unfused:
+        for i in inst.family():
             if i.node.host and i.node.op != "Shape":
                 idx = range(len(i.inputs))
             else:
@@ -55,7 +55,7 @@ def fast_path_blocker(net) -> str:
     if net.feedback:
         return "feedback"
     for inst in net.insts:
-        for i in [inst] + inst.unfused:
+        for i in inst.family():
             if i.opdef.dynamic_output:
                 return f"dynamic_output:{i.node.name}"
     return ""

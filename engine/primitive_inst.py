@@ -85,6 +85,16 @@ class PrimitiveInst:
         self.internals: list[Tensor] = []
 
     # ---- helpers ------------------------------------------------------------------------
+    def family(self) -> list["PrimitiveInst"]:
+        """This inst and every inst of its unfused subgraph, nested ones too (a fused
+        attention's fallback Softmax has an unfused prologue of its own)."""
+        out, todo = [], [self]
+        while todo:
+            i = todo.pop()
+            out.append(i)
+            todo += i.unfused
+        return out
+
     def _rec(self, kind, action, reason="", **fields):
         self.net.record(kind, action, reason, self.node, **fields)
 
@@ -153,7 +163,7 @@ class PrimitiveInst:
             return out_layouts, ""
         extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
         produced = own[0] if self.fusion.prologue else out_layouts[0]
-        return out_layouts, fusion_valid(self.fusion, produced, extra)
+        return out_layouts, fusion_valid(self.fusion, produced, extra, own)
 
     def execute(self) -> None:
         node, net = self.node, self.net
@@ -400,8 +410,9 @@ class PrimitiveInst:
         variant with its impl cache key (None, None when these shapes get none)."""
         net = self.net
         own = ins[:self.n_own] if self.fusion else ins
-        calls = self.opdef.kernels(self.node, own, outs, deps)
-        if self.fusion:
+        dev = {"device": net.device_type} if self.opdef.per_device else {}
+        calls = self.opdef.kernels(self.node, own, outs, deps, **dev)
+        if self.fusion and not self.fusion.subgraph:
             calls = self._with_fused_ops(calls)
         v = net.static_variant(self, own, outs, deps)
         if v is not None and any(l is not None and l.pad for l in ins):

@@ -166,7 +166,9 @@ def load_program(path: str | os.PathLike) -> Program:
     return build_program(model, path)
 
 
-def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True) -> Program:
+def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True,
+                  attention: bool = True) -> Program:
+    """`attention=False` keeps the attention chain as separate nodes (engine/attention.py)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")
@@ -217,7 +219,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     _mark_static(prog)
     if fusion:
         from engine.fusion import fuse
-        prog.fused = fuse(prog)
+        prog.fused = fuse(prog, attention=attention)
     return prog
 
 

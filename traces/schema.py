@@ -18,7 +18,8 @@ KINDS: dict[str, dict] = {
         "doc": "First line: schema version, model path, device description, run options. "
                "`fusions`: per node that absorbed elementwise nodes at program build, their "
                "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
-               "on its input reads).",
+               "on its input reads, `subgraph`: an internal op, e.g. `attention`, standing for "
+               "the nodes it replaced).",
     },
     "infer_start": {
         "actions": {""},
@@ -67,14 +68,20 @@ KINDS: dict[str, dict] = {
     },
     "fusion": {
         "actions": {"unfuse"},
-        "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype"},
+        "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype",
+                    "seq_too_long", "head_too_large", "rank", "softmax_axis", "empty_keys",
+                    "broadcast_grows_scores"},
         "fields": ("ops", "position"),
         "doc": "A node with fused elementwise ops (engine/fusion.py) whose fusion is invalid for "
                "the current shapes runs its unfused subgraph for this inference (`ops`: the "
                "fused nodes; their own events follow under their names). `position`: "
                "`epilogue` (ops after a producer; `broadcast_grows_output`) or `prologue` (ops "
-               "feeding a Softmax's input read, e.g. scores + mask; `broadcast_grows_input`: "
-               "a mask broadcast would make the input larger than the scores).",
+               "feeding a Softmax's or LayerNormalization's input read, e.g. scores + mask, x + "
+               "residual; `broadcast_grows_input`: a broadcast would make the input larger than "
+               "the base value) or `subgraph` (the fused attention, engine/attention.py: "
+               "`seq_too_long` (keys beyond what fits in its local/private row), `head_too_large`, "
+               "`rank` (not 3-D or 4-D), `softmax_axis` (not over the keys), `empty_keys`, `broadcast_grows_scores` (v's batch beyond the "
+               "scores'), or the Softmax prologue's own reason).",
     },
     "realloc": {
         "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},

@@ -38,6 +38,9 @@ class OpDef:
     # GPU plugin's program builder splits NonZero into count_nonzero + gather_nonzero)
     decompose: Callable | None = None
     internal: bool = False             # made only by decompose: never accepted from a model
+    # kernels (and static) take device="cpu" | "gpu": work-group shapes per device kind (GPUs: a
+    # work-group per row with a local reduction; CPUs: a work-item per row, no barriers)
+    per_device: bool = False
 
 
 def register(name: str, **kw):
@@ -53,3 +56,4 @@ def supported_ops() -> list[str]:
 
 # Importing the families fills OPS.
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: E402,F401
+from engine.ops import attention  # noqa: E402,F401

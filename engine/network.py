@@ -25,6 +25,9 @@ from engine.predictors import make_predictor
 from engine.shape_predictor import PreallocSettings
 
 
+_COUNTER_KEYS: dict = {}   # (kind, action, reason) -> the counter names it increments
+
+
 class NullTrace:
     iter = -1
 
@@ -146,9 +149,12 @@ class Network:
     # ---- decisions ----------------------------------------------------------------------
     def record(self, kind: str, action: str, reason: str = "", node=None, **fields) -> None:
         c = self.counters
-        c[f"{kind}.{action}"] += 1
-        if reason:
-            c[f"{kind}.{action}.{reason}"] += 1
+        keys = _COUNTER_KEYS.get((kind, action, reason))
+        if keys is None:
+            keys = _COUNTER_KEYS[(kind, action, reason)] = \
+                (f"{kind}.{action}",) + ((f"{kind}.{action}.{reason}",) if reason else ())
+        for k in keys:
+            c[k] += 1
         if kind == "realloc" and action == "alloc":
             c["bytes_allocated"] += fields.get("bytes", 0)
         elif kind == "execute" and action == "enqueue":
@@ -189,9 +195,16 @@ class Network:
         self._keep.append(obj)
 
     # ---- the queue ----------------------------------------------------------------------
+    # Kernels wait for at most this many others before a flush sends them (with one arena
+    # write): the device starts on the first ones while the flow decides the rest (one flush
+    # per inference left an H100 idle through the whole flow of a decode step).
+    FLUSH_EVERY = 32
+
     def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None) -> None:
         """A kernel the flow decided to run: enqueued at the next flush."""
         self.launches.append((kernel, gws, lws))
+        if len(self.launches) >= self.FLUSH_EVERY:
+            self.flush()
 
     def flush(self) -> None:
         """Write the shape_info arena's dirty spans, then enqueue the waiting kernels. Called

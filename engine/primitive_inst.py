@@ -31,13 +31,15 @@ def work_sizes(call: KernelCall) -> tuple:
 
 class _Bound:
     """One kernel of this node's current impl with its bound arguments."""
-    __slots__ = ("call", "kernel", "impl", "info", "slot", "arg_ids", "offsets", "gws", "lws")
+    __slots__ = ("call", "kernel", "impl", "info", "slot", "arg_ids", "offsets", "gws", "lws",
+                 "tensors")
 
     def __init__(self, call: KernelCall, impl):
         self.call, self.impl = call, impl
         self.kernel = cl.Kernel(impl.program, call.kernel)  # per node: arguments stay bound
         self.info = None
         self.slot = None               # its shape_info block in the network's arena
+        self.tensors = None            # the tensors bound to its arguments (after shape_info)
         self.arg_ids = None
         self.offsets = None
         self.gws, self.lws = work_sizes(call)
@@ -210,11 +212,14 @@ class PrimitiveInst:
         # realloc_if_needed only for new shapes or a new impl, as the plugin's prepare_primitive
         # ("only try update weight and realloc when impl is updated"): a repeated shape keeps
         # its buffers without a decision (and without feeding the ShapePredictor's history)
-        if self.shape_changed or impl_changed or self._lacks_buffer():
+        owned = None if self.shape_changed or impl_changed else self._owned()
+        if owned is None or any(t.buf is None for t in owned) or \
+                len(self.internals) < len(self.internal_layouts):
             mem_changed = self.realloc_if_needed()
-        else:
+        else:   # same shapes, same buffers: still live in this inference
             mem_changed = False
-            self._note_live()
+            for t in owned:
+                net.memory.note_live(t.name, t.layout.nbytes)
         self.set_arguments(impl_changed or mem_changed)
         for b in self.bound:
             net.launch(b.kernel, b.gws, b.lws)
@@ -576,15 +581,6 @@ class PrimitiveInst:
         return [t for t in self.outputs if t.layout.count and not t.by_other] + \
             self.internals[:len(self.internal_layouts)]
 
-    def _lacks_buffer(self) -> bool:
-        return len(self.internals) < len(self.internal_layouts) or \
-            any(t.buf is None for t in self._owned())
-
-    def _note_live(self) -> None:
-        """Same shapes, same buffers: they are still live in this inference."""
-        for t in self._owned():
-            self.net.memory.note_live(t.name, t.layout.nbytes)
-
     def _internal(self, k: int) -> Tensor:
         while len(self.internals) <= k:
             t = Tensor(f"{self.node.name}:internal{len(self.internals)}")
@@ -620,7 +616,11 @@ class PrimitiveInst:
         did_set = False
         for b in self.bound:
             call = b.call
-            tensors = [self._arg_tensor(kind, i) for kind, i in call.args]
+            # the argument tensors change only with the impl, the weights or the internal
+            # buffers (force) or with the call (a shape change)
+            if force or self.shape_changed or b.tensors is None:
+                b.tensors = [self._arg_tensor(kind, i) for kind, i in call.args]
+            tensors = b.tensors
             offsets = tuple(t.offset for t in tensors)
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.

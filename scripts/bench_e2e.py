@@ -197,6 +197,40 @@ def host_profile(device):
     pstats.Stats(pr).sort_stats("tottime").print_stats(15)
 
 
+def decode_profile(device, steps=64):
+    """Where a decode step's time goes: host vs blocked per step, kernel time (profiling
+    network), and a cProfile of the host work."""
+    import cProfile
+    import pstats
+    import onnx
+    prog = build_program(onnx.load(GPT2), GPT2)
+    fb = {n.replace("past_", "present_"): n for n in prog.inputs if n.startswith("past_")}
+    back = {v: k for k, v in fb.items()}
+    for profile in (False, True):
+        net = Network(prog, device, feedback=fb, profile=profile)
+        net.infer(gpt2_feeds(prog), outputs=["logits"])
+        for t in range(steps):
+            net.infer({"input_ids": np.array([[t]], np.int64)}, fed_back=back, outputs=["logits"])
+        lat, blocked, dev = [], [], []
+        pr = cProfile.Profile()
+        for t in range(steps):
+            if not profile and t == steps // 2:
+                pr.enable()
+            t0 = time.perf_counter()
+            net.infer({"input_ids": np.array([[t]], np.int64)}, fed_back=back, outputs=["logits"])
+            lat.append((time.perf_counter() - t0) * 1e3)
+            blocked.append(net.blocked_s * 1e3)
+            if profile:
+                dev.append(net.device_ms())
+        pr.disable()
+        if profile:
+            print(f"decode, profiling queue: kernel time {statistics.median(dev):.3f} ms/step", flush=True)
+        else:
+            print(f"decode: {statistics.median(lat):.3f} ms/step, blocked {statistics.median(blocked):.3f} ms, "
+                  f"kernels {net.counters['kernels']}", flush=True)
+            pstats.Stats(pr).sort_stats("tottime").print_stats(22)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bert", action="store_true")
@@ -218,7 +252,10 @@ def main():
     if a.torch:
         torch_peers(out, a.tokens)
     if a.host_profile:
-        host_profile(dev)
+        if a.gpt2:
+            decode_profile(dev)
+        else:
+            host_profile(dev)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

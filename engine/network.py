@@ -72,6 +72,7 @@ class Network:
         # one write of the shape_info arena (flush), done before anything else touches the queue
         self.arena = ShapeInfoArena(self.ctx, self.device)
         self.launches: list = []
+        self.flush_every = self.FLUSH_EVERY[self.device_type]
         self.profile = profile
         self.events: list = []         # with profile=True: this inference's kernel events
         self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
@@ -195,15 +196,16 @@ class Network:
         self._keep.append(obj)
 
     # ---- the queue ----------------------------------------------------------------------
-    # Kernels wait for at most this many others before a flush sends them (with one arena
-    # write): the device starts on the first ones while the flow decides the rest (one flush
-    # per inference left an H100 idle through the whole flow of a decode step).
-    FLUSH_EVERY = 32
+    # On a GPU, kernels wait for at most this many others before a flush sends them (with one
+    # arena write): the device starts on the first ones while the flow decides the rest (one
+    # flush per inference left an H100 idle through the whole flow of a decode step). A CPU
+    # device runs them on the cores the flow needs: one flush at the end there.
+    FLUSH_EVERY = {"gpu": 32, "cpu": 1 << 30}
 
     def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None) -> None:
         """A kernel the flow decided to run: enqueued at the next flush."""
         self.launches.append((kernel, gws, lws))
-        if len(self.launches) >= self.FLUSH_EVERY:
+        if len(self.launches) >= self.flush_every:
             self.flush()
 
     def flush(self) -> None:

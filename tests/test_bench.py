@@ -1,0 +1,91 @@
+"""`dyncli bench` end to end on the example encoder (figures are not asserted: they belong to
+benchmarks; what is checked is that every figure is there and consistent), its kernel
+micro-benchmarks, its errors, and the parallel prebuild it relies on for cold starts."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dyncli.cli import app
+from engine import Network, build_program
+from tests.models import encoder_block
+from traces import MemoryTrace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENCODER = os.path.join(ROOT, "examples", "encoder.onnx")
+runner = CliRunner()
+
+
+def _json(out: str) -> dict:
+    """The JSON document of the output (stderr lines, e.g. compiler notes, may follow it)."""
+    return json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_bench_model_json():
+    r = invoke("bench", ENCODER, "--shapes", "input_ids:1x{8..16..8},attention_mask:1x{8..16..8}",
+               "--shapes", "input_ids:1x8,attention_mask:1x8*2", "--warmup", "0", "--repeat", "2",
+               "--same-runs", "3", "--compare", "onnxruntime", "--json")
+    assert r.exit_code == 0, r.output
+    res = _json(r.output)
+    assert res["sequence_length"] == 4 and res["timed_inferences"] == 8
+    assert set(res["shapes"]) == {"1x8", "1x16"}
+    assert res["shapes"]["1x8"]["inferences"] == 6
+    # 8, 16, 8, 8 twice: the second 8 of a pair arms the plan, so nothing is replayed
+    assert res["sequence"]["replayed"] == 0
+    assert res["dynamic_overhead"] > 0 and res["steady_host_us_per_kernel"] > 0
+    assert res["peers"]["onnxruntime"]["shapes"]["1x16"]["ratio"] > 0
+    assert all(v["kernels"] > 0 and v["first_seen_ms"] > 0 for v in res["shapes"].values())
+
+
+def test_bench_kernels_json():
+    r = invoke("bench", "--kernel", "gemm:17x33x9", "--kernel", "eltwise:1000", "--repeat", "5", "--json")
+    assert r.exit_code == 0, r.output
+    res = _json(r.output)
+    gemm, elt = res["kernels"]
+    assert gemm["unit"] == "TFLOP/s" and elt["unit"] == "GB/s"
+    for k in (gemm, elt):
+        for impl in ("dynamic", "static"):
+            assert k[impl]["us"] > 0 and k[impl][k["unit"]] > 0 and k[impl]["kernels"] >= 1
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((), "give a MODEL"),
+    (("--kernel", "gemm:1x2"), "gemm takes 3 positive dims"),
+    (("--kernel", "conv2d:3"), "expected one of gemm, eltwise"),
+    ((ENCODER, "--kernel", "eltwise:8"), "not both"),
+    ((ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--repeat", "0"), "--repeat must be"),
+    ((ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--compare", "tvm"), "unknown peer"),
+])
+def test_bench_errors_are_one_line(args, msg):
+    r = invoke("bench", *args)
+    assert r.exit_code == 2
+    assert msg in r.output and "Traceback" not in r.output
+
+
+def test_prebuild_keeps_the_decisions(device):
+    """The first inference's impls built in parallel ahead of the flow: the same builds are
+    recorded (marked prebuilt, out of the critical path) and the outputs are the same."""
+    model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 1000, (1, 12)), "attention_mask": np.ones((1, 12), np.int64)}
+    runs = {}
+    for workers in (1, 4):
+        tr = MemoryTrace()
+        net = Network(build_program(model), device, trace=tr, impls="dynamic", prebuild_workers=workers)
+        out = net.infer(feeds)["y"]
+        builds = [(e["node"], e["impl"]) for e in tr.events if e["kind"] == "update_impl" and e["action"] == "build"]
+        runs[workers] = (out, builds, [e.get("prebuilt", False) for e in tr.events
+                                       if e["kind"] == "update_impl" and e["action"] == "build"],
+                         net.counters.get("compile_ms_critical", 0))
+    assert np.array_equal(runs[1][0], runs[4][0])
+    assert runs[1][1] == runs[4][1] and len(runs[1][1]) > 2
+    assert not any(runs[1][2]) and all(runs[4][2])
+    assert runs[4][3] == 0

@@ -28,3 +28,4 @@ class Tensor:
     # realloc_if_needed state (max size seen, predictor history key) of the buffer: per tensor,
     # so a fused node and its unfused fallback manage one buffer
     state: BufferState = field(default_factory=BufferState)
+    dev_src: object = None         # the host array last uploaded into `buf` (plan replays)

@@ -73,6 +73,7 @@ class MemoryPool:
         self.act_bytes = 0                      # buffers of non-constant tensors
         self.peak_bytes = 0                     # max act_bytes since begin_inference
         self._live: dict[str, int] = {}         # tensor -> bytes it occupies in this inference
+        self.changes = 0                        # buffers made, freed or shared (engine/plan.py)
 
     def add_scratch(self, name: str, step: int) -> None:
         """An impl's internal buffer: live during its node's step only."""
@@ -82,6 +83,7 @@ class MemoryPool:
 
     # ---- buffers ------------------------------------------------------------------------
     def alloc(self, ctx: cl.Context, nbytes: int, holder: str, constant: bool = False) -> cl.Buffer:
+        self.changes += 1
         buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
         self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
         self.used_bytes += nbytes
@@ -95,6 +97,7 @@ class MemoryPool:
         b = self._blocks.get(id(buf)) if buf is not None else None
         if b is None:
             return
+        self.changes += holder in b.holders
         b.holders.discard(holder)
         if not b.holders:
             del self._blocks[id(buf)]
@@ -116,6 +119,7 @@ class MemoryPool:
                 best = b
         if best is None:
             return None
+        self.changes += 1
         best.holders.add(holder)
         return best.buf, best.nbytes
 

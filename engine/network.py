@@ -76,7 +76,9 @@ class Network:
         self.profile = profile
         self.events: list = []         # with profile=True: this inference's kernel events
         self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
-        self.log_launches: list | None = None   # a list while engine/plan.py records one
+        # lists while engine/plan.py records an inference: launches, predictor calls
+        self.log_launches: list | None = None
+        self.log_reallocs: list | None = None
 
         self.tensors: dict[str, Tensor] = {}
         for name, v in program.constants.items():  # includes constants made by fusion
@@ -202,9 +204,13 @@ class Network:
     # device runs them on the cores the flow needs: one flush at the end there.
     FLUSH_EVERY = {"gpu": 32, "cpu": 1 << 30}
 
-    def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None) -> None:
-        """A kernel the flow decided to run: enqueued at the next flush."""
+    def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None, bound=None) -> None:
+        """A kernel the flow decided to run: enqueued at the next flush. `bound`: the node's
+        _Bound it belongs to (its arguments and shape_info, for a plan to record)."""
         self.launches.append((kernel, gws, lws))
+        if self.log_launches is not None:
+            self.log_launches.append((bound, kernel, gws, lws, bound and bound.arg_ids,
+                                      bound and bound.info))
         if len(self.launches) >= self.flush_every:
             self.flush()
 
@@ -221,8 +227,6 @@ class Network:
             else:
                 for k, g, l in self.launches:
                     enqueue(q, k, g, l)
-            if self.log_launches is not None:
-                self.log_launches.extend(self.launches)
             self.launches = []
 
     def upload(self, t: Tensor) -> None:
@@ -236,6 +240,7 @@ class Network:
             arr = np.require(t.host, requirements="C")
             cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
             self.keep(arr)
+        t.dev_src = t.host
         t.offset = 0
         t.dev_version = t.version
 
@@ -425,8 +430,9 @@ class Network:
         self.blocked_s, self.events = 0.0, []
         fast = self.fast if self.fast is not None and not self.fast.blocker else None
         sig = signature(feeds, fast.by_value) if fast is not None else None
-        if fast is not None and fast.can_replay(sig):
-            return self._replay(feeds, t0, want)
+        plan = fast.find(sig) if fast is not None else None
+        if plan is not None:
+            return self._replay(plan, feeds, t0, want)
         self.counters = Counter()
         self.shape_of_changed = set()
         self.memory.begin_inference()
@@ -477,20 +483,20 @@ class Network:
     def output_shapes(self) -> dict:
         return {k: list(self.tensors[k].layout.shape) for k in self.program.outputs}
 
-    def _replay(self, feeds: dict, t0: float, want: list) -> dict:
-        """The fast path (engine/plan.py): the plan of this signature, standing for the
+    def _replay(self, plan, feeds: dict, t0: float, want: list) -> dict:
+        """The fast path (engine/plan.py): the plan of this transition, standing for the
         decisions of the inference it was recorded from."""
-        plan = self.fast.plan
-        outs = self.fast.replay(feeds, want)
+        outs = self.fast.replay(plan, feeds, want)
         self.finish()
         latency = (time.perf_counter() - t0) * 1e3
         self.counters = Counter(plan.counters)
         self.counters["latency_ms"] = latency
-        self.counters["plan.replay"] = self.counters["plan.replay.same_signature"] = 1
+        why = "same_signature" if plan.key[0] == plan.key[1] else "transition"
+        self.counters["plan.replay"] = self.counters[f"plan.replay.{why}"] = 1
         tr = self.trace
         if not isinstance(tr, NullTrace):
             tr.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
-            tr.event("plan", "", "", "replay", "same_signature", of_iter=plan.of_iter,
+            tr.event("plan", "", "", "replay", why, of_iter=plan.of_iter,
                      kernels=len(plan.launches))
             tr.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
                      counters=dict(self.counters))

@@ -1,22 +1,31 @@
-"""The fast path: replay of an input signature's plan (a decision beyond the seeds).
+"""The fast path: plan replay (a decision beyond the seeds).
 
-The per-node flow (primitive_inst.py) is the reference and makes every decision. When an
-inference changes nothing (every update_shape skipped, no impl, weights or buffer decision, no
-static build pending, no value read back for shape inference), the network's state after it is
-the state before it, so the next inference with the same input signature would make exactly
-the same decisions and enqueue exactly the same kernels with the same arguments. The plan of
-that signature is those kernels, in order; a replay uploads the new inputs, enqueues them and
-reads the outputs, with no per-node Python work.
+The per-node flow (primitive_inst.py) is the reference and makes every decision. Its decisions
+for an inference depend on three things: the nodes' state after the previous inference (their
+input layouts, deps, bound kernels, fusion validity: a function of the previous input
+signature), the resources (buffers and their capacities, impl and weights caches, pending
+builds) and the new inputs. An inference of the flow that changed no resource (no buffer made,
+freed or shared, no build, switch or eviction, no weights decision, nothing pending, no shape
+read from the device) is recorded as the plan of its transition (previous signature ->
+signature): the kernels it enqueued with their arguments and shape_info, the predictor calls
+it made and the nodes' state it left. While no inference of the flow has changed a resource
+since (the `epoch`), the same transition makes exactly the same decisions, so the fast path
+replays the plan instead of walking the nodes: it puts back each kernel's arguments and
+shape_info where they differ, makes the same predictor calls (their history is what later
+allocations predict from), enqueues, and reads the outputs. The nodes' state is put back
+lazily, before the flow next runs. `same_signature` (the signature repeats) is the common case;
+`transition` covers a sequence that cycles through known shapes.
 
 A replay stands for the decisions of the inference it was recorded from: its counters are that
 inference's, and the trace holds one `plan replay` event with `of_iter`, which the trace reader
 expands into that inference's decision events (traces/reader.py). `Network(fast_path=False)`
 (`--no-fast-path`) turns it off; the tests run sequences both ways and compare outputs and
-decision counts.
+decisions per inference.
 
-Not used (the flow runs every inference) when the program's shapes depend on data (NonZero's
-dynamic output, a shape dep computed on the device) or decode feedback moves buffers between
-inferences (--feedback).
+Not used when the program's shapes depend on data (NonZero's dynamic output) or decode feedback
+moves buffers between inferences (--feedback). A policy that reallocates often (the plugin's
+reclaim of buffers 10x too large) bumps the epoch often and leaves little to replay:
+`--predictor adaptive` keeps buffers across shrinks.
 """
 from __future__ import annotations
 
@@ -25,9 +34,19 @@ from collections import Counter
 import numpy as np
 import pyopencl as cl
 
+from engine.memo import Memo
+from traces.schema import PLAN_BASES_KEPT
+
 # counters that are measurements or the fast path's own, not the flow's decisions
 NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "plan.replay",
-                           "plan.replay.same_signature"})
+                           "plan.replay.same_signature", "plan.replay.transition"})
+
+# what the flow reads back from a node's previous execution (put back after replays); the
+# rest of a PrimitiveInst is either fixed or physical (kernel objects, memo tables, caches)
+INST_STATE = ("in_layouts", "dep_state", "deps", "deps_key", "shape_changed", "shape_done_by_other",
+              "unfuse_reason", "skip_now", "in_place_now", "bound", "internal_layouts", "internals",
+              "pending", "want_weights", "weights_override", "kv_pad")
+BOUND_STATE = ("call", "gws", "lws", "offsets", "tensors")   # info, arg_ids: kept true by replays
 
 
 def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:
@@ -62,51 +81,77 @@ def fast_path_blocker(net) -> str:
 
 
 class Plan:
-    __slots__ = ("sig", "of_iter", "launches", "counters")
+    __slots__ = ("key", "epoch", "of_iter", "launches", "reallocs", "hosts", "counters", "state",
+                 "io_state")
 
-    def __init__(self, sig, of_iter: int, launches: list, counters: Counter):
-        self.sig, self.of_iter, self.launches, self.counters = sig, of_iter, launches, counters
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
 
 
 class FastPath:
-    """One plan: the last inference's, once it proved steady. A new signature runs the flow
-    (which makes the decisions), and its plan is armed when the flow repeats it unchanged."""
-
     def __init__(self, net):
         self.net = net
         self.blocker = fast_path_blocker(net)
         self.by_value = value_inputs(net)
-        self.plan: Plan | None = None
+        self.plans = Memo(PLAN_BASES_KEPT)   # (previous signature, signature) -> Plan
+        self.epoch = 0                 # inferences of the flow that changed a resource
         self.last_sig = None
+        self.restore: Plan | None = None   # the replayed plan whose node state is not put back
         self.recording = None
         # graph outputs a host impl computes (shape subgraphs) keep their host value; every
         # other output is read back from its buffer
         host = {t.name for i in net.insts if i.node.host for t in i.outputs}
         self.device_outputs = [o for o in net.program.outputs if o not in host]
+        # host values that device kernels read: a replay makes sure the device holds its own
+        self.host_args = list({t.name: t for inst in net.insts for i in inst.family()
+                               if not i.node.host for t in i.inputs
+                               if t is not None and t.name in host}.values())
+        self.all_insts = [i for inst in net.insts for i in inst.family()]
+        # graph inputs and outputs: their layouts are put back at once (outputs are read, and
+        # callers ask for the shapes), the rest of the state lazily
+        self.io_tensors = {net.tensors[n] for n in list(net.program.inputs) + net.program.outputs}
 
     # ---- around a flow inference ----------------------------------------------------------
     def begin_flow(self, sig) -> None:
-        """Log the kernels the flow enqueues in this inference (Network.flush appends)."""
-        self.recording = sig
-        self.net.log_launches = [] if not self.blocker else None
+        """Put the nodes' state back if plans ran since the flow last did; log what this
+        inference enqueues and asks the predictor."""
+        net = self.net
+        if self.restore is not None:
+            _restore(self.restore.state)
+            self.restore = None
+        self.recording = (self.last_sig, sig, net.memory.changes)
+        net.log_launches, net.log_reallocs = [], []
 
     def end_flow(self, counters: Counter) -> bool:
-        """After the flow's inference: arm the plan when it changed nothing; True when armed
-        (the trace marks the inference as a plan base)."""
-        net, sig = self.net, self.recording
-        launches, net.log_launches = net.log_launches, None
-        steady = launches is not None and sig == self.last_sig and _changed_nothing(net, counters)
+        """After the flow's inference: record it as its transition's plan when it changed no
+        resource; True when recorded (the trace marks the inference as a plan base)."""
+        net = self.net
+        prev, sig, mem = self.recording
+        launches, reallocs = net.log_launches, net.log_reallocs
+        net.log_launches = net.log_reallocs = None
         self.last_sig = sig
-        self.plan = Plan(sig, net.iter, launches, Counter(counters)) if steady else None
-        return steady
+        if net.memory.changes != mem or not _resource_free(net, counters):
+            self.epoch += 1
+            self.plans.clear()
+            return False
+        self.plans.put((prev, sig), Plan(
+            key=(prev, sig), epoch=self.epoch, of_iter=net.iter, launches=launches,
+            reallocs=reallocs, hosts=[(t, t.host) for t in self.host_args
+                                      if t.buf is not None and t.dev_src is t.host],
+            counters=Counter(counters), state=(state := _snapshot(self.all_insts, net)),
+            io_state=[(t, d) for t, d in state if t in self.io_tensors]))
+        return True
 
     # ---- the replay ---------------------------------------------------------------------
-    def can_replay(self, sig) -> bool:
-        return self.plan is not None and self.plan.sig == sig
+    def find(self, sig) -> Plan | None:
+        plan = self.plans.get((self.last_sig, sig))
+        return plan if plan is not None and plan.epoch == self.epoch else None
 
-    def replay(self, feeds: dict, want: list) -> dict:
-        net, plan = self.net, self.plan
+    def replay(self, plan: Plan, feeds: dict, want: list) -> dict:
+        net = self.net
         q = net.queue
+        _restore(plan.io_state)
         for name, value in feeds.items():
             t = net.tensors[name]
             value = np.require(value, requirements="C")
@@ -116,24 +161,78 @@ class FastPath:
             if value.nbytes:
                 cl.enqueue_copy(q, t.buf, value, is_blocking=False)
                 net.keep(value)
+        for t, arr in plan.hosts:      # shape-subgraph values of this signature on the device
+            if t.dev_src is not arr and arr.nbytes:
+                cl.enqueue_copy(q, t.buf, np.require(arr, requirements="C"), is_blocking=False)
+                t.dev_src = arr
+        for b, k, g, l, args, info in plan.launches:
+            if b is None:
+                continue
+            if b.info is not info:
+                b.slot.write(info)
+                b.info = info
+            if b.arg_ids is not args and (b.arg_ids is None or
+                                          any(x is not y for x, y in zip(args, b.arg_ids))):
+                k.set_args(*args)
+                b.arg_ids = args
+        net.arena.flush(q, net.keep)
         enqueue = cl.enqueue_nd_range_kernel
         if net.profile:
-            net.events = [enqueue(q, k, g, l) for k, g, l in plan.launches]
+            net.events = [enqueue(q, k, g, l) for _, k, g, l, _, _ in plan.launches]
         else:
-            for k, g, l in plan.launches:
+            for _, k, g, l, _, _ in plan.launches:
                 enqueue(q, k, g, l)
+        used = net.used_bytes
+        for t, shape, bits in plan.reallocs:   # the same predictor calls as the flow's
+            t.state.realloc_if_needed(net.predictor, t.name, shape, bits, used)
         for name in want:
             if name in self.device_outputs:
                 net.read_to_host(net.tensors[name])
+        self.last_sig = plan.key[1]
+        self.restore = plan
         return {name: net.tensors[name].host for name in want}
 
 
-def _changed_nothing(net, counters: Counter) -> bool:
-    """The flow's state after this inference is its state before it."""
-    if counters.get("update_shape.infer") or counters.get("device_reads"):
+def _snapshot(insts, net) -> list:
+    """The nodes' and tensors' state after this inference (what the flow would read next)."""
+    state = []
+    for i in insts:
+        d = {k: i.__dict__[k] for k in INST_STATE}
+        d["dep_state"] = dict(d["dep_state"])     # mutated in place by the flow
+        d["internals"] = list(d["internals"])
+        state.append((i, d))
+        for b in i.bound:
+            state.append((b, {k: getattr(b, k) for k in BOUND_STATE}))
+        for t in i.internals:
+            state.append((t, dict(t.__dict__)))
+    for t in net.tensors.values():
+        state.append((t, dict(t.__dict__)))
+    return state
+
+
+def _restore(state: list) -> None:
+    for obj, d in state:
+        if isinstance(obj.__class__.__dict__.get("__slots__"), tuple):   # _Bound
+            for k, v in d.items():
+                setattr(obj, k, v)
+        else:
+            dev_src = obj.__dict__.get("dev_src", None)
+            obj.__dict__.update(d)
+            if "dev_src" in d:       # physical: what the device holds now, not then
+                obj.dev_src = dev_src
+
+
+# decisions that leave every resource as it was (the memory pool's own count covers buffers)
+_FREE = ("update_shape.", "update_impl.keep", "update_weights.skip", "realloc.reuse", "realloc.view",
+         "realloc.external", "realloc.by_other", "realloc.empty", "set_args.", "execute.",
+         "fusion.unfuse", "in_place_concat.apply")
+
+
+def _resource_free(net, counters: Counter) -> bool:
+    """This inference of the flow changed no resource its replay would rely on."""
+    if counters.get("device_reads"):
         return False
-    if any(k.startswith(("update_impl.", "update_weights.", "kv_cache.")) for k in counters):
-        return False
-    if counters.get("realloc.alloc") or counters.get("realloc.from_pool"):
-        return False
+    for k in counters:
+        if "." in k and not k.startswith(_FREE) and not k.startswith("plan."):
+            return False
     return not any(i.pending is not None for i in net.insts)

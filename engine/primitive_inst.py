@@ -222,7 +222,7 @@ class PrimitiveInst:
                 net.memory.note_live(t.name, t.layout.nbytes)
         self.set_arguments(impl_changed or mem_changed)
         for b in self.bound:
-            net.launch(b.kernel, b.gws, b.lws)
+            net.launch(b.kernel, b.gws, b.lws, b)
         for t in self.outputs:
             t.version += 1
             t.dev_version = t.version
@@ -339,7 +339,7 @@ class PrimitiveInst:
         self._bind(calls, [self._dynamic_impl(c) for c in calls])
         self.set_arguments(False)
         for b in self.bound:
-            net.launch(b.kernel, b.gws, b.lws)
+            net.launch(b.kernel, b.gws, b.lws, b)
         out.version += 1
         out.dev_version = out.version
         out.host = None
@@ -596,6 +596,8 @@ class PrimitiveInst:
             self._rec("realloc", "by_other", bytes=l.nbytes, shape=l.shape, dtype=l.dtype)
             return False
         d = t.state.realloc_if_needed(net.predictor, t.name, l.shape, l.itemsize * 8, net.used_bytes)
+        if net.log_reallocs is not None:   # a plan replays this call (the predictor's history)
+            net.log_reallocs.append((t, l.shape, l.itemsize * 8))
         net.memory.note_live(t.name, l.nbytes)
         if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
             self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,

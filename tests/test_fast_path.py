@@ -135,3 +135,24 @@ def test_inputs_read_as_values_are_part_of_the_signature(device):
     outs, _, tr = _run(model, feeds, device, True, impls="dynamic")
     assert [o["y"].shape for o in outs] == [(3, 8), (3, 8), (3, 8), (8, 3)]
     assert [e["iter"] for e in tr.events if e["kind"] == "plan"] == [2]
+
+
+@pytest.mark.parametrize("predictor", ["openvino", "adaptive"])
+def test_transitions_between_known_shapes_replay(device, predictor):
+    """A sequence cycling through known shapes: once a transition ran through the flow without
+    changing a resource, it is replayed; outputs and decisions equal the flow's every time."""
+    model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
+    seq = [8, 16, 24] * 4 + [16, 8, 24, 8]
+    feeds = _feeds(seq, seed=3)
+    out_on, cnt_on, tr_on = _run(model, feeds, device, True, impls="dynamic", predictor=predictor)
+    out_off, cnt_off, tr_off = _run(model, feeds, device, False, impls="dynamic", predictor=predictor)
+    for i, (a, b) in enumerate(zip(out_on, out_off)):
+        assert np.array_equal(a["y"], b["y"]), f"inference {i}"
+    assert cnt_on == cnt_off
+    for i in range(len(seq)):
+        assert _decisions(tr_on, i) == _decisions(tr_off, i), f"inference {i}"
+    why = {e["iter"]: e["reason"] for e in tr_on.events if e["kind"] == "plan"}
+    # the first cycle grows every buffer; the second runs each transition through the flow;
+    # from the third on, the transitions seen are replayed
+    assert set(range(6, 12)) <= set(why) and set(why.values()) == {"transition"}
+    assert 12 not in why and 13 not in why     # 24 -> 16 and 16 -> 8 were never seen

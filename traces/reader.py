@@ -5,7 +5,7 @@ import json
 import warnings
 from typing import Iterator
 
-from traces.schema import CORE_FIELDS, KINDS, SCHEMA_VERSION
+from traces.schema import CORE_FIELDS, KINDS, PLAN_BASES_KEPT, SCHEMA_VERSION
 
 
 class TraceError(ValueError):
@@ -75,7 +75,7 @@ def replayed(base: list[dict], rec: dict) -> Iterator[dict]:
 class PlanBases:
     """Keeps the decision events of the inferences marked `plan_base` (the last few), so
     `plan replay` events can be expanded while streaming."""
-    KEEP = 8
+    KEEP = PLAN_BASES_KEPT
 
     def __init__(self):
         self._cur: list[dict] = []

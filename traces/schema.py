@@ -6,6 +6,10 @@ it carries; the reader validates against it and the docs are checked against it 
 """
 SCHEMA_VERSION = 1
 
+# How many plan bases (inferences `plan replay` events may refer to) a reader must keep: the
+# fast path keeps at most this many plans (engine/plan.py), all among the latest bases.
+PLAN_BASES_KEPT = 64
+
 # Fields every event carries. `iter` counts inferences from 0 (-1 outside an inference),
 # `node`/`op` are empty for run-level events, `ts` is seconds since the run started.
 CORE_FIELDS = ("kind", "iter", "node", "op", "action", "reason", "ts")
@@ -141,14 +145,16 @@ KINDS: dict[str, dict] = {
     },
     "plan": {
         "actions": {"replay"},
-        "reasons": {"same_signature"},
+        "reasons": {"same_signature", "transition"},
         "fields": ("of_iter", "kernels"),
         "doc": "The fast path, a decision beyond the seeds (engine/plan.py): the inference "
-               "`of_iter` changed nothing and this one has the same input signature, so its "
-               "`kernels` were enqueued again as recorded, with no per-node flow. It stands for "
-               "the decisions of `of_iter`: the file holds this one event, and the reader "
-               "(traces/reader.py) expands it into copies of `of_iter`'s decision events, "
-               "marked `replayed: true`, so every view counts them. Off with `--no-fast-path`.",
+               "`of_iter` changed no resource and this one repeats its transition (the same "
+               "previous and current input signatures, `same_signature` when they are equal) "
+               "with no resource changed since, so its `kernels` were enqueued again as recorded, "
+               "with no per-node flow. It stands for the decisions of `of_iter`: the file holds "
+               "this one event, and the reader (traces/reader.py) expands it into copies of "
+               "`of_iter`'s decision events, marked `replayed: true`, so every view counts "
+               "them. Off with `--no-fast-path`.",
     },
     "infer_end": {
         "actions": {""},
@@ -156,7 +162,7 @@ KINDS: dict[str, dict] = {
         "doc": "An inference finished; `counters` are this inference's decision counts, plus "
                "`peak_bytes` (device memory of activation buffers at its peak) and "
                "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
-               "allocator can do with less). `plan_base: true`: the inference changed nothing, "
+               "allocator can do with less). `plan_base: true`: the inference changed no resource, "
                "so later `plan replay` events may refer to it.",
     },
     "check": {

@@ -48,6 +48,7 @@ class BenchOptions:
     same_runs: int = 10
     device: str | None = None
     impls: str = "auto"
+    predictor: str = "openvino"
     fast_path: bool = True
     trace: str | None = None
     profile: bool = False
@@ -69,6 +70,10 @@ def _key(feeds: dict) -> str:
 def bench_model(opts: BenchOptions, progress=None) -> dict:
     """Run the procedure of the module docstring; `progress(done, total, what)` after each
     inference."""
+    from engine.predictors import ENGINE_POLICIES
+    if opts.predictor not in ENGINE_POLICIES:
+        raise UsageError(f"--predictor: unknown policy {opts.predictor!r}: choose from "
+                         f"{', '.join(ENGINE_POLICIES)}")
     model = load_model(opts.model)
     try:
         prog = build_program(model, opts.model)
@@ -94,7 +99,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
         trace = TraceWriter(opts.trace, {"model": opts.model, "device": describe(device),
                                          "options": {"bench": True, "fast_path": opts.fast_path}})
     t0 = time.perf_counter()
-    net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path)
+    net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path,
+                  predictor=opts.predictor)
     load_ms = (time.perf_counter() - t0) * 1e3
     n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * opts.same_runs
     done = [0]
@@ -136,7 +142,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     # 5. kernel time on a profiling queue (separate network: its launches cost more)
     device_ms = {}
     if opts.profile:
-        pnet = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, profile=True)
+        pnet = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, profile=True,
+                       predictor=opts.predictor)
         for _ in range(2):
             for f, k in zip(feeds, keys):
                 pnet.infer(f)
@@ -161,7 +168,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     steady = [(same[k]["host_ms"] * 1e3 / same[k]["kernels"]) for k in distinct if same[k]["kernels"]]
     out = {
         "model": opts.model, "inputs": names, "device": describe(device), "fast_path": opts.fast_path,
-        "impls": opts.impls, "sequence_length": len(seq), "timed_inferences": len(rows),
+        "impls": opts.impls, "predictor": opts.predictor, "sequence_length": len(seq), "timed_inferences": len(rows),
         "load_ms": load_ms, "compile_ms": compile_ms,
         "sequence": {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat),
                      "p90_ms": pct(lat, 90), "host_ms_mean": statistics.mean(r[1] - r[2] for r in rows),

@@ -172,7 +172,10 @@ def bench(
     same_runs: int = typer.Option(10, "--same-runs", metavar="N", help="Warm runs of each distinct shape on its own."),
     device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device (see `dyncli devices`)."),
     impls: str = typer.Option("auto", "--impls", metavar="MODE", help="dynamic | static | auto, as for `dyncli run`."),
-    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated signatures."),
+    predictor: str = typer.Option("openvino", "--predictor", metavar="POLICY", help="Output preallocation "
+                                  "policy, as for `dyncli run` (adaptive keeps buffers across shrinks, "
+                                  "so shape changes stop reallocating and the fast path can replay them)."),
+    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated signatures and transitions."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),
     profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
     compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),
@@ -196,7 +199,8 @@ def bench(
             opts = BenchOptions(model=model, shapes=shapes, shapes_file=shapes_file,
                                 model_shape=model_shape, input_range=input_range, seed=seed,
                                 warmup=warmup, repeat=repeat, same_runs=same_runs, device=device,
-                                impls=impls, fast_path=fast_path, trace=trace, profile=profile,
+                                impls=impls, predictor=predictor, fast_path=fast_path, trace=trace,
+                                profile=profile,
                                 compare=compare)
             show = not as_json and sys.stderr.isatty()
             with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),

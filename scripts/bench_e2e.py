@@ -46,12 +46,12 @@ def bench_bert(device, out):
     seq = bert_sequence()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([{"input_ids": [1, s], "attention_mask": [1, s]} for s in seq], f)
-    for fast in (True, False):
+    for key, fast, pred in (("bert_fast", True, "openvino"), ("bert_no_fast_path", False, "openvino"),
+                            ("bert_fast_adaptive", True, "adaptive")):
         r = bench_model(BenchOptions(model=BERT, shapes_file=f.name, warmup=1, repeat=1, same_runs=10,
-                                     device=device, fast_path=fast, profile=fast,
-                                     compare=["onnxruntime"] if fast else [],
-                                     input_range=["input_ids:0..30000"]))
-        key = "bert_fast" if fast else "bert_no_fast_path"
+                                     device=device, fast_path=fast, profile=fast and pred == "openvino",
+                                     compare=["onnxruntime"] if key == "bert_fast" else [],
+                                     input_range=["input_ids:0..30000"], predictor=pred))
         out[key] = r
         sq = r["sequence"]
         print(f"BERT {key}: mean {sq['mean_ms']:.3f} ms median {sq['median_ms']:.3f} p90 {sq['p90_ms']:.3f}; "

@@ -47,6 +47,9 @@ INST_STATE = ("in_layouts", "dep_state", "deps", "deps_key", "shape_changed", "s
               "unfuse_reason", "skip_now", "in_place_now", "bound", "internal_layouts", "internals",
               "pending", "want_weights", "weights_override", "kv_pad")
 BOUND_STATE = ("call", "gws", "lws", "offsets", "tensors")   # info, arg_ids: kept true by replays
+# a tensor's: all but `dev_src` (physical: what the device holds now)
+TENSOR_STATE = ("layout", "buf", "offset", "host", "version", "dev_version", "capacity", "by_other",
+                "state")
 
 
 def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:
@@ -96,6 +99,7 @@ class FastPath:
         self.by_value = value_inputs(net)
         self.plans = Memo(PLAN_BASES_KEPT)   # (previous signature, signature) -> Plan
         self.epoch = 0                 # inferences of the flow that changed a resource
+        self.seen: set = set()         # transitions the flow ran once in this epoch
         self.last_sig = None
         self.restore: Plan | None = None   # the replayed plan whose node state is not put back
         self.recording = None
@@ -134,13 +138,20 @@ class FastPath:
         if net.memory.changes != mem or not _resource_free(net, counters):
             self.epoch += 1
             self.plans.clear()
+            self.seen.clear()
+            return False
+        # A repeated signature is recorded at once; a transition only when the flow runs it a
+        # second time in this epoch: a policy that reallocates often (the plugin's reclaim)
+        # would otherwise pay for recording plans that never live to be replayed.
+        if prev != sig and (prev, sig) not in self.seen:
+            self.seen.add((prev, sig))
             return False
         self.plans.put((prev, sig), Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=net.iter, launches=launches,
             reallocs=reallocs, hosts=[(t, t.host) for t in self.host_args
                                       if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=(state := _snapshot(self.all_insts, net)),
-            io_state=[(t, d) for t, d in state if t in self.io_tensors]))
+            io_state=[e for e in state if e[0] in self.io_tensors]))
         return True
 
     # ---- the replay ---------------------------------------------------------------------
@@ -194,32 +205,27 @@ class FastPath:
 
 
 def _snapshot(insts, net) -> list:
-    """The nodes' and tensors' state after this inference (what the flow would read next)."""
+    """The nodes' and tensors' state after this inference (what the flow would read next), as
+    (object, values) pairs in the order of INST_STATE / BOUND_STATE / the tensor's fields."""
     state = []
     for i in insts:
-        d = {k: i.__dict__[k] for k in INST_STATE}
-        d["dep_state"] = dict(d["dep_state"])     # mutated in place by the flow
-        d["internals"] = list(d["internals"])
-        state.append((i, d))
+        d = i.__dict__
+        state.append((i, INST_STATE, tuple(dict(d[k]) if k == "dep_state" else
+                                           list(d[k]) if k == "internals" else d[k]
+                                           for k in INST_STATE)))
         for b in i.bound:
-            state.append((b, {k: getattr(b, k) for k in BOUND_STATE}))
+            state.append((b, BOUND_STATE, tuple(getattr(b, k) for k in BOUND_STATE)))
         for t in i.internals:
-            state.append((t, dict(t.__dict__)))
+            state.append((t, TENSOR_STATE, tuple(t.__dict__[k] for k in TENSOR_STATE)))
     for t in net.tensors.values():
-        state.append((t, dict(t.__dict__)))
+        state.append((t, TENSOR_STATE, tuple(t.__dict__[k] for k in TENSOR_STATE)))
     return state
 
 
 def _restore(state: list) -> None:
-    for obj, d in state:
-        if isinstance(obj.__class__.__dict__.get("__slots__"), tuple):   # _Bound
-            for k, v in d.items():
-                setattr(obj, k, v)
-        else:
-            dev_src = obj.__dict__.get("dev_src", None)
-            obj.__dict__.update(d)
-            if "dev_src" in d:       # physical: what the device holds now, not then
-                obj.dev_src = dev_src
+    for obj, keys, values in state:
+        for k, v in zip(keys, values):
+            setattr(obj, k, v)
 
 
 # decisions that leave every resource as it was (the memory pool's own count covers buffers)

@@ -1,7 +1,8 @@
 // Batched GEMM with numpy broadcasting over batch dims: Y = ALPHA * op(A) x op(B) + BETA * C.
 // Tensors: 0 A [.., M, K] (or [.., K, M] with TRANS_A), 1 B [.., K, N] (or [.., N, K] with
 // TRANS_B), [2 C bias, broadcast to Y], then Y [.., M, N].
-// JIT: TRANS_A, TRANS_B, HAS_BIAS, ALPHA, BETA, TS (tile size of gemm_tiled; work-group TS x TS).
+// JIT: TRANS_A, TRANS_B, HAS_BIAS, ALPHA, BETA; the tile of gemm_lm (WGX, WGY, RM, RN, BK) or
+// of gemm_rb (TM, TN, B_BLOCKED), chosen per device kind in engine/ops/matmul.py.
 // PARAM(0) M, PARAM(1) N, PARAM(2) K, PARAM(3) batch count.
 #if HAS_BIAS
 #define Y_T 3
@@ -68,38 +69,7 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #define C_OFF 0
 #endif
 
-KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
-{
-    const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
-    const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2);
-    const int lc = get_local_id(0), lr = get_local_id(1);
-    GEMM_BATCH_OFFSETS(bat, M, N, K)
-
-    __local float As[TS][TS];
-    __local float Bs[TS][TS + 1];
-    float acc = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += TS) {
-        const int ka = k0 + lc, kb = k0 + lr;
-#if TRANS_A
-        As[lr][lc] = (row < M && ka < K) ? A[a_off + ka * M + row] : 0.0f;
-#else
-        As[lr][lc] = (row < M && ka < K) ? A[a_off + row * K + ka] : 0.0f;
-#endif
-#if TRANS_B
-        Bs[lr][lc] = (kb < K && col < N) ? B[b_off + col * K + kb] : 0.0f;
-#else
-        Bs[lr][lc] = (kb < K && col < N) ? B[b_off + kb * N + col] : 0.0f;
-#endif
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < TS; ++k) acc += As[lr][k] * Bs[k][lc];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (row >= M || col >= N || bat >= PARAM(3)) return;
-    const int o = y_off - T_OFF(Y_T) + row * N + col;
-    Y[y_off + row * N + col] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
-}
-
-// Split-K, for few rows and a long K (a decode step's GEMV, where a TS x TS tile would idle all
+// Split-K, for few rows and a long K (a decode step's GEMV, where a tile of rows would idle all
 // but one row): each work-item sums K / S products of one output element into the internal
 // buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
 // and the fused ops. Both take the tiled kernel's tensors plus T. PARAM(4): S.
@@ -138,10 +108,11 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
     Y[T_OFF(Y_T) + o] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
 }
 
-// Register-blocked GEMM (static builds: M, N, K and the tile are compile-time constants).
-// A work-item computes TM rows x TN columns (TN: vector width 4 or 8); no local memory.
-// B_BLOCKED: B was reordered (update_weights) to [ceil(N/TN)][K][TN], zero-padded, so each k
-// is one contiguous vector load; otherwise N % TN == 0. Fake alignment: the build's PARAM(0)
+// Register-blocked GEMM, no local memory (CPUs: PoCL serialises work-group barriers). A
+// work-item computes TM rows x TN columns (TN: vector width 4, 8 or 16), one vector load of B
+// per k. Shape-agnostic builds take any N (the last partial vector is loaded per element);
+// static builds bake M, N, K in. B_BLOCKED: B was reordered (update_weights) to
+// [ceil(N/TN)][K][TN], zero-padded, so each k is one contiguous vector load. Fake alignment: the build's PARAM(0)
 // is M rounded up; the real M comes at run time (RT_PARAM(0)); rows >= M read a clamped row and
 // are never stored.
 #ifdef TN
@@ -173,15 +144,23 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #if B_BLOCKED
     const __global float* bp = B + b_off + (n0 / TN) * K * TN;
 #endif
+    const int nfull = n0 + TN <= N;
     for (int k = 0; k < K; ++k) {
 #if B_BLOCKED
         const BV bv = BLOAD(bp + k * TN);
 #elif TRANS_B
-        BV bv;
+        BV bv = (BV)(0.0f);
 #pragma unroll
-        for (int l = 0; l < TN; ++l) ((float*)&bv)[l] = B[b_off + (n0 + l) * K + k];
+        for (int l = 0; l < TN; ++l)
+            if (n0 + l < N) ((float*)&bv)[l] = B[b_off + (n0 + l) * K + k];
 #else
-        const BV bv = BLOAD(B + b_off + k * N + n0);
+        BV bv;
+        if (nfull) {
+            bv = BLOAD(B + b_off + k * N + n0);
+        } else {   // the last columns of a shape-agnostic build (N % TN != 0)
+            bv = (BV)(0.0f);
+            for (int l = 0; l < N - n0; ++l) ((float*)&bv)[l] = B[b_off + k * N + n0 + l];
+        }
 #endif
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
@@ -201,6 +180,147 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
             const int o = y_off - T_OFF(Y_T) + row * N + n0 + l;
             const float v = gemm_epilogue(shape_info, C_ARG, C_OFF, ((float*)&acc[i])[l], o);
             Y[y_off + row * N + n0 + l] = FUSED_OPS(v, o);
+        }
+    }
+}
+#endif
+
+// ---- Register-tiled GEMMs (issue 12). Both serve the shape-agnostic build (dims from
+// shape_info, every edge checked) and the static one (same source, IS_DYNAMIC=0: the dims fold).
+
+// Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
+// p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
+// vector is one 128-bit load.
+inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
+    if (vec && lim >= 4) return *(const __global float4*)p;
+    float4 v = (float4)(0.0f);
+    if (lim > 0) v.s0 = p[0];
+    if (lim > 1) v.s1 = p[1];
+    if (lim > 2) v.s2 = p[2];
+    if (lim > 3) v.s3 = p[3];
+    return v;
+}
+
+// Stores one output element through the epilogue (ALPHA, BETA * C) and the fused ops.
+#define GEMM_STORE(row, col, acc)                                                   \
+    {                                                                               \
+        const int o_ = y_off - T_OFF(Y_T) + (row) * N + (col);                      \
+        const float v_ = gemm_epilogue(shape_info, C_ARG, C_OFF, (acc), o_);        \
+        Y[y_off + (row) * N + (col)] = FUSED_OPS(v_, o_);                           \
+    }
+
+// GPU: 2-level tiling. A work-group of WGX x WGY work-items computes a BM x BN block of one
+// batch's output (BM = WGY * RM, BN = WGX * RN); K advances by BK through local memory, where
+// A's tile is stored k-major so that both operands are read as float4 along the output dims.
+// A work-item owns RM x RN outputs, in float4 groups strided by the work-group (rows
+// (ib * WGY + ty) * 4 + v, columns (jb * WGX + tx) * 4 + v): its local reads are conflict-free
+// 128-bit loads and its stores are coalesced. RM, RN: multiples of 4.
+#ifdef WGX
+#define BM (WGY * RM)
+#define BN (WGX * RN)
+#define NT (WGX * WGY)
+#define LPA (BM + 4)   // local row pitch: + 4 spreads the transposing stores over the banks
+#define LPB (BN + 4)
+
+__attribute__((reqd_work_group_size(WGX, WGY, 1)))
+KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
+{
+    const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * WGX + tx;
+    const int bn0 = get_group_id(0) * BN, bm0 = get_group_id(1) * BM, bat = get_group_id(2);
+    GEMM_BATCH_OFFSETS(bat, M, N, K)
+    // 128-bit global loads need the operand's offset and row pitch (its contiguous dim) to be
+    // multiples of 4 floats
+#if TRANS_A
+    const int va = ((a_off | M) & 3) == 0;
+#else
+    const int va = ((a_off | K) & 3) == 0;
+#endif
+#if TRANS_B
+    const int vb = ((b_off | K) & 3) == 0;
+#else
+    const int vb = ((b_off | N) & 3) == 0;
+#endif
+
+    __local float4 As4[BK * LPA / 4];
+    __local float4 Bs4[BK * LPB / 4];
+    __local float* As = (__local float*)As4;
+    __local float* Bs = (__local float*)Bs4;
+
+    float4 acc[RM][RN / 4];
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < RN / 4; ++j) acc[i][j] = (float4)(0.0f);
+
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        // A tile [BM rows][BK], float4 along A's contiguous dim
+#pragma unroll
+        for (int e = tid; e < BM * BK / 4; e += NT) {
+#if TRANS_A
+            const int k = e / (BM / 4), m = (e % (BM / 4)) * 4;
+            const int lim = k0 + k < K ? M - bm0 - m : 0;
+            As4[(k * LPA + m) / 4] = gemm_ld4(A + a_off + (k0 + k) * M + bm0 + m, lim, va);
+#else
+            const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
+            const int lim = bm0 + m < M ? K - k0 - k : 0;
+            const float4 v = gemm_ld4(A + a_off + (bm0 + m) * K + k0 + k, lim, va);
+            As[k * LPA + m] = v.s0;
+            As[(k + 1) * LPA + m] = v.s1;
+            As[(k + 2) * LPA + m] = v.s2;
+            As[(k + 3) * LPA + m] = v.s3;
+#endif
+        }
+        // B tile [BK][BN columns]
+#pragma unroll
+        for (int e = tid; e < BN * BK / 4; e += NT) {
+#if TRANS_B
+            const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
+            const int lim = bn0 + n < N ? K - k0 - k : 0;
+            const float4 v = gemm_ld4(B + b_off + (bn0 + n) * K + k0 + k, lim, vb);
+            Bs[k * LPB + n] = v.s0;
+            Bs[(k + 1) * LPB + n] = v.s1;
+            Bs[(k + 2) * LPB + n] = v.s2;
+            Bs[(k + 3) * LPB + n] = v.s3;
+#else
+            const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
+            const int lim = k0 + k < K ? N - bn0 - n : 0;
+            Bs4[(k * LPB + n) / 4] = gemm_ld4(B + b_off + (k0 + k) * N + bn0 + n, lim, vb);
+#endif
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float4 a[RM / 4], b[RN / 4];
+#pragma unroll
+            for (int i = 0; i < RM / 4; ++i) a[i] = As4[(k * LPA) / 4 + i * WGY + ty];
+#pragma unroll
+            for (int j = 0; j < RN / 4; ++j) b[j] = Bs4[(k * LPB) / 4 + j * WGX + tx];
+#pragma unroll
+            for (int i = 0; i < RM / 4; ++i)
+#pragma unroll
+                for (int j = 0; j < RN / 4; ++j) {
+                    acc[i * 4 + 0][j] = mad((float4)(a[i].s0), b[j], acc[i * 4 + 0][j]);
+                    acc[i * 4 + 1][j] = mad((float4)(a[i].s1), b[j], acc[i * 4 + 1][j]);
+                    acc[i * 4 + 2][j] = mad((float4)(a[i].s2), b[j], acc[i * 4 + 2][j]);
+                    acc[i * 4 + 3][j] = mad((float4)(a[i].s3), b[j], acc[i * 4 + 3][j]);
+                }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (bat >= PARAM(3)) return;
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+        const int row = bm0 + ((i / 4) * WGY + ty) * 4 + i % 4;
+        if (row >= M) continue;
+#pragma unroll
+        for (int j = 0; j < RN / 4; ++j) {
+            const int col = bn0 + (j * WGX + tx) * 4;
+            const float4 v = acc[i][j];
+            if (col < N) GEMM_STORE(row, col, v.s0)
+            if (col + 1 < N) GEMM_STORE(row, col + 1, v.s1)
+            if (col + 2 < N) GEMM_STORE(row, col + 2, v.s2)
+            if (col + 3 < N) GEMM_STORE(row, col + 3, v.s3)
         }
     }
 }

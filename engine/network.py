@@ -242,7 +242,8 @@ class Network:
                 (self.impl_mode == "auto" and not static_worth(self.device_type, inst.node.op)):
             return None
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
-        return fn(inst.node, ins, outs, deps, consts)
+        kw = {"dev": self.device_type} if inst.opdef.per_device else {}
+        return fn(inst.node, ins, outs, deps, consts, **kw)
 
     def static_key(self, inst, v: StaticVariant) -> ImplParams:
         call = v.call

@@ -351,7 +351,8 @@ class PrimitiveInst:
         and switched to on a later execution (poll_static)."""
         net, node = self.net, self.node
         own = ins[:self.n_own] if self.fusion else ins
-        calls = self.opdef.kernels(node, own, outs, deps)
+        kw = {"dev": net.device_type} if self.opdef.per_device else {}
+        calls = self.opdef.kernels(node, own, outs, deps, **kw)
         if self.fusion:
             calls = self._with_fused_ops(calls)
         impls = [self._dynamic_impl(call) for call in calls]

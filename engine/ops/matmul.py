@@ -1,5 +1,6 @@
-"""MatMul (batched, broadcasting, 1-D operands) and Gemm, on one tiled kernel (cl/gemm.cl), or
-split-K for few rows and a long K, and a register-blocked static variant."""
+"""MatMul (batched, broadcasting, 1-D operands) and Gemm on register-tiled kernels (cl/gemm.cl:
+gemm_lm on GPUs, gemm_rb on CPUs), or split-K for few rows and a long K; static variants of
+the same kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +10,28 @@ from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast
 
-TS = 16
 M_ALIGN = 8     # fake alignment of static GEMM rows (the GPU plugin's fully_connected does 8/16)
+
+# Kernel parameters per device kind and shape bucket (issue 12), measured with
+# scripts/bench_gemm.py (kernel time from OpenCL profiling events).
+#
+# GPU: cl/gemm.cl gemm_lm (2-level tiling through local memory), (WGX, WGY, RM, RN, BK): a
+# work-group of WGX x WGY work-items, RM x RN outputs each, so a WGY*RM x WGX*RN block per
+# work-group, K stepped by BK. The first tile whose block count reaches GPU_MIN_BLOCKS is taken
+# (the largest tiles reuse the most, but a grid much smaller than the SMs idles them).
+GPU_TILES = [(16, 16, 8, 8, 16), (16, 16, 4, 8, 16), (16, 16, 4, 4, 16), (16, 8, 4, 4, 16)]
+GPU_MIN_BLOCKS = 132
+# CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers): a work-item computes
+# CPU_TM rows x CPU_TN columns, one CPU_TN-wide vector load of B along N per k.
+CPU_TM, CPU_TN = 8, 16
+
+
+def gpu_tile(M: int, N: int, nb: int) -> tuple:
+    for t in GPU_TILES:
+        wgx, wgy, rm, rn, _ = t
+        if -(-M // (wgy * rm)) * -(-N // (wgx * rn)) * nb >= GPU_MIN_BLOCKS:
+            return t
+    return GPU_TILES[-1]
 
 
 def _mm_operands(a, b):
@@ -28,29 +49,40 @@ def _mm_operands(a, b):
     return a2, b2, batch, out
 
 
-def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, beta=1.0, bias=None):
+def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, beta=1.0, bias=None,
+              dev="gpu"):
+    """The shape-agnostic GEMM of these shapes on a `dev` kind device: gemm_lm on GPUs (its
+    tile from the shape bucket), gemm_rb on CPUs."""
     nb = int(np.prod(batch)) if batch else 1
     y_dims = tuple(batch) + (M, N)
     jit = (("TRANS_A", trans_a), ("TRANS_B", trans_b), ("HAS_BIAS", int(bias is not None)),
-           ("ALPHA", f"{float(alpha)!r}f"), ("BETA", f"{float(beta)!r}f"), ("TS", TS),
-           ("IMPL_TAG", node.op))
+           ("ALPHA", f"{float(alpha)!r}f"), ("BETA", f"{float(beta)!r}f"), ("IMPL_TAG", node.op))
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if bias is not None else ()) + (("out", 0),)
     dims = {0: a2, 1: b2, len(args) - 1: y_dims}
     if bias is not None:
         dims[2] = bias
-    return KernelCall("gemm", "gemm_tiled", jit, args, params=(M, N, K, nb),
-                      gws=(round_up(max(N, 1), TS), round_up(max(M, 1), TS), max(nb, 1)),
-                      lws=(TS, TS, 1), dims=dims)
+    if dev == "cpu":
+        jit += (("TM", CPU_TM), ("TN", CPU_TN), ("B_BLOCKED", 0))
+        return KernelCall("gemm", "gemm_rb", jit, args, params=(M, N, K, nb),
+                          gws=(-(-max(N, 1) // CPU_TN), -(-max(M, 1) // CPU_TM), max(nb, 1)),
+                          dims=dims)
+    wgx, wgy, rm, rn, bk = gpu_tile(M, N, nb)
+    jit += (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk))
+    return KernelCall("gemm", "gemm_lm", jit, args, params=(M, N, K, nb),
+                      gws=(-(-max(N, 1) // (wgx * rn)) * wgx, -(-max(M, 1) // (wgy * rm)) * wgy,
+                           max(nb, 1)),
+                      lws=(wgx, wgy, 1), dims=dims)
 
 
 SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 256, 16
 
 
-def split_k(call: KernelCall) -> list[KernelCall]:
+def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
     """The tiled GEMM call, or for few rows and a long K the split-K pair (cl/gemm.cl) with its
-    partial sums in an internal buffer [S, batch, M, N] (S splits of about SPLITK_CHUNK)."""
+    partial sums in an internal buffer [S, batch, M, N] (S splits of about SPLITK_CHUNK).
+    GPUs only: on PoCL (2 cores) 1x384x1536 took 499 us split-K, 81 us in gemm_rb."""
     M, N, K, nb = call.params
-    if M > SPLITK_MAX_ROWS or K < SPLITK_MIN_K:
+    if M > SPLITK_MAX_ROWS or K < SPLITK_MIN_K or dev == "cpu":
         return [call]
     s = min(SPLITK_MAX, K // SPLITK_CHUNK)
     tmp = Layout((s, nb, M, N), "f32")
@@ -63,9 +95,9 @@ def split_k(call: KernelCall) -> list[KernelCall]:
                        internal=(tmp,))]
 
 
-def _matmul_call(node, ins):
+def _matmul_call(node, ins, dev="gpu"):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
-    call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1])
+    call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1], dev=dev)
     for i, l in enumerate(ins[:2]):
         # a padded operand (KV cache): the kernel walks batches with the buffer's dims; the
         # row pitch (last dim) must be the logical one
@@ -76,16 +108,19 @@ def _matmul_call(node, ins):
     return call
 
 
-def _matmul_kernels(node, ins, outs, deps):
-    return split_k(_matmul_call(node, ins))
+def _matmul_kernels(node, ins, outs, deps, dev="gpu"):
+    return split_k(_matmul_call(node, ins, dev), dev)
 
 
-def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
-    """The static impl of a GEMM call: register-blocked (cl/gemm.cl gemm_rb) with M, N, K as
-    constants. A 2-D B (a fully-connected layer) flattens A's batch into rows; rows are
-    fake-aligned to M_ALIGN so nearby row counts share one build (the real M is a runtime
-    parameter; padded rows are never stored). A constant B is reordered to [N/TN][K][TN]
-    (update_weights); an activation B is read in place and needs N % TN == 0."""
+TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
+
+
+def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVariant | None:
+    """The static impl of a GEMM call, M, N, K as constants. A 2-D B (a fully-connected layer)
+    flattens A's batch into rows; rows are fake-aligned to M_ALIGN so nearby row counts share
+    one build (the real M is a runtime parameter; padded rows are never stored).
+    GPUs: the dynamic call's gemm_lm with its tile. CPUs: gemm_rb; a constant B is reordered to
+    [N/TN][K][TN] (update_weights); an activation B is read in place and needs N % TN == 0."""
     j = dict(call.jit)
     ta, tb = j["TRANS_A"], j["TRANS_B"]
     M, N, K, nb = call.params
@@ -97,22 +132,31 @@ def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
         a_dims, y_dims = (M, K), (M, N)
     # a bias with a row dim pins M (the table's Y dims walk it)
     m_al = round_up(M, M_ALIGN) if bias is None or len(bias) < 2 or bias[-2] == 1 else M
-    tm = 4 if m_al <= 32 else 8
-    weights = None
-    if b_const and len(b_dims) == 2:
-        tn = 8 if N >= 8 else 4
-        weights = WeightsLayout(f"gemm_b_blk{tn}", ((N + tn - 1) // tn, K, tn),
-                                (("TN", tn), ("TRANS_B", tb)), (K, N), compatible=(N == tn and not tb))
-    else:
-        tn = next((t for t in (8, 4) if N % t == 0), None)
-        if tn is None:
-            return None
     dims = dict(call.dims)
     dims[0], dims[y_pos] = a_dims, y_dims
     table = dict(dims)
     table[0] = a_dims[:-2] + ((K, m_al) if ta else (m_al, K))
     table[y_pos] = y_dims[:-2] + (m_al, N)
-    jit = call.jit + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
+    base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS)
+    if dev != "cpu":
+        wgx, wgy, rm, rn, bk = gpu_tile(M, N, nb)
+        jit = base + (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk))
+        new = KernelCall("gemm", "gemm_lm", jit, call.args, params=(M, N, K, nb),
+                         gws=(-(-N // (wgx * rn)) * wgx, -(-M // (wgy * rm)) * wgy, max(nb, 1)),
+                         lws=(wgx, wgy, 1), dims=dims)
+        return StaticVariant(new, table, (m_al, N, K, nb),
+                             f"M{m_al}xN{N}xK{K} lm{wgy * rm}x{wgx * rn}")
+    tm = CPU_TM
+    weights = None
+    if b_const and len(b_dims) == 2:
+        tn = CPU_TN if N >= CPU_TN else 4
+        weights = WeightsLayout(f"gemm_b_blk{tn}", ((N + tn - 1) // tn, K, tn),
+                                (("TN", tn), ("TRANS_B", tb)), (K, N), compatible=(N == tn and not tb))
+    else:
+        tn = next((t for t in (CPU_TN, 8, 4) if N % t == 0), None)
+        if tn is None:
+            return None
+    jit = base + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
     new = KernelCall("gemm", "gemm_rb", jit, call.args, params=(M, N, K, nb),
                      gws=((N + tn - 1) // tn, (m_al + tm - 1) // tm, max(nb, 1)), lws=None, dims=dims)
     return StaticVariant(new, table, (m_al, N, K, nb),
@@ -120,8 +164,8 @@ def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
 
 
 def _gemm_static(tiled_call):
-    def static(node, ins, outs, deps, consts):
-        return static_gemm(tiled_call(node, ins), 1 in consts)
+    def static(node, ins, outs, deps, consts, dev="gpu"):
+        return static_gemm(tiled_call(node, ins, dev), 1 in consts, dev)
     return static
 
 
@@ -131,7 +175,7 @@ def _check_f32(node, ins):
 
 
 @register("MatMul", kernels=_matmul_kernels, static=_gemm_static(_matmul_call), weights=1,
-          padded_ok=True)
+          padded_ok=True, per_device=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
     return [Layout(_mm_operands(ins[0].shape, ins[1].shape)[3], "f32")]
@@ -147,18 +191,18 @@ def _gemm_dims(node, ins):
     return M, N, K, ta, tb
 
 
-def _gemm_call(node, ins):
+def _gemm_call(node, ins, dev="gpu"):
     M, N, K, ta, tb = _gemm_dims(node, ins)
     bias = ins[2].shape if len(ins) > 2 else None
     return gemm_call(node, ins[0].shape, ins[1].shape, (), M, N, K, ta, tb,
-                     node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias)
+                     node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias, dev)
 
 
-def _gemm_kernels(node, ins, outs, deps):
-    return split_k(_gemm_call(node, ins))
+def _gemm_kernels(node, ins, outs, deps, dev="gpu"):
+    return split_k(_gemm_call(node, ins, dev), dev)
 
 
-@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1)
+@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True)
 def _gemm(node, ins, deps):
     _check_f32(node, ins)
     M, N, K, _, _ = _gemm_dims(node, ins)

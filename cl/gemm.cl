@@ -221,6 +221,40 @@ inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
 #define NT (WGX * WGY)
 #define LPA (BM + 4)   // local row pitch: + 4 spreads the transposing stores over the banks
 #define LPB (BN + 4)
+#define LA ((BM * BK / 4 + NT - 1) / NT)   // float4 loads of A's tile per work-item
+#define LB ((BN * BK / 4 + NT - 1) / NT)
+
+// A's tile [BM rows][BK] at k0 into ra[], float4 along A's contiguous dim
+#if TRANS_A
+#define GEMM_LOAD_A(k0)                                                                     \
+    for (int r = 0; r < LA; ++r) {                                                          \
+        const int e = r * NT + tid, k = e / (BM / 4), m = (e % (BM / 4)) * 4;                \
+        const int lim = (e < BM * BK / 4 && (k0) + k < K) ? M - bm0 - m : 0;                  \
+        ra[r] = gemm_ld4(A + a_off + ((k0) + k) * M + bm0 + m, lim, va);                    \
+    }
+#else
+#define GEMM_LOAD_A(k0)                                                                     \
+    for (int r = 0; r < LA; ++r) {                                                          \
+        const int e = r * NT + tid, m = e / (BK / 4), k = (e % (BK / 4)) * 4;                \
+        const int lim = (e < BM * BK / 4 && bm0 + m < M) ? K - (k0) - k : 0;                  \
+        ra[r] = gemm_ld4(A + a_off + (bm0 + m) * K + (k0) + k, lim, va);                    \
+    }
+#endif
+#if TRANS_B
+#define GEMM_LOAD_B(k0)                                                                     \
+    for (int r = 0; r < LB; ++r) {                                                          \
+        const int e = r * NT + tid, n = e / (BK / 4), k = (e % (BK / 4)) * 4;                \
+        const int lim = (e < BN * BK / 4 && bn0 + n < N) ? K - (k0) - k : 0;                  \
+        rb[r] = gemm_ld4(B + b_off + (bn0 + n) * K + (k0) + k, lim, vb);                    \
+    }
+#else
+#define GEMM_LOAD_B(k0)                                                                     \
+    for (int r = 0; r < LB; ++r) {                                                          \
+        const int e = r * NT + tid, k = e / (BN / 4), n = (e % (BN / 4)) * 4;                \
+        const int lim = (e < BN * BK / 4 && (k0) + k < K) ? N - bn0 - n : 0;                  \
+        rb[r] = gemm_ld4(B + b_off + ((k0) + k) * N + bn0 + n, lim, vb);                    \
+    }
+#endif
 
 __attribute__((reqd_work_group_size(WGX, WGY, 1)))
 KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
@@ -253,42 +287,46 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #pragma unroll
         for (int j = 0; j < RN / 4; ++j) acc[i][j] = (float4)(0.0f);
 
+    // the next tile's global loads are issued before this tile's products (held in ra, rb)
+    float4 ra[LA], rb[LB];
+    GEMM_LOAD_A(0)
+    GEMM_LOAD_B(0)
     for (int k0 = 0; k0 < K; k0 += BK) {
-        // A tile [BM rows][BK], float4 along A's contiguous dim
 #pragma unroll
-        for (int e = tid; e < BM * BK / 4; e += NT) {
+        for (int r = 0; r < LA; ++r) {
+            const int e = r * NT + tid;
+            if (LA * NT != BM * BK / 4 && e >= BM * BK / 4) break;
 #if TRANS_A
-            const int k = e / (BM / 4), m = (e % (BM / 4)) * 4;
-            const int lim = k0 + k < K ? M - bm0 - m : 0;
-            As4[(k * LPA + m) / 4] = gemm_ld4(A + a_off + (k0 + k) * M + bm0 + m, lim, va);
+            As4[((e / (BM / 4)) * LPA + (e % (BM / 4)) * 4) / 4] = ra[r];
 #else
             const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
-            const int lim = bm0 + m < M ? K - k0 - k : 0;
-            const float4 v = gemm_ld4(A + a_off + (bm0 + m) * K + k0 + k, lim, va);
-            As[k * LPA + m] = v.s0;
-            As[(k + 1) * LPA + m] = v.s1;
-            As[(k + 2) * LPA + m] = v.s2;
-            As[(k + 3) * LPA + m] = v.s3;
+            As[k * LPA + m] = ra[r].s0;
+            As[(k + 1) * LPA + m] = ra[r].s1;
+            As[(k + 2) * LPA + m] = ra[r].s2;
+            As[(k + 3) * LPA + m] = ra[r].s3;
 #endif
         }
-        // B tile [BK][BN columns]
 #pragma unroll
-        for (int e = tid; e < BN * BK / 4; e += NT) {
+        for (int r = 0; r < LB; ++r) {
+            const int e = r * NT + tid;
+            if (LB * NT != BN * BK / 4 && e >= BN * BK / 4) break;
 #if TRANS_B
             const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
-            const int lim = bn0 + n < N ? K - k0 - k : 0;
-            const float4 v = gemm_ld4(B + b_off + (bn0 + n) * K + k0 + k, lim, vb);
-            Bs[k * LPB + n] = v.s0;
-            Bs[(k + 1) * LPB + n] = v.s1;
-            Bs[(k + 2) * LPB + n] = v.s2;
-            Bs[(k + 3) * LPB + n] = v.s3;
+            Bs[k * LPB + n] = rb[r].s0;
+            Bs[(k + 1) * LPB + n] = rb[r].s1;
+            Bs[(k + 2) * LPB + n] = rb[r].s2;
+            Bs[(k + 3) * LPB + n] = rb[r].s3;
 #else
-            const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
-            const int lim = k0 + k < K ? N - bn0 - n : 0;
-            Bs4[(k * LPB + n) / 4] = gemm_ld4(B + b_off + (k0 + k) * N + bn0 + n, lim, vb);
+            Bs4[((e / (BN / 4)) * LPB + (e % (BN / 4)) * 4) / 4] = rb[r];
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + BK < K) {
+#pragma unroll
+            GEMM_LOAD_A(k0 + BK)
+#pragma unroll
+            GEMM_LOAD_B(k0 + BK)
+        }
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             float4 a[RM / 4], b[RN / 4];
@@ -308,7 +346,6 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (bat >= PARAM(3)) return;
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
         const int row = bm0 + ((i / 4) * WGY + ty) * 4 + i % 4;

@@ -24,6 +24,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 import pyopencl as cl
@@ -45,10 +46,11 @@ SHAPES = ["4096x4096x4096", "2048x1536x384", "2048x384x1536", "2048x768x3072", "
 CPU_SHAPES = ["128x384x384", "128x1536x384", "128x384x1536", "32x384x384", "32x1536x384",
               "32x384x1536", "12x128x128x32", "12x128x32x128", "1x384x1536"]
 # (WGX, WGY, RM, RN, BK) of gemm_lm
-SWEEP_GPU = [(16, 16, 8, 8, 8), (16, 16, 8, 8, 16), (16, 16, 8, 8, 32), (32, 8, 4, 8, 16),
-             (16, 16, 4, 8, 16), (16, 16, 8, 4, 16), (8, 16, 8, 8, 16), (16, 8, 8, 8, 16),
-             (16, 16, 4, 4, 16), (16, 16, 4, 4, 32), (16, 8, 4, 4, 16), (32, 4, 4, 4, 16),
-             (16, 4, 4, 4, 32), (16, 16, 4, 4, 8)]
+SWEEP_GPU = [(16, 16, 8, 8, 8), (16, 16, 8, 8, 16), (16, 16, 8, 8, 32), (32, 8, 8, 8, 16),
+             (32, 8, 4, 8, 16), (16, 16, 4, 8, 16), (16, 16, 8, 4, 16), (16, 8, 8, 8, 16),
+             (8, 16, 8, 8, 16), (16, 16, 4, 4, 16), (16, 16, 4, 4, 32), (16, 8, 4, 4, 16),
+             (32, 4, 4, 4, 16), (16, 4, 4, 4, 32), (8, 8, 4, 4, 16), (8, 8, 4, 4, 32),
+             (16, 4, 4, 8, 32), (8, 4, 4, 4, 32)]
 # (TM, TN) of gemm_rb
 SWEEP_CPU = [(4, 8), (8, 8), (4, 16), (6, 16), (8, 16), (2, 16), (12, 16)]
 
@@ -121,7 +123,7 @@ def bench_gemm(device, M: int, N: int, K: int, impl: str = "dynamic", repeat: in
             "impl": inst.bound[0].impl.name, "kernels": len(inst.bound), "rel_err": err}
 
 
-def bench_peers(M: int, N: int, K: int, batch: int = 1) -> dict:
+def bench_peers(M: int, N: int, K: int, batch: int = 1, device=None) -> dict:
     """cuBLAS (torch, TF32 off, CUDA events) and CLBlast (.device/gemm_peers.py) us and TFLOP/s."""
     import ctypes
 
@@ -151,8 +153,7 @@ def bench_peers(M: int, N: int, K: int, batch: int = 1) -> dict:
         pass
     if batch == 1:
         sgemm = gemm_peers.load_clblast()
-        dev = [d for p in cl.get_platforms() for d in p.get_devices() if d.type & cl.device_type.GPU][0]
-        ctx = cl.Context([dev])
+        ctx = cl.Context([device or select_device()])
         q = cl.CommandQueue(ctx)
         mf = cl.mem_flags
         A = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.random.rand(M, K).astype(np.float32))
@@ -179,7 +180,9 @@ def main():
     ap.add_argument("--peers", action="store_true", help="cuBLAS and CLBlast too (GPU machine)")
     ap.add_argument("--sweep", action="store_true", help="every tile of SWEEP_GPU / SWEEP_CPU")
     ap.add_argument("--json")
+    ap.add_argument("--budget", type=float, default=0, help="stop after this many seconds")
     a = ap.parse_args()
+    t_start = time.perf_counter()
     dev = select_device(a.device)
     cpu = bool(dev.type & cl.device_type.CPU)
     shapes = a.shapes or (CPU_SHAPES if cpu else SHAPES)
@@ -188,9 +191,14 @@ def main():
     print(f"device: {describe(dev)}; median of {a.repeat} kernel runs (OpenCL profiling events)")
     rows = []
     for s in shapes:
+        if a.budget and time.perf_counter() - t_start > a.budget:
+            print(f"budget of {a.budget:.0f} s spent: stopping before {s}", flush=True)
+            break
         b, M, N, K = parse_shape(s)
-        peers = bench_peers(M, N, K, b) if a.peers else {}
+        peers = bench_peers(M, N, K, b, dev) if a.peers else {}
         for t in tiles:
+            if a.budget and time.perf_counter() - t_start > a.budget:
+                break
             for impl in impls:
                 try:
                     r = bench_gemm(dev, M, N, K, impl, a.repeat, b, t)

@@ -69,33 +69,72 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #define C_OFF 0
 #endif
 
-// Split-K, for few rows and a long K (a decode step's GEMV, where a tile of rows would idle all
-// but one row): each work-item sums K / S products of one output element into the internal
+// Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
+// p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
+// vector is one 128-bit load.
+inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
+    if (vec && lim >= 4) return *(const __global float4*)p;
+    float4 v = (float4)(0.0f);
+    if (lim > 0) v.s0 = p[0];
+    if (lim > 1) v.s1 = p[1];
+    if (lim > 2) v.s2 = p[2];
+    if (lim > 3) v.s3 = p[3];
+    return v;
+}
+
+// Split-K (GPUs), for few rows and a long K: S work-items (or work-groups of gemm_lm with
+// LM_SPLIT) share the K loop of one output, each writing its partial sum into the internal
 // buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
-// and the fused ops. Both take the tiled kernel's tensors plus T. PARAM(4): S.
+// and the fused ops. They take the GEMM's tensors plus T. PARAM(4): S.
+// gemm_splitk_partial serves a decode step's GEMV (M <= SPLITK_ROWS, the engine's
+// SPLITK_MAX_ROWS): a work-item sums K / S products for 4 columns (a float4 of B along N) of
+// every row, so B is read once whatever M is.
 #define T_T (Y_T + 1)
+#define SPLITK_ROWS 4
 KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float* T)
 {
     const int M = PARAM(0), N = PARAM(1), K = PARAM(2), NB = PARAM(3), S = PARAM(4);
-    const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2) % NB;
+    const int c0 = get_global_id(0) * 4, bat = get_global_id(2) % NB;
     const int split = get_global_id(2) / NB;
-    if (col >= N || row >= M) return;
+    if (c0 >= N) return;
     GEMM_BATCH_OFFSETS(bat, M, N, K)
-    const int chunk = (K + S - 1) / S, k1 = min(K, (split + 1) * chunk);
-    float acc = 0.0f;
+    const int chunk = (K + S - 1) / S, k1 = min(K, (split + 1) * chunk), lim = N - c0;
+#if !TRANS_B
+    const int vb = ((b_off | N) & 3) == 0;
+#endif
+    float4 acc[SPLITK_ROWS];
+#pragma unroll
+    for (int i = 0; i < SPLITK_ROWS; ++i) acc[i] = (float4)(0.0f);
+#pragma unroll 4
     for (int k = split * chunk; k < k1; ++k) {
-#if TRANS_A
-        const float a = A[a_off + k * M + row];
-#else
-        const float a = A[a_off + row * K + k];
-#endif
 #if TRANS_B
-        acc = mad(a, B[b_off + col * K + k], acc);
+        float4 b = (float4)(0.0f);
+        const __global float* bp = B + b_off + c0 * K + k;
+        if (lim > 0) b.s0 = bp[0];
+        if (lim > 1) b.s1 = bp[K];
+        if (lim > 2) b.s2 = bp[2 * K];
+        if (lim > 3) b.s3 = bp[3 * K];
 #else
-        acc = mad(a, B[b_off + k * N + col], acc);
+        const float4 b = gemm_ld4(B + b_off + k * N + c0, lim, vb);
 #endif
+#pragma unroll
+        for (int i = 0; i < SPLITK_ROWS; ++i) {
+            if (i >= M) break;
+#if TRANS_A
+            const float a = A[a_off + k * M + i];
+#else
+            const float a = A[a_off + i * K + k];
+#endif
+            acc[i] = mad((float4)(a), b, acc[i]);
+        }
     }
-    T[T_OFF(T_T) + ((split * NB + bat) * M + row) * N + col] = acc;
+    for (int i = 0; i < M; ++i) {
+        __global float* t = T + T_OFF(T_T) + ((split * NB + bat) * M + i) * N + c0;
+        if (lim > 0) t[0] = acc[i].s0;
+        if (lim > 1) t[1] = acc[i].s1;
+        if (lim > 2) t[2] = acc[i].s2;
+        if (lim > 3) t[3] = acc[i].s3;
+    }
 }
 
 KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const float* T FUSED_ARGS)
@@ -188,18 +227,6 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 // ---- Register-tiled GEMMs (issue 12). Both serve the shape-agnostic build (dims from
 // shape_info, every edge checked) and the static one (same source, IS_DYNAMIC=0: the dims fold).
 
-// Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
-// p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
-// vector is one 128-bit load.
-inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
-    if (vec && lim >= 4) return *(const __global float4*)p;
-    float4 v = (float4)(0.0f);
-    if (lim > 0) v.s0 = p[0];
-    if (lim > 1) v.s1 = p[1];
-    if (lim > 2) v.s2 = p[2];
-    if (lim > 3) v.s3 = p[3];
-    return v;
-}
 
 // Stores one output element through the epilogue (ALPHA, BETA * C) and the fused ops.
 #define GEMM_STORE(row, col, acc)                                                   \
@@ -229,14 +256,14 @@ inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
 #define GEMM_LOAD_A(k0)                                                                     \
     for (int r = 0; r < LA; ++r) {                                                          \
         const int e = r * NT + tid, k = e / (BM / 4), m = (e % (BM / 4)) * 4;                \
-        const int lim = (e < BM * BK / 4 && (k0) + k < K) ? M - bm0 - m : 0;                  \
+        const int lim = (e < BM * BK / 4 && (k0) + k < KE) ? M - bm0 - m : 0;                  \
         ra[r] = gemm_ld4(A + a_off + ((k0) + k) * M + bm0 + m, lim, va);                    \
     }
 #else
 #define GEMM_LOAD_A(k0)                                                                     \
     for (int r = 0; r < LA; ++r) {                                                          \
         const int e = r * NT + tid, m = e / (BK / 4), k = (e % (BK / 4)) * 4;                \
-        const int lim = (e < BM * BK / 4 && bm0 + m < M) ? K - (k0) - k : 0;                  \
+        const int lim = (e < BM * BK / 4 && bm0 + m < M) ? KE - (k0) - k : 0;                  \
         ra[r] = gemm_ld4(A + a_off + (bm0 + m) * K + (k0) + k, lim, va);                    \
     }
 #endif
@@ -244,24 +271,36 @@ inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
 #define GEMM_LOAD_B(k0)                                                                     \
     for (int r = 0; r < LB; ++r) {                                                          \
         const int e = r * NT + tid, n = e / (BK / 4), k = (e % (BK / 4)) * 4;                \
-        const int lim = (e < BN * BK / 4 && bn0 + n < N) ? K - (k0) - k : 0;                  \
+        const int lim = (e < BN * BK / 4 && bn0 + n < N) ? KE - (k0) - k : 0;                  \
         rb[r] = gemm_ld4(B + b_off + (bn0 + n) * K + (k0) + k, lim, vb);                    \
     }
 #else
 #define GEMM_LOAD_B(k0)                                                                     \
     for (int r = 0; r < LB; ++r) {                                                          \
         const int e = r * NT + tid, k = e / (BN / 4), n = (e % (BN / 4)) * 4;                \
-        const int lim = (e < BN * BK / 4 && (k0) + k < K) ? N - bn0 - n : 0;                  \
+        const int lim = (e < BN * BK / 4 && (k0) + k < KE) ? N - bn0 - n : 0;                  \
         rb[r] = gemm_ld4(B + b_off + ((k0) + k) * N + bn0 + n, lim, vb);                    \
     }
 #endif
 
+// LM_SPLIT: split-K, the work-groups of z = split * batch + bat sum K rows [split * PARAM(5),
+// + PARAM(5)) into T (PARAM(5): a multiple of BK); gemm_splitk_reduce finishes.
 __attribute__((reqd_work_group_size(WGX, WGY, 1)))
+#if LM_SPLIT
+KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float* T)
+#else
 KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
+#endif
 {
     const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
     const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * WGX + tx;
-    const int bn0 = get_group_id(0) * BN, bm0 = get_group_id(1) * BM, bat = get_group_id(2);
+    const int bn0 = get_group_id(0) * BN, bm0 = get_group_id(1) * BM;
+#if LM_SPLIT
+    const int bat = get_group_id(2) % PARAM(3), split = get_group_id(2) / PARAM(3);
+    const int KB = split * PARAM(5), KE = min(K, KB + PARAM(5));
+#else
+    const int bat = get_group_id(2), KB = 0, KE = K;
+#endif
     GEMM_BATCH_OFFSETS(bat, M, N, K)
     // 128-bit global loads need the operand's offset and row pitch (its contiguous dim) to be
     // multiples of 4 floats
@@ -289,9 +328,9 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 
     // the next tile's global loads are issued before this tile's products (held in ra, rb)
     float4 ra[LA], rb[LB];
-    GEMM_LOAD_A(0)
-    GEMM_LOAD_B(0)
-    for (int k0 = 0; k0 < K; k0 += BK) {
+    GEMM_LOAD_A(KB)
+    GEMM_LOAD_B(KB)
+    for (int k0 = KB; k0 < KE; k0 += BK) {
 #pragma unroll
         for (int r = 0; r < LA; ++r) {
             const int e = r * NT + tid;
@@ -321,7 +360,7 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + BK < K) {
+        if (k0 + BK < KE) {
 #pragma unroll
             GEMM_LOAD_A(k0 + BK)
 #pragma unroll
@@ -354,10 +393,18 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
         for (int j = 0; j < RN / 4; ++j) {
             const int col = bn0 + (j * WGX + tx) * 4;
             const float4 v = acc[i][j];
+#if LM_SPLIT
+            __global float* t = T + T_OFF(T_T) + ((split * PARAM(3) + bat) * M + row) * N + col;
+            if (col < N) t[0] = v.s0;
+            if (col + 1 < N) t[1] = v.s1;
+            if (col + 2 < N) t[2] = v.s2;
+            if (col + 3 < N) t[3] = v.s3;
+#else
             if (col < N) GEMM_STORE(row, col, v.s0)
             if (col + 1 < N) GEMM_STORE(row, col + 1, v.s1)
             if (col + 2 < N) GEMM_STORE(row, col + 2, v.s2)
             if (col + 3 < N) GEMM_STORE(row, col + 3, v.s3)
+#endif
         }
     }
 }

@@ -4,7 +4,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import pytest
+
 from tests.conftest import run_traced
+
+
+@pytest.fixture(autouse=True)
+def _split_k_on_every_device(monkeypatch):
+    """Split-K runs on GPUs only (engine/ops/matmul.py SPLITK_DEVICES: on PoCL the register
+    tile is faster); these tests follow its scratch buffers, so they ask for it everywhere."""
+    monkeypatch.setattr("engine.ops.matmul.SPLITK_DEVICES", ("gpu", "cpu"))
 
 
 def _two_matmuls() -> onnx.ModelProto:

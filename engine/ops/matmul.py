@@ -17,21 +17,33 @@ M_ALIGN = 8     # fake alignment of static GEMM rows (the GPU plugin's fully_con
 #
 # GPU: cl/gemm.cl gemm_lm (2-level tiling through local memory), (WGX, WGY, RM, RN, BK): a
 # work-group of WGX x WGY work-items, RM x RN outputs each, so a WGY*RM x WGX*RN block per
-# work-group, K stepped by BK. The first tile whose block count reaches GPU_MIN_BLOCKS is taken
-# (the largest tiles reuse the most, but a grid much smaller than the SMs idles them).
-GPU_TILES = [(16, 16, 8, 8, 16), (16, 16, 4, 8, 16), (16, 16, 4, 4, 16), (16, 8, 4, 4, 16)]
-GPU_MIN_BLOCKS = 132
+# work-group, K stepped by BK. The first tile whose grid has at least its min_blocks
+# work-groups is taken: big tiles reuse more, but a grid of few waves idles SMs. From the sweep
+# on the H100 (132 SMs; bench_gemm.py --sweep, us, best tile = 100%):
+#   4096^3: 128x128 BK8 3065 (44.8 TF/s; cuBLAS 2661), 64x128 3335 (92%)
+#   2048x1536x384: 64x128 67.9 (cuBLAS 62.4), 128x128 84 (81%), 64x64 85.7 (79%)
+#   2048x3072x768: 64x128 235.5 (cuBLAS 222.8), 128x128 BK16 251 (94%)
+#   2048x384x1536: 32x64 93.5 (cuBLAS 70.8), 64x128 104 (90%), 64x64 110.6 (85%)
+#   512x768x768: 64x64 36.3 (cuBLAS 28.8), 32x32 37.2 (98%), 32x64 38.7 (94%), 64x128 55.5
+#   128x1536x384: 32x64 17.6 (cuBLAS 28.4), 32x32 BK32 18.1 (97%), 64x128 31.1 (57%)
+#   32x1536x384: 32x32 BK32 15.2 (cuBLAS 19.5), 32x64 17.2 (88%); 8x1536x384: 32x32 17.4
+#   12 x 128x128x32 (attention): 32x64 7.1, 32x32 7.4 (97%)
+GPU_TILES = [((16, 16, 8, 8, 8), 1000),    # 128x128
+             ((16, 8, 8, 8, 16), 300),     # 64x128
+             ((16, 16, 4, 4, 16), 300),    # 64x64
+             ((16, 8, 4, 4, 16), 300),     # 32x64
+             ((8, 8, 4, 4, 32), 0)]        # 32x32
 # CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers): a work-item computes
 # CPU_TM rows x CPU_TN columns, one CPU_TN-wide vector load of B along N per k.
 CPU_TM, CPU_TN = 8, 16
 
 
 def gpu_tile(M: int, N: int, nb: int) -> tuple:
-    for t in GPU_TILES:
+    for t, min_blocks in GPU_TILES:
         wgx, wgy, rm, rn, _ = t
-        if -(-M // (wgy * rm)) * -(-N // (wgx * rn)) * nb >= GPU_MIN_BLOCKS:
+        if -(-M // (wgy * rm)) * -(-N // (wgx * rn)) * nb >= min_blocks:
             return t
-    return GPU_TILES[-1]
+    return GPU_TILES[-1][0]
 
 
 def _mm_operands(a, b):
@@ -75,22 +87,43 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
 
 
 SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 256, 16
+SPLITK_DEVICES = ("gpu",)
+# gemm_lm split-K (GPUs): a grid of fewer than LM_SPLIT_BLOCKS work-groups with K >= LM_SPLIT_MIN_K
+# splits K in up to LM_SPLIT_MAX parts of >= LM_SPLIT_CHUNK rows, towards 2 work-groups per SM.
+LM_SPLIT_BLOCKS, LM_SPLIT_MIN_K, LM_SPLIT_CHUNK, LM_SPLIT_MAX = 132, 1024, 256, 8
 
 
 def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
-    """The tiled GEMM call, or for few rows and a long K the split-K pair (cl/gemm.cl) with its
-    partial sums in an internal buffer [S, batch, M, N] (S splits of about SPLITK_CHUNK).
+    """The GEMM call, or split-K: the partial kernel (gemm_splitk_partial for a GEMV of at most
+    SPLITK_MAX_ROWS rows and a long K, gemm_lm with LM_SPLIT for a tiled grid too small for the
+    device), then gemm_splitk_reduce, the partial sums in an internal buffer [S, batch, M, N].
     GPUs only: on PoCL (2 cores) 1x384x1536 took 499 us split-K, 81 us in gemm_rb."""
     M, N, K, nb = call.params
-    if M > SPLITK_MAX_ROWS or K < SPLITK_MIN_K or dev == "cpu":
+    if dev not in SPLITK_DEVICES:
         return [call]
-    s = min(SPLITK_MAX, K // SPLITK_CHUNK)
+    if M <= SPLITK_MAX_ROWS and K >= SPLITK_MIN_K:
+        s, chunk = min(SPLITK_MAX, K // SPLITK_CHUNK), 0
+        jit = call.jit
+        partial = dict(kernel="gemm_splitk_partial", gws=(round_up(-(-N // 4), 64), 1, nb * s), lws=(64, 1, 1))
+    elif call.kernel == "gemm_lm" and K >= LM_SPLIT_MIN_K:
+        j = dict(call.jit)
+        bm, bn = j["WGY"] * j["RM"], j["WGX"] * j["RN"]
+        blocks = -(-M // bm) * -(-N // bn) * nb
+        if blocks >= LM_SPLIT_BLOCKS:
+            return [call]
+        s = min(LM_SPLIT_MAX, -(-2 * LM_SPLIT_BLOCKS // blocks), K // LM_SPLIT_CHUNK)
+        chunk = round_up(-(-K // s), j["BK"])
+        s = -(-K // chunk)
+        jit = call.jit + (("LM_SPLIT", 1),)
+        partial = dict(kernel="gemm_lm", gws=call.gws[:2] + (nb * s,), lws=call.lws)
+    else:
+        return [call]
     tmp = Layout((s, nb, M, N), "f32")
     args = call.args + (("internal", 0),)
     dims = {**call.dims, len(call.args): tmp.shape}
-    params, jit = call.params + (s,), call.jit
-    return [KernelCall("gemm", "gemm_splitk_partial", jit, args, params, gws=(round_up(N, 64), M, nb * s),
-                       lws=(64, 1, 1), dims=dims, internal=(tmp,)),
+    params = call.params + (s, chunk)
+    return [KernelCall("gemm", partial["kernel"], jit, args, params, gws=partial["gws"],
+                       lws=partial["lws"], dims=dims, internal=(tmp,)),
             KernelCall("gemm", "gemm_splitk_reduce", jit, args, params, gws=(nb * M * N,), dims=dims,
                        internal=(tmp,))]
 

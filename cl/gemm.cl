@@ -211,15 +211,15 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
             acc[i] = mad((BV)(a), bv, acc[i]);
         }
     }
-#pragma unroll
+    const int nl = min(TN, N - n0);
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + i;
         if (row >= M) break;
-        for (int l = 0; l < TN && n0 + l < N; ++l) {
-            const int o = y_off - T_OFF(Y_T) + row * N + n0 + l;
-            const float v = gemm_epilogue(shape_info, C_ARG, C_OFF, ((float*)&acc[i])[l], o);
-            Y[y_off + row * N + n0 + l] = FUSED_OPS(v, o);
-        }
+        float t[TN];
+        RB_CAT(vstore, TN)(acc[i], 0, t);
+        const int o0 = y_off - T_OFF(Y_T) + row * N + n0;
+        for (int l = 0; l < nl; ++l)
+            Y[y_off + row * N + n0 + l] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l), o0 + l);
     }
 }
 #endif

@@ -19,6 +19,7 @@ SWEEP_CPU) at each shape: what engine/ops/matmul.py's tables are chosen from.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
@@ -181,14 +182,22 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="every tile of SWEEP_GPU / SWEEP_CPU")
     ap.add_argument("--json")
     ap.add_argument("--budget", type=float, default=0, help="stop after this many seconds")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a constant of engine/ops/matmul.py (e.g. SPLITK_CHUNK=64)")
     a = ap.parse_args()
+    for kv in a.set:
+        name, val = kv.split("=", 1)
+        if not hasattr(mm, name):
+            ap.error(f"engine/ops/matmul.py has no {name}")
+        setattr(mm, name, ast.literal_eval(val))
     t_start = time.perf_counter()
     dev = select_device(a.device)
     cpu = bool(dev.type & cl.device_type.CPU)
     shapes = a.shapes or (CPU_SHAPES if cpu else SHAPES)
     impls = ("dynamic", "static") if a.impl == "both" else (a.impl,)
     tiles = (SWEEP_CPU if cpu else SWEEP_GPU) if a.sweep else [None]
-    print(f"device: {describe(dev)}; median of {a.repeat} kernel runs (OpenCL profiling events)")
+    print(f"device: {describe(dev)}; median of {a.repeat} kernel runs (OpenCL profiling events)"
+          + (f"; {', '.join(a.set)}" if a.set else ""))
     rows = []
     for s in shapes:
         if a.budget and time.perf_counter() - t_start > a.budget:

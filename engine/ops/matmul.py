@@ -34,7 +34,13 @@ GPU_TILES = [((16, 16, 8, 8, 8), 1000),    # 128x128
              ((16, 8, 4, 4, 16), 300),     # 32x64
              ((8, 8, 4, 4, 32), 0)]        # 32x32
 # CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers): a work-item computes
-# CPU_TM rows x CPU_TN columns, one CPU_TN-wide vector load of B along N per k.
+# CPU_TM rows x CPU_TN columns, one CPU_TN-wide vector load of B along N per k. PoCL, 2 shared
+# cores (AVX-512), dynamic impl, us for (TM, TN) = (4, 8) / (8, 8) / (4, 16) / (6, 16) /
+# (8, 16) / (12, 16): 128x384x384 584 / 461 / 308 / 247 / 245 / 224; 128x384x1536 2331 /
+# 1753 / 1492 / 1093 / 984 / 892; 32x384x384 146 / 115 / 80 / 65 / 60 / 61; 12x128x128x32
+# 301 / 252 / 135 / 150 / 123 / 116. 8x16 (~150 GFLOP/s; the old 16x16 local-memory tile
+# 3-20): 12 rows waste more of small M. Static builds (B reordered to [N/16][K][16]) reach
+# 200-280 GFLOP/s.
 CPU_TM, CPU_TN = 8, 16
 
 
@@ -86,10 +92,16 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
                       lws=(wgx, wgy, 1), dims=dims)
 
 
-SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 256, 16
+# GEMV split-K (GPUs; M <= SPLITK_MAX_ROWS): K in S = min(SPLITK_MAX, K // SPLITK_CHUNK) parts.
+# H100, partial + reduce kernel time, chunk 256 (max 16) / 128 / 64 (max 64): 1x4096x4096
+# 121 / 72 / 52 us (1.28 TB/s; cuBLAS 24 us), 4x4096x4096 150 / 85 / 58 us (cuBLAS 66),
+# 1x4096x11008 134 / 105 / 104 us (1.73 TB/s; cuBLAS 62), 1x3072x768 60 / 35 / 24 us (cuBLAS 14-19).
+SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 64, 64
 SPLITK_DEVICES = ("gpu",)
 # gemm_lm split-K (GPUs): a grid of fewer than LM_SPLIT_BLOCKS work-groups with K >= LM_SPLIT_MIN_K
 # splits K in up to LM_SPLIT_MAX parts of >= LM_SPLIT_CHUNK rows, towards 2 work-groups per SM.
+# H100, off / on: 8x768x3072 87 / 24 us (cuBLAS 19), 32x384x1536 43 / 22 (cuBLAS 25),
+# 128x384x1536 43 / 23 (cuBLAS 17), 32x768x3072 80 / 23 (cuBLAS 24); 264 blocks: no better.
 LM_SPLIT_BLOCKS, LM_SPLIT_MIN_K, LM_SPLIT_CHUNK, LM_SPLIT_MAX = 132, 1024, 256, 8
 
 

@@ -251,37 +251,42 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #define LA ((BM * BK / 4 + NT - 1) / NT)   // float4 loads of A's tile per work-item
 #define LB ((BN * BK / 4 + NT - 1) / NT)
 
-// A's tile [BM rows][BK] at k0 into ra[], float4 along A's contiguous dim
+// One operand's tile into reg[]: O lines of C contiguous floats (the operand's rows from o0,
+// bounded by olim; columns from c0, bounded by clim), one float4 per work-item and step.
+#define GEMM_LOAD_TILE(reg, P, off, pitch, vec, O, o0, olim, C, c0, clim)                    \
+    for (int r = 0; r < (O * C / 4 + NT - 1) / NT; ++r) {                                      \
+        const int e = r * NT + tid, o = e / (C / 4), c = (e % (C / 4)) * 4;                    \
+        const int lim = (e < O * C / 4 && (o0) + o < (olim)) ? (clim) - (c0) - c : 0;           \
+        reg[r] = gemm_ld4(P + off + ((o0) + o) * (pitch) + (c0) + c, lim, vec);                \
+    }
+// A's tile [BM rows][BK] at k0 into ra[], B's [BK][BN columns] into rb[], float4 along each
+// operand's contiguous dim
 #if TRANS_A
-#define GEMM_LOAD_A(k0)                                                                     \
-    for (int r = 0; r < LA; ++r) {                                                          \
-        const int e = r * NT + tid, k = e / (BM / 4), m = (e % (BM / 4)) * 4;                \
-        const int lim = (e < BM * BK / 4 && (k0) + k < KE) ? M - bm0 - m : 0;                  \
-        ra[r] = gemm_ld4(A + a_off + ((k0) + k) * M + bm0 + m, lim, va);                    \
-    }
+#define GEMM_LOAD_A(k0) GEMM_LOAD_TILE(ra, A, a_off, M, va, BK, k0, KE, BM, bm0, M)
 #else
-#define GEMM_LOAD_A(k0)                                                                     \
-    for (int r = 0; r < LA; ++r) {                                                          \
-        const int e = r * NT + tid, m = e / (BK / 4), k = (e % (BK / 4)) * 4;                \
-        const int lim = (e < BM * BK / 4 && bm0 + m < M) ? KE - (k0) - k : 0;                  \
-        ra[r] = gemm_ld4(A + a_off + (bm0 + m) * K + (k0) + k, lim, va);                    \
-    }
+#define GEMM_LOAD_A(k0) GEMM_LOAD_TILE(ra, A, a_off, K, va, BM, bm0, M, BK, k0, KE)
 #endif
 #if TRANS_B
-#define GEMM_LOAD_B(k0)                                                                     \
-    for (int r = 0; r < LB; ++r) {                                                          \
-        const int e = r * NT + tid, n = e / (BK / 4), k = (e % (BK / 4)) * 4;                \
-        const int lim = (e < BN * BK / 4 && bn0 + n < N) ? KE - (k0) - k : 0;                  \
-        rb[r] = gemm_ld4(B + b_off + (bn0 + n) * K + (k0) + k, lim, vb);                    \
-    }
+#define GEMM_LOAD_B(k0) GEMM_LOAD_TILE(rb, B, b_off, K, vb, BN, bn0, N, BK, k0, KE)
 #else
-#define GEMM_LOAD_B(k0)                                                                     \
-    for (int r = 0; r < LB; ++r) {                                                          \
-        const int e = r * NT + tid, k = e / (BN / 4), n = (e % (BN / 4)) * 4;                \
-        const int lim = (e < BN * BK / 4 && (k0) + k < KE) ? N - bn0 - n : 0;                  \
-        rb[r] = gemm_ld4(B + b_off + ((k0) + k) * N + bn0 + n, lim, vb);                    \
-    }
+#define GEMM_LOAD_B(k0) GEMM_LOAD_TILE(rb, B, b_off, N, vb, BK, k0, KE, BN, bn0, N)
 #endif
+
+// reg[] (as GEMM_LOAD_TILE read it: O lines of C floats) into the k-major local tile L (row
+// pitch LP): as is when the lines are k (kt 0), transposed when they are the output dim (kt 1).
+#define GEMM_STORE_TILE(reg, L, LP, O, C, kt)                                                \
+    _Pragma("unroll") for (int r = 0; r < (O * C / 4 + NT - 1) / NT; ++r) {                   \
+        const int e = r * NT + tid, o = e / (C / 4), c = (e % (C / 4)) * 4;                    \
+        if ((O * C / 4) % NT && e >= O * C / 4) break;                                        \
+        if (kt) {                                                                              \
+            L[c * LP + o] = reg[r].s0;                                                         \
+            L[(c + 1) * LP + o] = reg[r].s1;                                                   \
+            L[(c + 2) * LP + o] = reg[r].s2;                                                   \
+            L[(c + 3) * LP + o] = reg[r].s3;                                                   \
+        } else {                                                                               \
+            *(__local float4*)(L + o * LP + c) = reg[r];                                       \
+        }                                                                                      \
+    }
 
 // LM_SPLIT: split-K, the work-groups of z = split * batch + bat sum K rows [split * PARAM(5),
 // + PARAM(5)) into T (PARAM(5): a multiple of BK); gemm_splitk_reduce finishes.
@@ -331,34 +336,16 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     GEMM_LOAD_A(KB)
     GEMM_LOAD_B(KB)
     for (int k0 = KB; k0 < KE; k0 += BK) {
-#pragma unroll
-        for (int r = 0; r < LA; ++r) {
-            const int e = r * NT + tid;
-            if (LA * NT != BM * BK / 4 && e >= BM * BK / 4) break;
 #if TRANS_A
-            As4[((e / (BM / 4)) * LPA + (e % (BM / 4)) * 4) / 4] = ra[r];
+        GEMM_STORE_TILE(ra, As, LPA, BK, BM, 0)
 #else
-            const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
-            As[k * LPA + m] = ra[r].s0;
-            As[(k + 1) * LPA + m] = ra[r].s1;
-            As[(k + 2) * LPA + m] = ra[r].s2;
-            As[(k + 3) * LPA + m] = ra[r].s3;
+        GEMM_STORE_TILE(ra, As, LPA, BM, BK, 1)
 #endif
-        }
-#pragma unroll
-        for (int r = 0; r < LB; ++r) {
-            const int e = r * NT + tid;
-            if (LB * NT != BN * BK / 4 && e >= BN * BK / 4) break;
 #if TRANS_B
-            const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
-            Bs[k * LPB + n] = rb[r].s0;
-            Bs[(k + 1) * LPB + n] = rb[r].s1;
-            Bs[(k + 2) * LPB + n] = rb[r].s2;
-            Bs[(k + 3) * LPB + n] = rb[r].s3;
+        GEMM_STORE_TILE(rb, Bs, LPB, BN, BK, 1)
 #else
-            Bs4[((e / (BN / 4)) * LPB + (e % (BN / 4)) * 4) / 4] = rb[r];
+        GEMM_STORE_TILE(rb, Bs, LPB, BK, BN, 0)
 #endif
-        }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + BK < KE) {
 #pragma unroll

@@ -81,7 +81,7 @@ def tile(t):
         return
     old = mm.gpu_tile, mm.CPU_TM, mm.CPU_TN
     if len(t) == 5:
-        mm.gpu_tile = lambda M, N, nb: tuple(t)
+        mm.gpu_tile = lambda M, N, nb, K=0: tuple(t)
     else:
         mm.CPU_TM, mm.CPU_TN = t
     try:

@@ -44,8 +44,8 @@ GPU_TILES = [((16, 16, 8, 8, 8), 1000),    # 128x128
 CPU_TM, CPU_TN = 8, 16
 
 
-# Tall-skinny (N <= 64, many rows, long K): 128x64 blocks, K split to fill the SMs. H100 4096x64x4096:
-# 71.7 us (cuBLAS 61, CLBlast 226) against 121 with the table's 32x32 and 91 with 32x64.
+# Tall-skinny (N <= 64, many rows, long K): 128x64 blocks, K split to fill the SMs. H100
+# 4096x64x4096: 71.7 us (cuBLAS 61, CLBlast 226) against 121 with the table's 32x32, 91 with 32x64.
 GPU_TILE_SKINNY = (16, 16, 8, 4, 16)
 
 

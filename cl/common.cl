@@ -140,3 +140,19 @@ inline float prologue_ops(float v0, int pa, int i, int lin, SHAPE_INFO_PTR si, i
 #define PROLOGUE_ARGS
 #endif
 
+// Row kernels on GPUs (norm.cl, attention.cl; JIT LANES_REDUCE): the sum (is_max: the max) of v
+// over the n lanes (a power of two) lid - sub .. lid - sub + n - 1 of the work-group; every one
+// of them gets it. Called by the whole work-group (barriers); red holds a float per lane.
+#ifdef LANES_REDUCE
+inline float lanes_reduce(__local float* red, int lid, int sub, int n, float v, int is_max) {
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = n / 2; h > 0; h >>= 1) {
+        if (sub < h) red[lid] = is_max ? fmax(red[lid], red[lid + h]) : red[lid] + red[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = red[lid - sub];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+#endif

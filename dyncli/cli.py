@@ -86,6 +86,10 @@ def run(
     memory_pool: bool = typer.Option(True, "--memory-pool/--no-memory-pool", help="Hand the buffers "
                                      "of dead tensors to later nodes of the same inference "
                                      "(realloc `from_pool`); off: every tensor keeps its own."),
+    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Replay the plan of "
+                                   "an input signature whose last inference changed nothing "
+                                   "(engine/plan.py; traced as `plan replay`); off: the per-node "
+                                   "flow runs every inference."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
     expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
@@ -102,7 +106,7 @@ def run(
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
-                      memory_pool=memory_pool)
+                      memory_pool=memory_pool, fast_path=fast_path)
     exprs = trace_cmd.parse_expectations(expect, fail)
     show_progress = not as_json and sys.stderr.isatty()
     try:
@@ -146,6 +150,72 @@ def run(
         fail(f"--check: {len(bad)} output(s) differ from onnxruntime: {', '.join(bad[:5])}", EXIT_CHECK)
     if not expect_ok:
         raise typer.Exit(EXIT_CHECK)
+
+
+@app.command(help="Measure how fast MODEL runs a shape sequence and what a changed shape costs: "
+                  "first-seen latency per shape, median and p90 over warm passes, host time, "
+                  "kernels per inference, and the dynamic overhead (sequence mean over the mean "
+                  "of each shape run warm on its own; 1.0 = a changed shape costs nothing). "
+                  "The trace is off unless --trace.\n\n"
+                  "Examples:\n\n"
+                  "  dyncli bench model.onnx --shapes 'input_ids:1x{8..64..8},attention_mask:1x{8..64..8}' --compare onnxruntime\n\n"
+                  "  dyncli bench --kernel gemm:4096x4096x4096 --kernel eltwise:67108864")
+def bench(
+    model: Optional[str] = typer.Argument(None, metavar="[MODEL]", help="ONNX model file (not needed with --kernel)."),
+    shapes: List[str] = typer.Option([], "--shapes", "-s", metavar="SPEC", help="Input shapes, as for `dyncli run`."),
+    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences."),
+    model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims: 'data_0:?x3x?x?'."),
+    input_range: List[str] = typer.Option([], "--input-range", metavar="SPEC", help="Integer input range: 'input_ids:0..30000'."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
+    warmup: int = typer.Option(1, "--warmup", metavar="N", help="Untimed passes over the sequence after the first."),
+    repeat: int = typer.Option(3, "--repeat", metavar="N", help="Timed passes over the sequence (kernel benchmarks: runs)."),
+    same_runs: int = typer.Option(10, "--same-runs", metavar="N", help="Warm runs of each distinct shape on its own."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device (see `dyncli devices`)."),
+    impls: str = typer.Option("auto", "--impls", metavar="MODE", help="dynamic | static | auto, as for `dyncli run`."),
+    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated signatures."),
+    trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),
+    profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
+    compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),
+    kernel: List[str] = typer.Option([], "--kernel", metavar="KIND:DIMS", help="Kernel micro-benchmark instead of a model: gemm:MxNxK, eltwise:N (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    from dyncli.bench import BenchOptions, bench_kernels, bench_model
+    from dyncli.render import bench_tables, kernel_table
+    from dyncli.runner import UsageError
+    from engine.device import DeviceError
+    try:
+        if kernel:
+            if model:
+                raise UsageError("give a MODEL or --kernel, not both")
+            res = bench_kernels(kernel, device, max(repeat, 5) if repeat != 3 else 20)
+        else:
+            if not model:
+                raise UsageError("give a MODEL (with --shapes) or --kernel KIND:DIMS")
+            if min(warmup, repeat - 1, same_runs - 2) < 0:
+                raise UsageError("--repeat must be >= 1, --warmup >= 0 and --same-runs >= 2")
+            opts = BenchOptions(model=model, shapes=shapes, shapes_file=shapes_file,
+                                model_shape=model_shape, input_range=input_range, seed=seed,
+                                warmup=warmup, repeat=repeat, same_runs=same_runs, device=device,
+                                impls=impls, fast_path=fast_path, trace=trace, profile=profile,
+                                compare=compare)
+            show = not as_json and sys.stderr.isatty()
+            with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                          MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                          disable=not show, transient=True) as bar:
+                task = bar.add_task("bench", total=None)
+                res = bench_model(opts, lambda i, n, what: bar.update(task, completed=i, total=n,
+                                                                       description=what))
+    except (UsageError, DeviceError) as e:
+        if state["debug"]:
+            raise
+        fail(str(e))
+    if as_json:
+        print(json.dumps(res, indent=1))
+    elif kernel:
+        console.print(kernel_table(res))
+    else:
+        for t in bench_tables(res):
+            console.print(t)
 
 
 @app.command(help="List OpenCL platforms and devices, and whether each can build kernels.")

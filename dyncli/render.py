@@ -127,3 +127,55 @@ def summary_table(s: dict) -> Table:
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def bench_tables(r: dict) -> list:
+    """`dyncli bench MODEL`: one row per distinct shape, then the summary."""
+    peers = r.get("peers", {})
+    ort = peers.get("onnxruntime", {}).get("shapes", {})
+    t = Table(title=f"{r['model']} ({', '.join(r['inputs'])}) on {r['device']}",
+              title_justify="left")
+    cols = ["shape", "first ms", "median", "p90", "alone", "host", "kernels", "replayed"]
+    if any("device_ms" in v for v in r["shapes"].values()):
+        cols.append("device")
+    if ort:
+        cols += ["ort ms", "x ort"]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "shape" else "right")
+    for k, v in r["shapes"].items():
+        row = [k, f"{v['first_seen_ms']:.2f}", f"{v['median_ms']:.3f}", f"{v['p90_ms']:.3f}",
+               f"{v['same_shape_ms']:.3f}", f"{v['host_ms']:.3f}", str(v["kernels"]),
+               f"{v['replayed']}/{v['inferences']}"]
+        if "device" in cols:
+            row.append(f"{v.get('device_ms', float('nan')):.3f}")
+        if ort:
+            row += [f"{ort[k]['median_ms']:.3f}", f"{ort[k]['ratio']:.2f}"]
+        t.add_row(*row)
+    sq = r["sequence"]
+    s = Table(title="summary (ms)", show_header=False, title_justify="left")
+    s.add_column("what")
+    s.add_column("value", justify="right")
+    s.add_row("sequence mean / median / p90", f"{sq['mean_ms']:.3f} / {sq['median_ms']:.3f} / {sq['p90_ms']:.3f}")
+    s.add_row("dynamic overhead (mean / alone)", f"{r['dynamic_overhead']:.2f}")
+    if r["steady_host_us_per_kernel"] is not None:
+        s.add_row("host us per kernel, same shape", f"{r['steady_host_us_per_kernel']:.1f}")
+    s.add_row("kernels per inference (mean)", f"{sq['kernels_mean']:.1f}")
+    s.add_row("replayed by the fast path", f"{sq['replayed']}/{r['timed_inferences']}")
+    s.add_row("load / compile (first pass)", f"{r['load_ms']:.1f} / {r['compile_ms']:.1f}")
+    if "device_ms_mean" in sq:
+        s.add_row("kernel time per inference (mean)", f"{sq['device_ms_mean']:.3f}")
+    for name, p in peers.items():
+        s.add_row(f"{name}", p["skipped"] if "skipped" in p else
+                  f"mean {p['mean_ms']:.3f} (x{sq['mean_ms'] / p['mean_ms']:.2f})")
+    return [t, s]
+
+
+def kernel_table(r: dict) -> Table:
+    t = Table(title=f"kernels on {r['device']} (median of profiling events)", title_justify="left")
+    for c in ("kernel", "dynamic us", "dynamic", "static us", "static"):
+        t.add_column(c, justify="left" if c == "kernel" else "right")
+    for k in r["kernels"]:
+        u = k["unit"]
+        t.add_row(k["kernel"], f"{k['dynamic']['us']:.1f}", f"{k['dynamic'][u]:.2f} {u}",
+                  f"{k['static']['us']:.1f}", f"{k['static'][u]:.2f} {u}")
+    return t

@@ -51,6 +51,7 @@ class RunOptions:
     async_compile: bool = True
     impl_cache_capacity: int = 300
     memory_pool: bool = True
+    fast_path: bool = True
 
 
 @dataclass
@@ -139,14 +140,18 @@ def describe_inputs(prog) -> str:
                      for n, dims in prog.input_dim_names.items())
 
 
+def load_model(path: str) -> onnx.ModelProto:
+    try:
+        return onnx.load(path)
+    except FileNotFoundError:
+        raise UsageError(f"model file not found: {path}") from None
+    except Exception as e:
+        raise UsageError(f"cannot parse {path} as ONNX: {e}") from None
+
+
 def execute_run(opts: RunOptions, progress=None) -> RunResult:
     """Run the whole sequence. `progress(i, n)` is called after each inference."""
-    try:
-        model = onnx.load(opts.model)
-    except FileNotFoundError:
-        raise UsageError(f"model file not found: {opts.model}") from None
-    except Exception as e:
-        raise UsageError(f"cannot parse {opts.model} as ONNX: {e}") from None
+    model = load_model(opts.model)
     try:
         prog = build_program(model, opts.model)
     except ModelError as e:
@@ -187,19 +192,26 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     feedback = parse_feedback(opts.feedback, prog)
     net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
                   feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
-                  impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool)
+                  impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool,
+                  fast_path=opts.fast_path)
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []
+    # outputs fed back stay on the device unless their host copies are needed
+    host_all = bool(ref is not None or opts.save_inputs or opts.save_outputs)
+    read = None if host_all else [o for o in prog.outputs if o not in feedback]
     try:
         for i, inf in enumerate(seq):
             feeds = loaded[i] if loaded else random_inputs(rng, inf, dtypes, ranges)
             fed = {inp: out for out, inp in feedback.items()} if i else {}
             for inp, out in fed.items():  # host copies, for --check and --save-inputs
-                feeds[inp] = outs[out]
-            outs = net.infer(feeds, fed_back=fed)
-            rec = InferRecord(i, {n: tuple(v.shape) for n, v in feeds.items()},
-                              {n: tuple(v.shape) for n, v in outs.items()},
+                if host_all:
+                    feeds[inp] = outs[out]
+                else:
+                    feeds.pop(inp, None)
+            outs = net.infer(feeds, fed_back=fed, outputs=read)
+            rec = InferRecord(i, {n: tuple(net.tensors[n].layout.shape) for n in prog.inputs},
+                              {n: tuple(v) for n, v in net.output_shapes().items()},
                               net.counters["latency_ms"], dict(net.counters))
             if ref is not None:
                 want = ref.run(feeds)

@@ -8,6 +8,12 @@ arguments; their intermediate tensors are never materialised. At run time the fu
 while every fused op keeps the producer's output shape (seed 002's "Valid fusion?"): when a
 broadcast would grow it, the node runs its unfused subgraph for that inference (primitive_inst).
 
+LayerNormalization takes a prologue too: the residual add before it (x + r, and the bias add
+before that) is applied on its reads, so x + r is never materialised. The chain is not taken when
+its base comes from a MatMul/Gemm/Conv: that kernel's epilogue writes x + r at no extra launch.
+A link whose output is used elsewhere (a graph output, another reader) ends the chain: the fused
+kernel writes only the normalised output.
+
 Prologue fusion goes the other way: the short chain of binary eltwise ops that feeds a Softmax
 (attention's `Softmax(scores * scale + mask)`) is applied by the Softmax kernel on every read of
 its input (PROLOGUE_OPS hook), so the masked scores are never materialised. It holds while the
@@ -28,8 +34,10 @@ FUSABLE = {**BINARY, **UNARY, "BatchNormalization": "a * b + c"}
 PRODUCERS = {"MatMul", "Gemm", "Conv", *BINARY, *UNARY}
 # Consumers whose kernel reads its input 0 through the PROLOGUE_OPS hook, and the longest chain
 # of binary eltwise ops they take (attention needs two: scale and mask).
-PROLOGUE_CONSUMERS = {"Softmax"}
+PROLOGUE_CONSUMERS = {"Softmax", "LayerNormalization"}
 MAX_PROLOGUE_OPS = 3
+# a LayerNormalization leaves the chain to these producers (their epilogue takes it)
+EPILOGUE_FIRST = {"MatMul", "Gemm", "Conv"}
 
 
 @dataclass
@@ -47,20 +55,28 @@ class Fusion:
     # prologue fusion: the ops run before the node, on `base`, which replaces the node's input 0
     prologue: bool = False
     base: str = ""
+    # subgraph fusion (engine/attention.py): the node is an internal op standing for the nodes
+    # in `ops` (run as the unfused subgraph); check(own input layouts) -> unfuse reason or ''
+    subgraph: bool = False
+    check: object = None
 
     def names(self) -> list[str]:
         return [f.node.name for f in self.ops]
 
     @property
     def position(self) -> str:
-        return "prologue" if self.prologue else "epilogue"
+        return "subgraph" if self.subgraph else "prologue" if self.prologue else "epilogue"
 
 
-def fuse(prog) -> int:
+def fuse(prog, attention: bool = True) -> int:
     """Mark fusions on `prog`: producer.fusion = Fusion, fused nodes get `fused_into`. Returns the
     number of nodes fused away. Prologues first: the chain feeding a Softmax goes into the
-    Softmax rather than into the chain's producer (it would only add the scale there)."""
+    Softmax rather than into the chain's producer (it would only add the scale there); then
+    attention (QK^T, scale, mask, Softmax, x V) becomes one internal op (engine/attention.py)."""
     fused = _fuse_prologues(prog)
+    if attention:
+        from engine.attention import fuse_attention
+        fused += fuse_attention(prog)
     for p in prog.nodes:
         if p.host or p.fused_into is not None or p.op not in PRODUCERS:
             continue
@@ -172,6 +188,9 @@ def _fuse_prologues(prog) -> int:
         if c.op not in PROLOGUE_CONSUMERS or c.host or c.fused_into is not None:
             continue
         chain, base = _prologue_chain(prog, c)
+        src = prog.producers.get(base)
+        if c.op == "LayerNormalization" and src and src[0].op in EPILOGUE_FIRST:
+            continue
         if not chain:
             continue
         f = Fusion(out=c.outputs[0], prologue=True, base=base)
@@ -261,10 +280,13 @@ def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
     return jit
 
 
-def fusion_valid(f: Fusion, produced, layouts: dict) -> str:
+def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:
     """'' when the fused ops keep the layout of `produced` (the producer's output; for a
     prologue, its base value) for the current shapes, else why not. `layouts` maps extra tensor
-    names to their current layouts."""
+    names to their current layouts. A subgraph fusion asks its own check (`own`: the node's
+    input layouts)."""
+    if f.check is not None:
+        return f.check(own)
     shape = produced.shape
     if produced.dtype != "f32":
         return "dtype"

@@ -6,6 +6,7 @@ ONNX graph). At run time every layout the engine executes with is static.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from onnx import TensorProto
@@ -64,7 +65,9 @@ class Layout:
     def is_static(self) -> bool:
         return all(d is not None for d in self.shape)
 
-    @property
+    # cached: the flow asks for these on every node of every inference (frozen dataclass:
+    # cached_property writes the instance dict directly, equality and hash keep to the fields)
+    @cached_property
     def count(self) -> int:
         n = 1
         for d in self.shape:
@@ -75,7 +78,7 @@ class Layout:
     def itemsize(self) -> int:
         return np_dtype(self.dtype).itemsize
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.count * self.itemsize
 

@@ -55,7 +55,7 @@ def plan_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
         for t in inst.outputs:
             if not inst.opdef.view:
                 life.setdefault(t.name, [s, s])
-        for sub in inst.unfused:
+        for sub in inst.family()[1:]:   # the unfused subgraph's intermediates
             for t in sub.outputs:
                 life.setdefault(t.name, [s, s])
     for o in graph_outputs:

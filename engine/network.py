@@ -16,7 +16,10 @@ from engine.kernels import Impl, ImplParams, StaticVariant, build_program, impl_
 from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool, plan_lifetimes
+from engine.plan import FastPath, signature
+from engine.prebuild import start_builds
 from engine.primitive_inst import PrimitiveInst
+from engine.shape_info_arena import ShapeInfoArena
 from engine.program import ModelError, Program
 from engine.predictors import make_predictor
 from engine.shape_predictor import PreallocSettings
@@ -37,7 +40,8 @@ class Network:
                  prealloc: PreallocSettings = PreallocSettings(), impl_cache_capacity: int = 300,
                  predictor: str = "openvino", feedback: dict | None = None,
                  impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
-                 profile: bool = False, memory_pool: bool = True):
+                 profile: bool = False, memory_pool: bool = True, fast_path: bool = True,
+                 prebuild_workers: int = 8):
         if impls not in IMPL_MODES:
             raise ValueError(f"impls must be one of {', '.join(IMPL_MODES)}, not {impls!r}")
         self.program = program
@@ -61,6 +65,14 @@ class Network:
         self.shape_of_changed: set = set()
         self._keep: list = []
         self._dummy = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 64)
+        # kernels are not enqueued as the flow decides them: they wait in `launches` behind
+        # one write of the shape_info arena (flush), done before anything else touches the queue
+        self.arena = ShapeInfoArena(self.ctx, self.device)
+        self.launches: list = []
+        self.profile = profile
+        self.events: list = []         # with profile=True: this inference's kernel events
+        self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
+        self.log_launches: list | None = None   # a list while engine/plan.py records one
 
         self.tensors: dict[str, Tensor] = {}
         for name, v in program.constants.items():  # includes constants made by fusion
@@ -74,7 +86,7 @@ class Network:
                 self.tensors.setdefault(o, Tensor(o))
         self.insts = [self._inst(n) for n in program.nodes if n.fused_into is None]
         for step, inst in enumerate(self.insts):
-            for i in [inst] + inst.unfused:
+            for i in inst.family():
                 i.step = step
         # --feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on device
         self.feedback = dict(feedback or {})
@@ -96,6 +108,12 @@ class Network:
             life[concat.outputs[0].name][0] = first   # its buffer is written from there on
         pinned = set(program.inputs) | {i.outputs[0].name for i in self.insts if i.kv_past is not None}
         self.memory = MemoryPool(life, set(life) - pinned, enabled=memory_pool)
+        # plan replay of repeated input signatures (engine/plan.py); None: the flow runs always
+        self.fast = FastPath(self) if fast_path else None
+        # (source, jit) -> future of a build started ahead of the node that needs it
+        # (engine/prebuild.py, before the first inference's flow)
+        self.prebuilt: dict = {}
+        self.prebuild_workers = prebuild_workers
 
     def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
         inst = PrimitiveInst(node, self)
@@ -110,6 +128,9 @@ class Network:
             # its unfused subgraph is kept ready for shapes that make the fusion invalid
             inst.fusion = f
             inst.n_own = len(inputs)
+            if f.subgraph:   # an internal op standing for the nodes it replaced (engine/attention.py)
+                inst.unfused = [self._inst(op.node) for op in f.ops]
+                return inst
             if f.prologue:   # the fused ops run on the chain's base, the node's new input 0
                 inst.inputs[0] = self.tensors[f.base]
             inst.inputs += [self.tensors[i] for i in f.extra]
@@ -167,12 +188,36 @@ class Network:
         """Host arrays of non-blocking copies must outlive the copy: kept until the inference ends."""
         self._keep.append(obj)
 
+    # ---- the queue ----------------------------------------------------------------------
+    def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None) -> None:
+        """A kernel the flow decided to run: enqueued at the next flush."""
+        self.launches.append((kernel, gws, lws))
+
+    def flush(self) -> None:
+        """Write the shape_info arena's dirty spans, then enqueue the waiting kernels. Called
+        before any other command goes on the queue (copies, reads), so the order on the
+        in-order queue is the order the flow decided."""
+        self.arena.flush(self.queue, self.keep)
+        if self.launches:
+            enqueue = cl.enqueue_nd_range_kernel
+            q = self.queue
+            if self.profile:
+                self.events += [enqueue(q, k, g, l) for k, g, l in self.launches]
+            else:
+                for k, g, l in self.launches:
+                    enqueue(q, k, g, l)
+            if self.log_launches is not None:
+                self.log_launches.extend(self.launches)
+            self.launches = []
+
     def upload(self, t: Tensor) -> None:
         """Put a host value on the device (constants once, shape-subgraph values when changed)."""
         nbytes = t.host.nbytes
         if t.buf is None or t.capacity < nbytes:
             self.give_buffer(t, nbytes)
         if nbytes:
+            # no flush first: the kernels still waiting do not read this buffer (host values
+            # and inputs never come from the memory pool; their readers come later)
             arr = np.require(t.host, requirements="C")
             cl.enqueue_copy(self.queue, t.buf, arr, is_blocking=False)
             self.keep(arr)
@@ -190,7 +235,10 @@ class Network:
         l = t.layout
         arr = np.empty(l.phys, dtype=np_dtype(l.dtype))
         if l.count:
+            self.flush()
+            t0 = time.perf_counter()
             cl.enqueue_copy(self.queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
+            self.blocked_s += time.perf_counter() - t0
         if l.pad:
             arr = np.ascontiguousarray(arr[tuple(slice(0, d) for d in l.shape)])
         t.host = arr
@@ -224,15 +272,17 @@ class Network:
         if impl is not None:
             self.record("update_impl", "cache_hit", "dynamic", node, impl=impl.name, impl_kind="dynamic")
             return impl
+        built = self.prebuilt.pop((call.source, jit), None)
         try:
-            prg, ms = build_program(self.ctx, call.source, jit)
+            prg, ms = built.result() if built is not None else build_program(self.ctx, call.source, jit)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
         self._put_impl(key, impl, node)
-        self._count_compile(ms, False, True)
+        self._count_compile(ms, False, built is None)
+        extra = {"prebuilt": True} if built is not None else {}
         self.record("update_impl", "build", "dynamic", node, impl=impl.name, impl_kind="dynamic",
-                    compile_ms=round(ms, 3), critical=True)
+                    compile_ms=round(ms, 3), critical=built is None, **extra)
         return impl
 
     def static_variant(self, inst, ins, outs, deps) -> StaticVariant | None:
@@ -242,15 +292,15 @@ class Network:
                 (self.impl_mode == "auto" and not static_worth(self.device_type, inst.node.op)):
             return None
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
-        kw = {"dev": self.device_type} if inst.opdef.per_device else {}
-        return fn(inst.node, ins, outs, deps, consts, **kw)
+        dev = {"device": self.device_type} if inst.opdef.per_device else {}
+        return fn(inst.node, ins, outs, deps, consts, **dev)
 
-    def static_key(self, inst, v: StaticVariant) -> ImplParams:
+    def static_key(self, inst, v: StaticVariant, ins: list, outs: list) -> ImplParams:
         call = v.call
         dims = []
         for p, (kind, i) in enumerate(call.args):
-            t = inst.inputs[i] if kind == "in" else inst.outputs[i]
-            dims.append(tuple(v.table_dims.get(p, call.dims.get(p, t.layout.shape))))
+            l = ins[i] if kind == "in" else outs[i]
+            dims.append(tuple(v.table_dims.get(p, call.dims.get(p, l.shape))))
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
         return ImplParams("static", inst.node.op, call.source, jit, tuple(dims), tuple(v.table_params))
 
@@ -339,6 +389,7 @@ class Network:
                 self.give_buffer(t, nbytes)
             t.offset = 0
             if nbytes:
+                self.flush()
                 cl.enqueue_copy(self.queue, t.buf, src.buf, byte_count=nbytes,
                                 src_offset=src.offset * src.layout.itemsize, dst_offset=0)
             reason = "feedback_copy"
@@ -346,17 +397,29 @@ class Network:
         t.dev_version = t.version
         self.record("realloc", "external", reason, _InputNode(name), bytes=nbytes)
 
-    def infer(self, feeds: dict, fed_back: dict | None = None) -> dict:
+    def infer(self, feeds: dict, fed_back: dict | None = None, outputs=None) -> dict:
         """One inference. `fed_back` maps inputs to the previous inference's outputs that feed
-        them on the device (--feedback); `feeds` still holds their host values when known."""
+        them on the device (--feedback); `feeds` still holds their host values when known.
+        `outputs`: the graph outputs to bring to the host (default all; a decode loop leaves
+        out the KV cache it feeds back, which would otherwise be read whole every step)."""
         fed_back = fed_back or {}
+        want = self.program.outputs if outputs is None else [o for o in self.program.outputs if o in outputs]
         self.iter += 1
         self.trace.iter = self.iter
+        t0 = time.perf_counter()
+        self.blocked_s, self.events = 0.0, []
+        fast = self.fast if self.fast is not None and not self.fast.blocker else None
+        sig = signature(feeds, fast.by_value) if fast is not None else None
+        if fast is not None and fast.can_replay(sig):
+            return self._replay(feeds, t0, want)
         self.counters = Counter()
         self.shape_of_changed = set()
         self.memory.begin_inference()
-        t0 = time.perf_counter()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
+        if self.iter == 0 and self.prebuild_workers > 1:
+            start_builds(self, feeds)
+        if fast is not None:
+            fast.begin_flow(sig)
         for name in self.program.inputs:
             if name in fed_back:
                 self.feed_back(name, self.tensors[fed_back[name]], feeds.get(name))
@@ -366,23 +429,57 @@ class Network:
             self.set_input(name, feeds[name])
         for inst in self.insts:
             inst.execute()
+        self.flush()
         outs = {}
-        for name in self.program.outputs:
+        for name in want:
             t = self.tensors[name]
             if t.host is None:
                 self.read_to_host(t)
             outs[name] = t.host
-        self.queue.finish()
-        self._keep.clear()
+        self.finish()
         latency = (time.perf_counter() - t0) * 1e3
         self.counters["latency_ms"] = latency
         # device memory of activations at its peak, next to what the live tensors needed
         self.counters["peak_bytes"] = self.memory.peak_bytes
         self.counters["live_bytes_lower_bound"] = self.memory.live_lower_bound()
+        base = {"plan_base": True} if fast is not None and fast.end_flow(self.counters) else {}
         self.trace.event("infer_end", latency_ms=round(latency, 3),
-                         out_shapes={k: list(v.shape) for k, v in outs.items()},
-                         counters=dict(self.counters))
+                         out_shapes=self.output_shapes(), counters=dict(self.counters), **base)
         self.trace.flush()
+        return outs
+
+    def finish(self) -> None:
+        """Wait for the inference's commands; the host arrays kept for them can go."""
+        t0 = time.perf_counter()
+        self.queue.finish()
+        self.blocked_s += time.perf_counter() - t0
+        self._keep.clear()
+
+    def device_ms(self) -> float:
+        """Summed kernel time of the last inference (profile=True: OpenCL profiling events)."""
+        return sum(e.profile.end - e.profile.start for e in self.events) * 1e-6
+
+    def output_shapes(self) -> dict:
+        return {k: list(self.tensors[k].layout.shape) for k in self.program.outputs}
+
+    def _replay(self, feeds: dict, t0: float, want: list) -> dict:
+        """The fast path (engine/plan.py): the plan of this signature, standing for the
+        decisions of the inference it was recorded from."""
+        plan = self.fast.plan
+        outs = self.fast.replay(feeds, want)
+        self.finish()
+        latency = (time.perf_counter() - t0) * 1e3
+        self.counters = Counter(plan.counters)
+        self.counters["latency_ms"] = latency
+        self.counters["plan.replay"] = self.counters["plan.replay.same_signature"] = 1
+        tr = self.trace
+        if not isinstance(tr, NullTrace):
+            tr.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
+            tr.event("plan", "", "", "replay", "same_signature", of_iter=plan.of_iter,
+                     kernels=len(plan.launches))
+            tr.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
+                     counters=dict(self.counters))
+            tr.flush()
         return outs
 
 
@@ -406,8 +503,10 @@ def _kv_append_ok(prog, node, past: str) -> bool:
     rank = len(prog.inputs[past].shape)
     if axis is None or (axis % rank if rank else 0) == rank - 1:
         return False
-    return all(u.opdef.padded_ok and u.fused_into is None and not u.host
-               for u in prog.users.get(node.outputs[0], []))
+    # a user fused into another node runs inside it, or on its own when unfused: both read the
+    # padded buffer (the fused attention does, engine/ops/attention.py)
+    return all(u.opdef.padded_ok and (u.fused_into is None or u.fused_into.opdef.padded_ok)
+               and not u.host for u in prog.users.get(node.outputs[0], []))
 
 
 def _in_place_concats(prog, insts) -> list:

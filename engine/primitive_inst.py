@@ -14,6 +14,7 @@ import pyopencl as cl
 from engine.fusion import fused_jit, fusion_valid
 from engine.kernels import KernelCall, compose_shape_info, round_up
 from engine.layout import Layout, dtype_from_numpy
+from engine.memo import Memo, values_key
 from engine.memory import Tensor
 from engine.shape_predictor import BufferState
 from engine.weights import WeightsCache, run_reorder, weights_cache_capacity
@@ -30,13 +31,13 @@ def work_sizes(call: KernelCall) -> tuple:
 
 class _Bound:
     """One kernel of this node's current impl with its bound arguments."""
-    __slots__ = ("call", "kernel", "impl", "info", "info_buf", "arg_ids", "offsets", "gws", "lws")
+    __slots__ = ("call", "kernel", "impl", "info", "slot", "arg_ids", "offsets", "gws", "lws")
 
     def __init__(self, call: KernelCall, impl):
         self.call, self.impl = call, impl
         self.kernel = cl.Kernel(impl.program, call.kernel)  # per node: arguments stay bound
         self.info = None
-        self.info_buf = None
+        self.slot = None               # its shape_info block in the network's arena
         self.arg_ids = None
         self.offsets = None
         self.gws, self.lws = work_sizes(call)
@@ -52,6 +53,12 @@ class PrimitiveInst:
         self.in_layouts = None
         self.dep_state: dict = {}
         self.bound: list[_Bound] = []
+        self._bound_cache: dict = {}   # (impl, kernel, position) -> _Bound, most recent last
+        # pure functions of the shapes, remembered (engine/memo.py)
+        self._infer_memo = Memo()      # (in layouts, deps) -> (out layouts, unfuse reason)
+        self._calls_memo = Memo()      # (in, out layouts, deps) -> (kernel calls, static variant)
+        self._info_memo = Memo(64)     # (call, tensor offsets) -> (call, shape_info)
+        self.deps_key: tuple = ()
         self.shape_changed = False
         # fusion (engine/fusion.py): set by the network on a producer with fused ops
         self.fusion = None
@@ -78,6 +85,16 @@ class PrimitiveInst:
         self.internals: list[Tensor] = []
 
     # ---- helpers ------------------------------------------------------------------------
+    def family(self) -> list["PrimitiveInst"]:
+        """This inst and every inst of its unfused subgraph, nested ones too (a fused
+        attention's fallback Softmax has an unfused prologue of its own)."""
+        out, todo = [], [self]
+        while todo:
+            i = todo.pop()
+            out.append(i)
+            todo += i.unfused
+        return out
+
     def _rec(self, kind, action, reason="", **fields):
         self.net.record(kind, action, reason, self.node, **fields)
 
@@ -125,12 +142,11 @@ class PrimitiveInst:
         reason = "first_run" if self.in_layouts is None else (
             "shape_changed" if in_layouts != self.in_layouts else
             "dynamic_output" if dynamic else "memory_deps_changed")
-        own = in_layouts[:self.n_own] if self.fusion else in_layouts
-        out_layouts = self.opdef.infer(node, own, deps)
-        if self.fusion:
-            extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
-            produced = own[0] if self.fusion.prologue else out_layouts[0]
-            self.unfuse_reason = fusion_valid(self.fusion, produced, extra)
+        self.deps_key = values_key(deps) if deps else ()
+        key = (tuple(in_layouts), self.deps_key)
+        hit = self._infer_memo.get(key)
+        out_layouts, self.unfuse_reason = hit if hit is not None else \
+            self._infer_memo.put(key, self._infer(in_layouts, deps))
         self.in_layouts = in_layouts
         for t, l in zip(self.outputs, out_layouts):
             t.layout = l
@@ -138,6 +154,16 @@ class PrimitiveInst:
         self._rec("update_shape", "infer", reason, device_reads=reads,
                   in_shapes=[l.shape if l else None for l in in_layouts],
                   out_shapes=[l.shape for l in out_layouts], **by)
+
+    def _infer(self, in_layouts, deps) -> tuple[list, str]:
+        """Output layouts for these inputs, and why the fusion is invalid for them ("": valid)."""
+        own = in_layouts[:self.n_own] if self.fusion else in_layouts
+        out_layouts = self.opdef.infer(self.node, own, deps)
+        if not self.fusion:
+            return out_layouts, ""
+        extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
+        produced = own[0] if self.fusion.prologue else out_layouts[0]
+        return out_layouts, fusion_valid(self.fusion, produced, extra, own)
 
     def execute(self) -> None:
         node, net = self.node, self.net
@@ -181,10 +207,17 @@ class PrimitiveInst:
             impl_changed = self.poll_static()  # a static build finished: switch on this execution
         if impl_changed:
             self.update_weights()
-        mem_changed = self.realloc_if_needed()
+        # realloc_if_needed only for new shapes or a new impl, as the plugin's prepare_primitive
+        # ("only try update weight and realloc when impl is updated"): a repeated shape keeps
+        # its buffers without a decision (and without feeding the ShapePredictor's history)
+        if self.shape_changed or impl_changed or self._lacks_buffer():
+            mem_changed = self.realloc_if_needed()
+        else:
+            mem_changed = False
+            self._note_live()
         self.set_arguments(impl_changed or mem_changed)
         for b in self.bound:
-            cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
+            net.launch(b.kernel, b.gws, b.lws)
         for t in self.outputs:
             t.version += 1
             t.dev_version = t.version
@@ -224,6 +257,9 @@ class PrimitiveInst:
             vals = node.run_host(args)
         self.in_layouts = in_layouts
         for t, v in zip(self.outputs, vals):
+            if t.host is not None and (t.host is v or (t.host.dtype == v.dtype and
+                                                        np.array_equal(t.host, v))):
+                continue     # same value: its device copy and its readers' deps stay valid
             t.host = v
             t.layout = Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype))
             t.version += 1
@@ -298,7 +334,7 @@ class PrimitiveInst:
         self._bind(calls, [self._dynamic_impl(c) for c in calls])
         self.set_arguments(False)
         for b in self.bound:
-            cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws)
+            net.launch(b.kernel, b.gws, b.lws)
         out.version += 1
         out.dev_version = out.version
         out.host = None
@@ -350,20 +386,13 @@ class PrimitiveInst:
         critical path with --no-async-compile / --impls static), or queued on the compile queue
         and switched to on a later execution (poll_static)."""
         net, node = self.net, self.node
-        own = ins[:self.n_own] if self.fusion else ins
-        kw = {"dev": net.device_type} if self.opdef.per_device else {}
-        calls = self.opdef.kernels(node, own, outs, deps, **kw)
-        if self.fusion:
-            calls = self._with_fused_ops(calls)
+        mkey = (tuple(ins), tuple(outs), self.deps_key)
+        hit = self._calls_memo.get(mkey)
+        calls, v, key = hit if hit is not None else \
+            self._calls_memo.put(mkey, self._kernel_calls(ins, outs, deps))
         impls = [self._dynamic_impl(call) for call in calls]
         self.pending, self.want_weights = None, None
-        v = net.static_variant(self, own, outs, deps)
-        if v is not None and any(l is not None and l.pad for l in ins):
-            v = None                     # static tables describe dense tensors only
-        if v is not None and self.fusion:
-            v = self._fused_static(v, ins[self.n_own:])
         if v is not None:
-            key = net.static_key(self, v)
             name = f"{impls[0].name}/static[{v.tag}]"
             impl, how = net.find_static(key, name, node)
             if impl is None:
@@ -375,6 +404,22 @@ class PrimitiveInst:
                     self._rec_switch(impl, "static_ready")
                 calls, impls, self.want_weights = [v.call], [impl], v.weights
         return self._bind(calls, impls)
+
+    def _kernel_calls(self, ins, outs, deps) -> tuple:
+        """The dynamic impl's kernel calls for these shapes (fused ops applied), and the static
+        variant with its impl cache key (None, None when these shapes get none)."""
+        net = self.net
+        own = ins[:self.n_own] if self.fusion else ins
+        dev = {"device": net.device_type} if self.opdef.per_device else {}
+        calls = self.opdef.kernels(self.node, own, outs, deps, **dev)
+        if self.fusion and not self.fusion.subgraph:
+            calls = self._with_fused_ops(calls)
+        v = net.static_variant(self, own, outs, deps)
+        if v is not None and any(l is not None and l.pad for l in ins):
+            v = None                     # static tables describe dense tensors only
+        if v is not None and self.fusion:
+            v = self._fused_static(v, ins[self.n_own:])
+        return calls, v, (net.static_key(self, v, ins, outs) if v is not None else None)
 
     def _dynamic_impl(self, call):
         """This node's shape-agnostic impl of `call`: kept from an earlier shape, else from the
@@ -419,7 +464,18 @@ class PrimitiveInst:
                 old.gws, old.lws = work_sizes(call)
                 new.append(old)
             else:
-                new.append(_Bound(call, impl))
+                # a kernel object per (impl, kernel) is kept: creating one costs ~150 us in
+                # pyopencl, and shapes that come back take their static impl back
+                key = (id(impl), call.kernel, k)
+                b = self._bound_cache.pop(key, None)
+                if b is None or b.impl is not impl:
+                    b = _Bound(call, impl)
+                else:
+                    b.call, (b.gws, b.lws) = call, work_sizes(call)
+                self._bound_cache[key] = b
+                while len(self._bound_cache) > 16:
+                    del self._bound_cache[next(iter(self._bound_cache))]
+                new.append(b)
                 changed = True
         changed |= len(new) != len(self.bound)
         self.bound = new
@@ -515,6 +571,20 @@ class PrimitiveInst:
             changed |= self._realloc(t, buffer=f"internal{k}")
         return changed
 
+    def _owned(self):
+        """The buffers realloc_if_needed manages for this node: outputs, then internal buffers."""
+        return [t for t in self.outputs if t.layout.count and not t.by_other] + \
+            self.internals[:len(self.internal_layouts)]
+
+    def _lacks_buffer(self) -> bool:
+        return len(self.internals) < len(self.internal_layouts) or \
+            any(t.buf is None for t in self._owned())
+
+    def _note_live(self) -> None:
+        """Same shapes, same buffers: they are still live in this inference."""
+        for t in self._owned():
+            self.net.memory.note_live(t.name, t.layout.nbytes)
+
     def _internal(self, k: int) -> Tensor:
         while len(self.internals) <= k:
             t = Tensor(f"{self.node.name}:internal{len(self.internals)}")
@@ -555,17 +625,21 @@ class PrimitiveInst:
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.
             if b.info is None or self.shape_changed or offsets != b.offsets:
-                blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
-                info = compose_shape_info(blocks, call.params)
+                # the memo holds the call, so its id names it while the entry lives
+                hit = self._info_memo.get((id(call), offsets))
+                if hit is None or hit[0] is not call:
+                    blocks = [(t.offset, call.dims.get(p, t.layout.shape)) for p, t in enumerate(tensors)]
+                    hit = self._info_memo.put((id(call), offsets),
+                                              (call, compose_shape_info(blocks, call.params)))
+                info = hit[1]
                 b.offsets = offsets
-                if b.info is None or not np.array_equal(info, b.info):
-                    if b.info_buf is None or b.info_buf.size < info.nbytes:
-                        b.info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY, info.nbytes)
+                if b.info is None or not (info is b.info or np.array_equal(info, b.info)):
+                    if b.slot is None or b.slot.nbytes < info.nbytes:
+                        b.slot = net.arena.slot(len(info))
                         b.arg_ids = None
-                    cl.enqueue_copy(net.queue, b.info_buf, info, is_blocking=False)
-                    net.keep(info)
+                    b.slot.write(info)      # reaches the device at the network's next flush
                     b.info = info
-            bufs = [b.info_buf] + [net.device_buffer(t) for t in tensors]
+            bufs = [b.slot.buf] + [net.device_buffer(t) for t in tensors]
             if force or b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
                 b.kernel.set_args(*bufs)
                 b.arg_ids = bufs  # holding them keeps identities meaningful

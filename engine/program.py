@@ -48,6 +48,7 @@ class Node:
     fusion: object = None                   # engine.fusion.Fusion of a node with fused ops
     fused_into: "Node | None" = None        # the node (producer, or prologue consumer) it runs in
     _host_impl: object = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)   # run_host results by input values
 
     @property
     def opdef(self):
@@ -69,8 +70,20 @@ class Node:
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
             self._host_impl = (ReferenceEvaluator(m), [n for n in names if n])
         ev, names = self._host_impl
-        feeds = {n: v for n, v in zip(names, [v for v, name in zip(values, self.inputs) if name])}
-        return [np.asarray(v) for v in ev.run(None, feeds)]
+        vals = [v for v, name in zip(values, self.inputs) if name]
+        # shape math sees the same few small values again and again (one per sequence length):
+        # remember its results instead of running onnx.reference every time
+        key = tuple((v.dtype.str, v.shape, v.tobytes()) for v in map(np.asarray, vals)) \
+            if sum(np.asarray(v).nbytes for v in vals) <= 4096 else None
+        hit = self._memo.get(key) if key is not None else None
+        if hit is not None:
+            return hit
+        out = [np.asarray(v) for v in ev.run(None, dict(zip(names, vals)))]
+        if key is not None:
+            if len(self._memo) >= 64:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = out
+        return out
 
 
 @dataclass
@@ -153,7 +166,9 @@ def load_program(path: str | os.PathLike) -> Program:
     return build_program(model, path)
 
 
-def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True) -> Program:
+def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True,
+                  attention: bool = True) -> Program:
+    """`attention=False` keeps the attention chain as separate nodes (engine/attention.py)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")
@@ -204,7 +219,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     _mark_static(prog)
     if fusion:
         from engine.fusion import fuse
-        prog.fused = fuse(prog)
+        prog.fused = fuse(prog, attention=attention)
     return prog
 
 

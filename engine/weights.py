@@ -78,6 +78,6 @@ def run_reorder(net, node, src: Tensor, wl: WeightsLayout, reuse: Tensor | None)
     info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=info)
     k = cl.Kernel(impl.program, call.kernel)
     k.set_args(info_buf, net.device_buffer(src), dst.buf)
-    cl.enqueue_nd_range_kernel(net.queue, k, (round_up(call.gws[0], 64),), (64,))
+    net.launch(k, (round_up(call.gws[0], 64),), (64,))
     net.keep(info_buf)
     return dst

@@ -161,6 +161,42 @@ def mlp(seed: int = 0, d_in: int = 32, hidden: int = 64, d_out: int = 10, opset:
 # --------------------------------------------------------------------------
 # 2. transformer encoder block (optionally with BERT-like embeddings)
 # --------------------------------------------------------------------------
+def _bert_layer(b: "_Builder", x: str, bias: str, d_model: int, heads: int, ff: int,
+                prefix: str = "") -> str:
+    """One post-LN BERT layer (HF export style) on x [batch, seq, d_model] with the additive
+    mask `bias` [batch, 1, 1, seq]; initializer names start with `prefix`."""
+    d_head = d_model // heads
+
+    def split_heads(t):
+        # view(batch, seq, heads, d_head) with batch/seq read from the tensor at run time.
+        target = b.op("Concat", [b.dim(t, 0), b.dim(t, 1), b.const([heads, d_head], np.int64)], axis=0)
+        return b.op("Transpose", [b.op("Reshape", [t, target])], perm=[0, 2, 1, 3])  # [b, h, s, dh]
+
+    q = split_heads(b.linear(x, prefix + "attention.self.query", d_model, d_model))
+    k = split_heads(b.linear(x, prefix + "attention.self.key", d_model, d_model))
+    v = split_heads(b.linear(x, prefix + "attention.self.value", d_model, d_model))
+    k_t = b.op("Transpose", [k], perm=[0, 1, 3, 2])                            # key.transpose(-1, -2)
+    scores = b.op("MatMul", [q, k_t])                                           # [b, h, s, s]
+    # scale = sqrt(q.size(-1)): Shape-derived int -> Cast -> Sqrt, as traced SDPA exports do.
+    dh = b.op("Gather", [b.op("Shape", [q]), b.const(3, np.int64)], axis=0)
+    scale = b.op("Sqrt", [b.op("Cast", [dh], to=FLOAT)])
+    scores = b.op("Add", [b.op("Div", [scores, scale]), bias])
+    probs = b.op("Softmax", [scores], axis=-1)
+    ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])    # [b, s, h, dh]
+    merge = b.op("Concat", [b.dim(ctx, 0), b.dim(ctx, 1), b.const([d_model], np.int64)], axis=0)
+    ctx = b.op("Reshape", [ctx, merge])                                         # [b, s, d]
+    attn = b.linear(ctx, prefix + "attention.output.dense", d_model, d_model)
+    h = b.layer_norm(b.op("Add", [attn, x]), prefix + "attention.output.LayerNorm", d_model)
+
+    # ---- feed-forward with erf GELU: x * 0.5 * (1 + erf(x / sqrt(2))) ----
+    f = b.linear(h, prefix + "intermediate.dense", d_model, ff)
+    erf = b.op("Erf", [b.op("Div", [f, b.const(math.sqrt(2.0))])])
+    g = b.op("Mul", [b.op("Mul", [f, b.op("Add", [erf, b.const(1.0)])]), b.const(0.5)])
+    f2 = b.linear(g, prefix + "output.dense", ff, d_model, gain=math.sqrt(2))
+    out = b.layer_norm(b.op("Add", [f2, h]), prefix + "output.LayerNorm", d_model)
+    return out
+
+
 def encoder_block(
     seed: int = 0,
     d_model: int = 64,
@@ -230,34 +266,7 @@ def encoder_block(
     else:
         raise ValueError(f"unknown mask_style {mask_style!r}")
 
-    # ---- self-attention ----
-    def split_heads(t):
-        # view(batch, seq, heads, d_head) with batch/seq read from the tensor at run time.
-        target = b.op("Concat", [b.dim(t, 0), b.dim(t, 1), b.const([heads, d_head], np.int64)], axis=0)
-        return b.op("Transpose", [b.op("Reshape", [t, target])], perm=[0, 2, 1, 3])  # [b, h, s, dh]
-
-    q = split_heads(b.linear(x, "attention.self.query", d_model, d_model))
-    k = split_heads(b.linear(x, "attention.self.key", d_model, d_model))
-    v = split_heads(b.linear(x, "attention.self.value", d_model, d_model))
-    k_t = b.op("Transpose", [k], perm=[0, 1, 3, 2])                            # key.transpose(-1, -2)
-    scores = b.op("MatMul", [q, k_t])                                           # [b, h, s, s]
-    # scale = sqrt(q.size(-1)): Shape-derived int -> Cast -> Sqrt, as traced SDPA exports do.
-    dh = b.op("Gather", [b.op("Shape", [q]), b.const(3, np.int64)], axis=0)
-    scale = b.op("Sqrt", [b.op("Cast", [dh], to=FLOAT)])
-    scores = b.op("Add", [b.op("Div", [scores, scale]), bias])
-    probs = b.op("Softmax", [scores], axis=-1)
-    ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])    # [b, s, h, dh]
-    merge = b.op("Concat", [b.dim(ctx, 0), b.dim(ctx, 1), b.const([d_model], np.int64)], axis=0)
-    ctx = b.op("Reshape", [ctx, merge])                                         # [b, s, d]
-    attn = b.linear(ctx, "attention.output.dense", d_model, d_model)
-    h = b.layer_norm(b.op("Add", [attn, x]), "attention.output.LayerNorm", d_model)
-
-    # ---- feed-forward with erf GELU: x * 0.5 * (1 + erf(x / sqrt(2))) ----
-    f = b.linear(h, "intermediate.dense", d_model, ff)
-    erf = b.op("Erf", [b.op("Div", [f, b.const(math.sqrt(2.0))])])
-    g = b.op("Mul", [b.op("Mul", [f, b.op("Add", [erf, b.const(1.0)])]), b.const(0.5)])
-    f2 = b.linear(g, "output.dense", ff, d_model, gain=math.sqrt(2))
-    out = b.layer_norm(b.op("Add", [f2, h]), "output.LayerNorm", d_model)
+    out = _bert_layer(b, x, bias, d_model, heads, ff)
     b.nodes.append(helper.make_node("Identity", [out], ["y"], name="Identity_out"))
     return b.model(inputs, [_vi("y", FLOAT, ["batch", "seq", d_model])],
                    "encoder_block" if vocab is None else "tiny_bert")
@@ -541,3 +550,85 @@ def make_input_dynamic(model: onnx.ModelProto, dim_params=("batch", None, "heigh
             dims[0].dim_param = dim_params[0]
     # Spatial output dims of densenet/squeezenet (1x1) stay valid; batch is now symbolic.
     return m
+
+
+# --------------------------------------------------------------------------
+# 5. benchmark-size models (examples/make_models.py --bench writes them)
+# --------------------------------------------------------------------------
+def bert_encoder(layers: int = 6, d_model: int = 384, heads: int = 12, ff: int = 1536,
+                 vocab: int = 30522, max_pos: int = 512, seed: int = 0) -> onnx.ModelProto:
+    """A BERT encoder of `layers` post-LN layers (defaults: the all-MiniLM-L6 architecture),
+    HF export style, random weights. inputs input_ids, attention_mask int64[batch, seq];
+    output last_hidden_state float[batch, seq, d_model]."""
+    b = _Builder(17, seed)
+    word = b.init("embeddings.word_embeddings.weight",
+                  (0.5 * b.rng.standard_normal((vocab, d_model))).astype(np.float32))
+    pos_tab = b.init("embeddings.position_embeddings.weight",
+                     (0.5 * b.rng.standard_normal((max_pos, d_model))).astype(np.float32))
+    pos_ids = b.init("embeddings.position_ids", np.arange(max_pos, dtype=np.int64)[None])
+    seq = b.dim("input_ids", 1)
+    pos = b.op("Slice", [pos_ids, b.const([0], np.int64), seq, b.const([1], np.int64)])
+    emb = b.op("Add", [b.op("Gather", [word, "input_ids"], axis=0),
+                       b.op("Gather", [pos_tab, pos], axis=0)])
+    x = b.layer_norm(emb, "embeddings.LayerNorm", d_model)
+    mask = b.op("Cast", ["attention_mask"], to=FLOAT)
+    is_pad = b.op("Equal", [mask, b.const(0.0)])
+    bias = b.unsqueeze(b.op("Where", [is_pad, b.const(-10000.0), b.const(0.0)]), [1, 2])
+    for i in range(layers):
+        x = _bert_layer(b, x, bias, d_model, heads, ff, prefix=f"encoder.layer.{i}.")
+    b.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="Identity_out"))
+    return b.model([_vi("input_ids", INT64, ["batch", "seq"]), _vi("attention_mask", INT64, ["batch", "seq"])],
+                   [_vi("last_hidden_state", FLOAT, ["batch", "seq", d_model])], "bert_encoder")
+
+
+def gpt2_decoder(layers: int = 12, d_model: int = 768, heads: int = 12, vocab: int = 50257,
+                 max_pos: int = 1024, seed: int = 0) -> onnx.ModelProto:
+    """A GPT-2 decoder step with explicit KV-cache inputs (defaults: the GPT-2 small
+    architecture: pre-LN, learned positions, tanh GELU, random weights). inputs input_ids
+    int64[batch, new], past_key_{i}/past_value_{i} float[batch, heads, past, d_head];
+    outputs logits float[batch, new, vocab], present_key_{i}/present_value_{i}. Positions
+    run from past to past + new (sliced from the table by shapes). No causal mask: exact for
+    one new token per step, the decode loop it is built for (`--feedback present_key_0:past_key_0,...`)."""
+    d_head = d_model // heads
+    b = _Builder(17, seed)
+    wte = b.init("wte", (0.1 * b.rng.standard_normal((vocab, d_model))).astype(np.float32))
+    wpe = b.init("wpe", (0.1 * b.rng.standard_normal((max_pos, d_model))).astype(np.float32))
+    past = b.dim("past_key_0", 2)
+    end = b.op("Add", [past, b.dim("input_ids", 1)])
+    pos = b.op("Slice", [wpe, past, end, b.const([0], np.int64)])               # [new, d]
+    x = b.op("Add", [b.op("Gather", [wte, "input_ids"], axis=0), pos])
+
+    def split_heads(t):
+        target = b.op("Concat", [b.dim(t, 0), b.dim(t, 1), b.const([heads, d_head], np.int64)], axis=0)
+        return b.op("Transpose", [b.op("Reshape", [t, target])], perm=[0, 2, 1, 3])
+
+    inputs = [_vi("input_ids", INT64, ["batch", "new"])]
+    outputs = [_vi("logits", FLOAT, ["batch", "new", vocab])]
+    for i in range(layers):
+        p = f"h.{i}."
+        h = b.layer_norm(x, p + "ln_1", d_model)
+        q = split_heads(b.linear(h, p + "attn.q", d_model, d_model))
+        k = split_heads(b.linear(h, p + "attn.k", d_model, d_model))
+        v = split_heads(b.linear(h, p + "attn.v", d_model, d_model))
+        for kind, new in (("key", k), ("value", v)):
+            b.nodes.append(helper.make_node("Concat", [f"past_{kind}_{i}", new], [f"present_{kind}_{i}"],
+                                            name=f"Concat_present_{kind}_{i}", axis=2))
+            inputs.append(_vi(f"past_{kind}_{i}", FLOAT, ["batch", heads, "past", d_head]))
+            outputs.append(_vi(f"present_{kind}_{i}", FLOAT, ["batch", heads, "total", d_head]))
+        scores = b.op("MatMul", [q, b.op("Transpose", [f"present_key_{i}"], perm=[0, 1, 3, 2])])
+        scores = b.op("Mul", [scores, b.const(1.0 / math.sqrt(d_head))])
+        ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), f"present_value_{i}"])
+        ctx = b.op("Transpose", [ctx], perm=[0, 2, 1, 3])
+        merge = b.op("Concat", [b.dim(ctx, 0), b.dim(ctx, 1), b.const([d_model], np.int64)], axis=0)
+        x = b.op("Add", [x, b.linear(b.op("Reshape", [ctx, merge]), p + "attn.c_proj", d_model, d_model)])
+        h = b.layer_norm(x, p + "ln_2", d_model)
+        f = b.linear(h, p + "mlp.c_fc", d_model, 4 * d_model)
+        # gelu_new: 0.5 f (1 + tanh(sqrt(2/pi) (f + 0.044715 f^3)))
+        inner = b.op("Mul", [b.op("Add", [f, b.op("Mul", [b.op("Pow", [f, b.const(3.0)]), b.const(0.044715)])]),
+                             b.const(math.sqrt(2 / math.pi))])
+        g = b.op("Mul", [b.op("Mul", [f, b.const(0.5)]), b.op("Add", [b.op("Tanh", [inner]), b.const(1.0)])])
+        x = b.op("Add", [x, b.linear(g, p + "mlp.c_proj", 4 * d_model, d_model, gain=math.sqrt(2))])
+    x = b.layer_norm(x, "ln_f", d_model)
+    lm = b.weight("lm_head.weight", (d_model, vocab), d_model)
+    b.nodes.append(helper.make_node("MatMul", [x, lm], ["logits"], name="lm_head"))
+    return b.model(inputs, outputs, "gpt2_decoder")

@@ -33,10 +33,17 @@ def test_run_encoder_check_table_and_trace(tmp_path):
     header, events = read_trace(str(trace))
     assert header["kind"] == "header" and header["schema"] == 1 and header["model"].endswith("encoder.onnx")
     events = list(events)
-    # the attention scale and mask run inside the Softmax kernel (prologue fusion)
-    sm = [v for n, v in header["fusions"].items() if n.startswith("Softmax")]
-    assert [v["position"] for v in sm] == ["prologue"] and len(sm[0]["ops"]) == 2
-    assert not [e for e in events if e["node"] in sm[0]["ops"] and e["kind"] == "execute"]
+    # the attention scale and mask run inside the Softmax's input reads (prologue fusion), and
+    # QK^T, the Softmax and x V inside one attention kernel (engine/attention.py)
+    fus = header["fusions"]
+    sm = [v for n, v in fus.items() if n.startswith("Softmax") and v["position"] == "prologue"]
+    assert len(sm) == 1 and len(sm[0]["ops"]) == 2
+    att = fus["Softmax_0_attention"]
+    assert att["position"] == "subgraph" and [o.split("_")[0] for o in att["ops"]] == \
+        ["Transpose"] * 3 + ["MatMul", "Softmax", "MatMul", "Transpose"]
+    assert fus["LayerNormalization_0"] == {"position": "prologue", "ops": ["Add_0", "Add_1"]}
+    inside = sm[0]["ops"] + att["ops"] + ["Add_0", "Add_1"]
+    assert not [e for e in events if e["node"] in inside and e["kind"] == "execute"]
     kinds = {e["kind"] for e in events}
     assert {"infer_start", "update_shape", "update_impl", "realloc", "set_args", "execute",
             "infer_end", "check", "run_end"} <= kinds

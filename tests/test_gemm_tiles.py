@@ -13,11 +13,11 @@ from tests.conftest import assert_close, ort_session, run_vs_ort
 KINDS = ("cpu", "gpu")
 
 
-def make_net(model, device, kind, **kw):
+def make_net(model, device, kind, attention=True, **kw):
     """A Network that picks the kernels of a `kind` device (the tiles are chosen per device kind
     in engine/ops/matmul.py) whatever device it runs on."""
     kw.setdefault("impls", "dynamic")
-    net = Network(build_program(model), device, **kw)
+    net = Network(build_program(model, attention=attention), device, **kw)
     net.device_type = kind
     return net
 
@@ -166,10 +166,12 @@ def test_static_fake_aligned_rows(device, kind):
 
 def test_padded_kv_operands_on_gpu_tiles(device):
     """The decode loop's K/V caches are padded buffers fed back in place: gemm_lm walks their
-    batches with the buffer's dims (GEMM_MAT_STRIDE)."""
+    batches with the buffer's dims (GEMM_MAT_STRIDE). Attention stays unfused, so the cache
+    feeds MatMuls."""
     from tests.models import kv_decoder_step
     model = kv_decoder_step()
-    net = make_net(model, device, "gpu", feedback={"present_k": "past_k", "present_v": "past_v"})
+    net = make_net(model, device, "gpu", attention=False,
+                   feedback={"present_k": "past_k", "present_v": "past_v"})
     sess = ort_session(model)
     names = [o.name for o in sess.get_outputs()]
     rng = np.random.default_rng(9)

@@ -106,7 +106,7 @@ def test_json_summary_matches_the_run_and_the_events(enc):
     (["--iter", "1"], lambda e: e["iter"] == 1),
     (["--iter", "1..2"], lambda e: 1 <= e["iter"] <= 2),
     (["--node", "MatMul_*"], lambda e: e["node"].startswith("MatMul_")),
-    (["--op", "Softmax"], lambda e: e["op"] == "Softmax"),
+    (["--op", "attention"], lambda e: e["op"] == "attention"),   # QK^T, Softmax, x V: one node
     (["--kind", "realloc"], lambda e: e["kind"] == "realloc"),
     (["--action", "alloc"], lambda e: e["action"] == "alloc"),
     (["--iter", "0..1", "--kind", "update_impl", "--action", "build"],

@@ -26,6 +26,8 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
         f.close()
         raise TraceError(f"{path}:1: expected a header with schema {SCHEMA_VERSION}")
 
+    bases = PlanBases()
+
     def events() -> Iterator[dict]:
         with f:
             lineno = 1
@@ -45,6 +47,52 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                 if missing or rec["kind"] not in KINDS:
                     raise TraceError(f"{path}:{lineno}: bad event (missing {missing} "
                                      f"or unknown kind {rec.get('kind')!r})")
+                if rec["kind"] == "plan":
+                    yield rec
+                    base = bases.events(rec["of_iter"])
+                    if base is None:
+                        raise TraceError(f"{path}:{lineno}: plan replay of inference "
+                                         f"{rec['of_iter']}, which is not a plan base")
+                    yield from replayed(base, rec)
+                    continue
+                bases.see(rec)
                 yield rec
 
     return header, events()
+
+
+# Events that are not decisions of the inference they belong to: never copied by a replay.
+NOT_REPLAYED = frozenset({"infer_start", "infer_end", "check", "run_end", "plan"})
+
+
+def replayed(base: list[dict], rec: dict) -> Iterator[dict]:
+    """The decision events a `plan replay` event stands for: copies of its base inference's,
+    renumbered to the replaying inference (ts: the replay's)."""
+    for e in base:
+        yield {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
+
+
+class PlanBases:
+    """Keeps the decision events of the inferences marked `plan_base` (the last few), so
+    `plan replay` events can be expanded while streaming."""
+    KEEP = 8
+
+    def __init__(self):
+        self._cur: list[dict] = []
+        self._cur_iter = None
+        self._bases: dict[int, list[dict]] = {}
+
+    def see(self, rec: dict) -> None:
+        it = rec["iter"]
+        if it != self._cur_iter:
+            self._cur, self._cur_iter = [], it
+        if rec["kind"] == "infer_end":
+            if rec.get("plan_base"):
+                self._bases[it] = self._cur
+                while len(self._bases) > self.KEEP:
+                    del self._bases[min(self._bases)]
+        elif rec["kind"] not in NOT_REPLAYED:
+            self._cur.append(rec)
+
+    def events(self, it: int) -> list[dict] | None:
+        return self._bases.get(it)

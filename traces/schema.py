@@ -18,7 +18,8 @@ KINDS: dict[str, dict] = {
         "doc": "First line: schema version, model path, device description, run options. "
                "`fusions`: per node that absorbed elementwise nodes at program build, their "
                "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
-               "on its input reads).",
+               "on its input reads, `subgraph`: an internal op, e.g. `attention`, standing for "
+               "the nodes it replaced).",
     },
     "infer_start": {
         "actions": {""},
@@ -67,14 +68,20 @@ KINDS: dict[str, dict] = {
     },
     "fusion": {
         "actions": {"unfuse"},
-        "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype"},
+        "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype",
+                    "seq_too_long", "head_too_large", "rank", "softmax_axis", "empty_keys",
+                    "broadcast_grows_scores"},
         "fields": ("ops", "position"),
         "doc": "A node with fused elementwise ops (engine/fusion.py) whose fusion is invalid for "
                "the current shapes runs its unfused subgraph for this inference (`ops`: the "
                "fused nodes; their own events follow under their names). `position`: "
                "`epilogue` (ops after a producer; `broadcast_grows_output`) or `prologue` (ops "
-               "feeding a Softmax's input read, e.g. scores + mask; `broadcast_grows_input`: "
-               "a mask broadcast would make the input larger than the scores).",
+               "feeding a Softmax's or LayerNormalization's input read, e.g. scores + mask, x + "
+               "residual; `broadcast_grows_input`: a broadcast would make the input larger than "
+               "the base value) or `subgraph` (the fused attention, engine/attention.py: "
+               "`seq_too_long` (keys beyond what fits in its local/private row), `head_too_large`, "
+               "`rank` (not 3-D or 4-D), `softmax_axis` (not over the keys), `empty_keys`, `broadcast_grows_scores` (v's batch beyond the "
+               "scores'), or the Softmax prologue's own reason).",
     },
     "realloc": {
         "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},
@@ -132,13 +139,25 @@ KINDS: dict[str, dict] = {
         "fields": ("impl", "compile_ms", "source"),
         "doc": "An OpenCL program was built (pyopencl's binary cache may serve it).",
     },
+    "plan": {
+        "actions": {"replay"},
+        "reasons": {"same_signature"},
+        "fields": ("of_iter", "kernels"),
+        "doc": "The fast path, a decision beyond the seeds (engine/plan.py): the inference "
+               "`of_iter` changed nothing and this one has the same input signature, so its "
+               "`kernels` were enqueued again as recorded, with no per-node flow. It stands for "
+               "the decisions of `of_iter`: the file holds this one event, and the reader "
+               "(traces/reader.py) expands it into copies of `of_iter`'s decision events, "
+               "marked `replayed: true`, so every view counts them. Off with `--no-fast-path`.",
+    },
     "infer_end": {
         "actions": {""},
-        "fields": ("latency_ms", "out_shapes", "counters"),
+        "fields": ("latency_ms", "out_shapes", "counters", "plan_base"),
         "doc": "An inference finished; `counters` are this inference's decision counts, plus "
                "`peak_bytes` (device memory of activation buffers at its peak) and "
                "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
-               "allocator can do with less).",
+               "allocator can do with less). `plan_base: true`: the inference changed nothing, "
+               "so later `plan replay` events may refer to it.",
     },
     "check": {
         "actions": {"pass", "fail"},

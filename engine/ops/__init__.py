@@ -8,7 +8,6 @@ An op says three things, all from the current input layouts (never from a previo
 - optionally `static(node, ins, outs, deps, consts)`: a `StaticVariant` for a static build of
   these shapes (None when it has none for them), `consts` the indices of constant inputs;
   `weights`: the input index holding weights (update_weights);
-- `per_device=True`: kernels and static also get `dev=` the device kind ("cpu" | "gpu");
 - optionally `decompose(node)`: the internal ops (`internal=True`) the device runs instead.
 Every op also runs as a host impl (onnx.reference) inside shape subgraphs and constant folding.
 """
@@ -39,8 +38,8 @@ class OpDef:
     # GPU plugin's program builder splits NonZero into count_nonzero + gather_nonzero)
     decompose: Callable | None = None
     internal: bool = False             # made only by decompose: never accepted from a model
-    # kernels / static take a `dev` keyword: the device kind ("cpu" | "gpu"), for ops whose
-    # kernel parameters were measured per device kind (GEMM tiles)
+    # kernels (and static) take device="cpu" | "gpu": work-group shapes per device kind (GPUs: a
+    # work-group per row with a local reduction; CPUs: a work-item per row, no barriers)
     per_device: bool = False
 
 
@@ -57,3 +56,4 @@ def supported_ops() -> list[str]:
 
 # Importing the families fills OPS.
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: E402,F401
+from engine.ops import attention  # noqa: E402,F401

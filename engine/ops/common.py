@@ -56,7 +56,8 @@ def eltwise_call(node, ins: list[Layout], out: Layout, expr: str, dims: dict | N
     jit += [(f"T{k}", cl_type(ins[i].dtype)) for k, i in enumerate(idx)]
     return KernelCall("eltwise", "eltwise", tuple(jit),
                       args=tuple(("in", i) for i in idx) + (("out", 0),),
-                      params=(1 if flat else 0,), gws=(max(out.count, 1),), dims=dims)
+                      params=(1 if flat else 0,),
+                      gws=(max((out.count + 3) // 4 if flat else out.count, 1),), dims=dims)
 
 
 __all__ = ["ShapeInferenceError", "broadcast", "norm_axis", "onnx_dtype", "contiguous_strides",

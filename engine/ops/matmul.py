@@ -160,8 +160,8 @@ def _matmul_call(node, ins, dev="gpu"):
     return call
 
 
-def _matmul_kernels(node, ins, outs, deps, dev="gpu"):
-    return split_k(_matmul_call(node, ins, dev), dev)
+def _matmul_kernels(node, ins, outs, deps, device="gpu"):
+    return split_k(_matmul_call(node, ins, device), device)
 
 
 TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
@@ -216,8 +216,8 @@ def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVari
 
 
 def _gemm_static(tiled_call):
-    def static(node, ins, outs, deps, consts, dev="gpu"):
-        return static_gemm(tiled_call(node, ins, dev), 1 in consts, dev)
+    def static(node, ins, outs, deps, consts, device="gpu"):
+        return static_gemm(tiled_call(node, ins, device), 1 in consts, device)
     return static
 
 
@@ -250,8 +250,8 @@ def _gemm_call(node, ins, dev="gpu"):
                      node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias, dev)
 
 
-def _gemm_kernels(node, ins, outs, deps, dev="gpu"):
-    return split_k(_gemm_call(node, ins, dev), dev)
+def _gemm_kernels(node, ins, outs, deps, device="gpu"):
+    return split_k(_gemm_call(node, ins, device), device)
 
 
 @register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True)

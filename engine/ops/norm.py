@@ -25,6 +25,28 @@ def _prod(dims) -> int:
     return n
 
 
+# GPU row kernels (layer_norm_wg, softmax_wg): one work-group size for every shape (one build),
+# the lanes per row sized to the row (row_lanes). Not yet measured on a GPU (written without
+# one, checked on PoCL): `python scripts/bench_norm.py` on the H100 should decide NORM_WG and
+# ROW_PER_LANE.
+NORM_WG = 128
+ROW_PER_LANE = 8     # a row of up to ROW_PER_LANE * NORM_WG floats is held in registers
+
+
+def row_lanes(n: int) -> int:
+    """Lanes per row on a GPU: the least power of two giving each lane at most ROW_PER_LANE
+    elements, up to the whole work-group (a 384-float row: 64 lanes, 2 rows per work-group)."""
+    w = 1
+    while w < NORM_WG and w * ROW_PER_LANE < n:
+        w *= 2
+    return w
+
+
+def _rows_dispatch(rows: int, w: int) -> tuple:
+    per = NORM_WG // w
+    return (max((rows + per - 1) // per, 1) * NORM_WG,), (NORM_WG,)
+
+
 def _check_f32(node, *ls):
     for l in ls:
         if l is not None and l.dtype != "f32":
@@ -122,25 +144,33 @@ def _softmax_view(node, shape):
     return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:]), (shape[axis],)
 
 
-def _softmax_kernels(node, ins, outs, deps):
+def _softmax_kernels(node, ins, outs, deps, device="cpu"):
     outer, a, inner, a_dims = _softmax_view(node, ins[0].shape)
     # A along at most one dim > 1: a row steps one coordinate, so a prologue's broadcast offsets
     # are linear along it (cl/common.cl PROLOGUE_ROW)
     lin = int(sum(1 for d in a_dims if d != 1) <= 1)
+    if device == "gpu" and inner == 1:   # contiguous rows: a work-group slice per row
+        w = row_lanes(a)
+        gws, lws = _rows_dispatch(outer, w)
+        return [KernelCall("norm", "softmax_wg", (("SOFTMAX_WG", 1), ("NORM_WG", NORM_WG),
+                                                  ("LANES_REDUCE", 1), ("ROW_PER_LANE", ROW_PER_LANE),
+                                                  ("IMPL_TAG", "Softmax")),
+                           (("in", 0), ("out", 0)), params=(a, inner, outer, lin, w),
+                           gws=gws, lws=lws)]
     return [KernelCall("norm", "softmax", (("SOFTMAX", 1), ("IMPL_TAG", "Softmax")),
                        (("in", 0), ("out", 0)), params=(a, inner, outer * inner, lin),
                        gws=(max(outer * inner, 1),))]
 
 
-def _softmax_static(node, ins, outs, deps, consts):
+def _softmax_static(node, ins, outs, deps, consts, device="cpu"):
     """Static Softmax: the axis length and strides constant (the three passes unroll). A
     prologue (engine/fusion.py) is supported here too: its operands' dims are in the static
     table like every tensor argument's, so their broadcast offsets fold to constants."""
-    call = _softmax_kernels(node, ins, outs, deps)[0]
+    call = _softmax_kernels(node, ins, outs, deps, device)[0]
     return StaticVariant(call, {}, call.params, "x".join(map(str, ins[0].shape)))
 
 
-@register("Softmax", kernels=_softmax_kernels, static=_softmax_static)
+@register("Softmax", kernels=_softmax_kernels, static=_softmax_static, per_device=True)
 def _softmax(node, ins, deps):
     _check_f32(node, ins[0])
     _softmax_view(node, ins[0].shape)  # validates the axis
@@ -172,20 +202,28 @@ def _ln_geometry(node, ins):
     norm_shape = x.shape[axis:]
     sc = _suffix_count(node, "Scale", scale, norm_shape)
     bc = _suffix_count(node, "B", bias, norm_shape) if bias is not None else 1
-    return _prod(x.shape[:axis]), _prod(norm_shape), sc, bc, bias is not None
+    return _prod(x.shape[:axis]), _prod(norm_shape), sc, bc, bias is not None, norm_shape
 
 
-def _ln_kernels(node, ins, outs, deps):
-    rows, d, sc, bc, has_bias = _ln_geometry(node, ins)
+def _ln_kernels(node, ins, outs, deps, device="cpu"):
+    rows, d, sc, bc, has_bias, norm_shape = _ln_geometry(node, ins)
     eps = _f(node.attrs.get("epsilon", 1e-5))
+    args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
+    lin = int(sum(1 for n in norm_shape if n != 1) <= 1)   # a prologue's offsets (softmax's)
     jit = (("LAYER_NORM", 1), ("HAS_BIAS", int(has_bias)), ("EPS", eps),
            ("IMPL_TAG", "LayerNormalization"))
-    args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
-    return [KernelCall("norm", "layer_norm", jit, args, params=(rows, d, sc, bc),
+    if device == "gpu":
+        w = row_lanes(d)
+        gws, lws = _rows_dispatch(rows, w)
+        return [KernelCall("norm", "layer_norm_wg",
+                           jit + (("NORM_WG", NORM_WG), ("ROW_PER_LANE", ROW_PER_LANE),
+                                 ("LANES_REDUCE", 1)), args,
+                           params=(rows, d, sc, bc, lin, w), gws=gws, lws=lws)]
+    return [KernelCall("norm", "layer_norm", jit, args, params=(rows, d, sc, bc, lin, 1),
                        gws=(max(rows, 1),))]
 
 
-@register("LayerNormalization", kernels=_ln_kernels)
+@register("LayerNormalization", kernels=_ln_kernels, per_device=True)
 def _layer_norm(node, ins, deps):
     _no_extra_outputs(node, "Mean/InvStdDev")
     _ln_geometry(node, ins)

@@ -1,0 +1,179 @@
+// Fused attention (engine/ops/attention.py): y = softmax(prologue(q . k)) @ v per query row; the
+// scores and probabilities stay in private (CPU) or local (GPU) memory.
+// Tensors: 0 Q, 1 K, 2 V, 3 Y ([b, h, s, dv] through its strides), 4 the scores' dims (a buffer
+// never read: the prologue's broadcast reference), then the prologue's operands (scale, mask).
+// PARAM(0..3) Q strides (b, h, s, d), PARAM(4..7) K strides (b, h, l, d), PARAM(8..11) V strides
+// (b, h, l, d) (0 along a broadcast batch dim), PARAM(12) b, PARAM(13) h, PARAM(14) s,
+// PARAM(15) l (<= MAX_L), PARAM(16) dk, PARAM(17) dv (<= MAX_D), PARAM(18) query rows per
+// work-group (GPU), PARAM(19..22) Y strides (b, h, s, d) (a heads merge absorbed: [b, s, h, d]).
+// Row r = (b * H + h) * s + i.
+
+#define ATT_ARGS OPTIONAL_SHAPE_INFO_ARG __global const float* Q, __global const float* K, \
+    __global const float* V, __global float* Y, __global const float* scores_dims PROLOGUE_ARGS
+
+// Pointers to row r's q row, k and v (head base) and y row.
+#define ATT_SETUP(r) \
+    const int H = PARAM(13), S = PARAM(14), L = PARAM(15), Dk = PARAM(16), Dv = PARAM(17); \
+    const int i_ = (r) % S, bh_ = (r) / S, h_ = bh_ % H, b_ = bh_ / H; \
+    const __global float* q = Q + T_OFF(0) + b_ * PARAM(0) + h_ * PARAM(1) + i_ * PARAM(2); \
+    const __global float* k = K + T_OFF(1) + b_ * PARAM(4) + h_ * PARAM(5); \
+    const __global float* v = V + T_OFF(2) + b_ * PARAM(8) + h_ * PARAM(9); \
+    __global float* y = Y + T_OFF(3) + b_ * PARAM(19) + h_ * PARAM(20) + i_ * PARAM(21); \
+    const int qd = PARAM(3), kl = PARAM(6), kd = PARAM(7), vl = PARAM(10), vd = PARAM(11); \
+    const int yd = PARAM(22); \
+    const int base = (r) * L;
+
+// CPU: a work-item per query row, no barriers.
+#ifdef ATTENTION_ROW
+KERNEL(attention_row)(ATT_ARGS)
+{
+    const int r = get_global_id(0);
+    if (r >= PARAM(12) * PARAM(13) * PARAM(14)) return;
+    ATT_SETUP(r)
+    PROLOGUE_ROW(base, 1, 1)
+    float sc[MAX_L];
+    float m = -INFINITY;
+    if (qd == 1 && kd == 1 && vd == 1 && yd == 1 && (Dk & 7) == 0 && (Dv & 7) == 0) {
+        // contiguous head dims (k's Transpose absorbed): float8 dot products and a float8
+        // accumulator row (explicit SIMD; PoCL does not vectorise the float reductions)
+        float8 qv[MAX_D / 8], acc[MAX_D / 8];
+        for (int c = 0; c < Dk / 8; ++c) qv[c] = vload8(c, q);
+        for (int j = 0; j < L; ++j) {
+            const __global float* kj = k + j * kl;
+            float8 s8 = 0.0f;
+            for (int c = 0; c < Dk / 8; ++c) s8 += qv[c] * vload8(c, kj);
+            float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
+            s = PROLOGUE_AT(s, j, base + j);
+            sc[j] = s;
+            m = fmax(m, s);
+        }
+        float sum = 0.0f;
+        for (int c = 0; c < Dv / 8; ++c) acc[c] = 0.0f;
+        for (int j = 0; j < L; ++j) {
+            const float e = exp(sc[j] - m);
+            sum += e;
+            const __global float* vj = v + j * vl;
+            for (int c = 0; c < Dv / 8; ++c) acc[c] += e * vload8(c, vj);
+        }
+        const float inv = 1.0f / sum;
+        for (int c = 0; c < Dv / 8; ++c) vstore8(acc[c] * inv, c, y);
+        return;
+    }
+    for (int j = 0; j < L; ++j) {
+        const __global float* kj = k + j * kl;
+        float s = 0.0f;
+        for (int d = 0; d < Dk; ++d) s += q[d * qd] * kj[d * kd];
+        s = PROLOGUE_AT(s, j, base + j);
+        sc[j] = s;
+        m = fmax(m, s);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < L; ++j) {
+        const float e = exp(sc[j] - m);
+        sc[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < Dv; ++d) {
+        float acc = 0.0f;
+        for (int j = 0; j < L; ++j) acc += sc[j] * v[j * vl + d * vd];
+        y[d * yd] = acc * inv;
+    }
+}
+#endif
+
+// GPU: a work-group of ATTENTION_WG lanes per block of R query rows of one (b, h) (R = PARAM(18),
+// a power of two <= ATT_ROWS): k and v are read once per block, not once per row. Lanes split
+// the keys for the raw scores (the q rows in local memory); then ATTENTION_WG / R lanes per row
+// apply the prologue and the softmax (local reductions); then lanes split (d, keys) for the
+// output (consecutive lanes read consecutive v elements), R sums per lane.
+#ifdef ATTENTION_WG
+KERNEL(attention_wg)(ATT_ARGS)
+{
+    __local float qs[ATT_ROWS * MAX_D];
+    __local float sc[ATT_ROWS * MAX_L];
+    __local float red[ATTENTION_WG * ATT_ROWS];
+    __local float invs[ATT_ROWS];
+    const int H = PARAM(13), S = PARAM(14), L = PARAM(15), Dk = PARAM(16), Dv = PARAM(17);
+    const int R = PARAM(18), blocks = (S + R - 1) / R, lid = get_local_id(0);
+    const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * R;
+    const int hh = bh % H, bb = bh / H;
+    const __global float* q = Q + T_OFF(0) + bb * PARAM(0) + hh * PARAM(1);
+    const __global float* k = K + T_OFF(1) + bb * PARAM(4) + hh * PARAM(5);
+    const __global float* v = V + T_OFF(2) + bb * PARAM(8) + hh * PARAM(9);
+    const int qs_ = PARAM(2), qd = PARAM(3), kl = PARAM(6), kd = PARAM(7), vl = PARAM(10), vd = PARAM(11);
+    for (int t = lid; t < R * Dk; t += ATTENTION_WG) {   // rows past S: zeros (never stored)
+        const int r = t / Dk, d = t % Dk;
+        qs[r * MAX_D + d] = i0 + r < S ? q[(i0 + r) * qs_ + d * qd] : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j = lid; j < L; j += ATTENTION_WG) {
+        const __global float* kj = k + j * kl;
+        float acc[ATT_ROWS];
+#pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) acc[r] = 0.0f;
+        for (int d = 0; d < Dk; ++d) {
+            const float kv = kj[d * kd];
+#pragma unroll
+            for (int r = 0; r < ATT_ROWS; ++r)
+                if (r < R) acc[r] += qs[r * MAX_D + d] * kv;
+        }
+#pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r)
+            if (r < R) sc[r * MAX_L + j] = acc[r];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {   // prologue and softmax: lanes n = ATTENTION_WG / R per row r
+        const int n = ATTENTION_WG / R, r = lid / n, sub = lid % n;
+        const int row = (bh * S + min(i0 + r, S - 1));   // a row past S reads the last one's operands
+        const int base = row * L;
+        PROLOGUE_ROW(base, 1, 1)
+        __local float* s = sc + r * MAX_L;
+        float m = -INFINITY;
+        for (int j = sub; j < L; j += n) {
+            const float x = PROLOGUE_AT(s[j], j, base + j);
+            s[j] = x;
+            m = fmax(m, x);
+        }
+        m = lanes_reduce(red, lid, sub, n, m, 1);
+        float sum = 0.0f;
+        for (int j = sub; j < L; j += n) {
+            const float e = exp(s[j] - m);
+            s[j] = e;
+            sum += e;
+        }
+        sum = lanes_reduce(red, lid, sub, n, sum, 0);   // its barriers publish sc[]
+        if (sub == 0) invs[r] = 1.0f / sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int dn = min(Dv, ATTENTION_WG);     // output elements per pass
+    const int parts = ATTENTION_WG / dn;      // lanes summing one element (over keys)
+    const int part = lid / dn, dl = lid % dn;
+    for (int d0 = 0; d0 < Dv; d0 += dn) {
+        const int d = d0 + dl;
+        float acc[ATT_ROWS];
+#pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) acc[r] = 0.0f;
+        if (part < parts && d < Dv) {
+            for (int j = part; j < L; j += parts) {
+                const float vv = v[j * vl + d * vd];
+#pragma unroll
+                for (int r = 0; r < ATT_ROWS; ++r)
+                    if (r < R) acc[r] += sc[r * MAX_L + j] * vv;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) red[r * ATTENTION_WG + lid] = acc[r];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (part == 0 && d < Dv) {
+            for (int r = 0; r < R && i0 + r < S; ++r) {
+                float t = 0.0f;
+                for (int p = 0; p < parts; ++p) t += red[r * ATTENTION_WG + p * dn + dl];
+                Y[T_OFF(3) + bb * PARAM(19) + hh * PARAM(20) + (i0 + r) * PARAM(21) + d * PARAM(22)] =
+                    t * invs[r];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+#endif

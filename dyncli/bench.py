@@ -1,0 +1,278 @@
+"""`dyncli bench`: how fast a shape sequence runs, and what a changed shape costs.
+
+Procedure (one Network, trace off unless --trace):
+1. first pass over the sequence: the latency of the first inference of each distinct shape
+   (it builds kernels: "first seen"), and the compile time;
+2. --warmup more passes, untimed;
+3. --repeat timed passes over the sequence: per inference wall latency, time blocked on the
+   device (reads, finish), kernels enqueued, whether the fast path replayed it;
+4. each distinct shape run warm on its own (--same-runs times in a row): the denominator of the
+   dynamic overhead = mean latency over the sequence / mean of each inference's shape run warm
+   on its own (the issue's definition; 1.0 means a changed shape costs nothing);
+5. --profile: one more pass on a profiling queue (profiling doubles the launch cost, so it is
+   never the timed pass) for the summed kernel time per inference;
+6. --compare onnxruntime: the same inputs through onnxruntime in the same process.
+
+Kernel micro-benchmarks (--kernel gemm:MxNxK, eltwise:N) time one node's dynamic and static
+impls from profiling events (median over --repeat) and give TFLOP/s or GB/s.
+Kept free of Typer/Rich: the CLI renders the returned dict.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from dyncli import shapes as shape_spec
+from dyncli.inputs import random_inputs
+from dyncli.runner import UsageError, load_model, plan
+from engine import Network, build_program, select_device
+from engine.device import describe
+from engine.program import ModelError
+
+
+@dataclass
+class BenchOptions:
+    model: str | None = None
+    shapes: list = field(default_factory=list)
+    shapes_file: str | None = None
+    model_shape: list = field(default_factory=list)
+    input_range: list = field(default_factory=list)
+    seed: int = 0
+    warmup: int = 1
+    repeat: int = 3
+    same_runs: int = 10
+    device: str | None = None
+    impls: str = "auto"
+    fast_path: bool = True
+    trace: str | None = None
+    profile: bool = False
+    compare: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+
+
+def pct(values, q) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def _key(feeds: dict) -> str:
+    """The shapes of one inference, in input order (names in the result's `inputs`); one
+    shape when every input has it."""
+    shapes = [shape_spec.format_shape(np.shape(v)) for v in feeds.values()]
+    return shapes[0] if len(set(shapes)) == 1 else ",".join(shapes)
+
+
+def bench_model(opts: BenchOptions, progress=None) -> dict:
+    """Run the procedure of the module docstring; `progress(done, total, what)` after each
+    inference."""
+    model = load_model(opts.model)
+    try:
+        prog = build_program(model, opts.model)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+    from dyncli.runner import RunOptions
+    seq, loaded = plan(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
+                                  model_shape=opts.model_shape), prog)
+    names = list(prog.inputs)
+    try:
+        ranges = shape_spec.parse_input_ranges(opts.input_range, names) if opts.input_range else {}
+    except shape_spec.ShapeSpecError as e:
+        raise UsageError(str(e)) from None
+    rng = np.random.default_rng(opts.seed)
+    dtypes = {n: l.dtype for n, l in prog.inputs.items()}
+    feeds = [random_inputs(rng, inf, dtypes, ranges) for inf in seq]
+    keys = [_key(f) for f in feeds]
+    distinct = list(dict.fromkeys(keys))
+    device = select_device(opts.device)
+    trace = None
+    if opts.trace:
+        from traces import TraceWriter
+        trace = TraceWriter(opts.trace, {"model": opts.model, "device": describe(device),
+                                         "options": {"bench": True, "fast_path": opts.fast_path}})
+    t0 = time.perf_counter()
+    net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * opts.same_runs
+    done = [0]
+
+    def infer(f, what):
+        t = time.perf_counter()
+        net.infer(f)
+        ms = (time.perf_counter() - t) * 1e3
+        done[0] += 1
+        if progress:
+            progress(done[0], n_total, what)
+        return ms, net.blocked_s * 1e3, net.counters
+
+    # 1. first pass: first-seen latency per shape, compile time
+    first_seen, compile_ms = {}, 0.0
+    for f, k in zip(feeds, keys):
+        ms, _, c = infer(f, "first pass")
+        compile_ms += c.get("compile_ms", 0.0)
+        first_seen.setdefault(k, ms)
+    # 2. warm-up
+    for _ in range(opts.warmup):
+        for f in feeds:
+            infer(f, "warm-up")
+    # 3. timed passes over the sequence
+    rows = []
+    for _ in range(opts.repeat):
+        for f, k in zip(feeds, keys):
+            ms, blocked, c = infer(f, "sequence")
+            rows.append((k, ms, blocked, c.get("kernels", 0), bool(c.get("plan.replay"))))
+    # 4. each distinct shape warm on its own
+    same = {}
+    for k in distinct:
+        f = feeds[keys.index(k)]
+        infer(f, "same shape")          # the change into this shape is not part of its warm time
+        runs = [infer(f, "same shape") for _ in range(max(opts.same_runs - 1, 1))]
+        same[k] = {"median_ms": statistics.median(r[0] for r in runs),
+                   "host_ms": statistics.median(r[0] - r[1] for r in runs),
+                   "kernels": runs[-1][2].get("kernels", 0)}
+    # 5. kernel time on a profiling queue (separate network: its launches cost more)
+    device_ms = {}
+    if opts.profile:
+        pnet = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, profile=True)
+        for _ in range(2):
+            for f, k in zip(feeds, keys):
+                pnet.infer(f)
+                device_ms.setdefault(k, []).append(pnet.device_ms())
+        device_ms = {k: statistics.median(v[len(v) // 2:]) for k, v in device_ms.items()}
+
+    lat = [r[1] for r in rows]
+    per_shape = {}
+    for k in distinct:
+        mine = [r for r in rows if r[0] == k]
+        per_shape[k] = {
+            "inferences": len(mine), "first_seen_ms": first_seen[k],
+            "median_ms": statistics.median(r[1] for r in mine), "p90_ms": pct([r[1] for r in mine], 90),
+            "host_ms": statistics.median(r[1] - r[2] for r in mine),
+            "kernels": mine[-1][3], "replayed": sum(r[4] for r in mine),
+            "same_shape_ms": same[k]["median_ms"],
+            "first_seen_over_warm": first_seen[k] / same[k]["median_ms"],
+        }
+        if k in device_ms:
+            per_shape[k]["device_ms"] = device_ms[k]
+    denom = statistics.mean(same[r[0]]["median_ms"] for r in rows)
+    steady = [(same[k]["host_ms"] * 1e3 / same[k]["kernels"]) for k in distinct if same[k]["kernels"]]
+    out = {
+        "model": opts.model, "inputs": names, "device": describe(device), "fast_path": opts.fast_path,
+        "impls": opts.impls, "sequence_length": len(seq), "timed_inferences": len(rows),
+        "load_ms": load_ms, "compile_ms": compile_ms,
+        "sequence": {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat),
+                     "p90_ms": pct(lat, 90), "host_ms_mean": statistics.mean(r[1] - r[2] for r in rows),
+                     "kernels_mean": statistics.mean(r[3] for r in rows),
+                     "replayed": sum(r[4] for r in rows)},
+        "dynamic_overhead": statistics.mean(lat) / denom,
+        "steady_host_us_per_kernel": statistics.median(steady) if steady else None,
+        "shapes": per_shape,
+    }
+    if opts.profile and device_ms:
+        out["sequence"]["device_ms_mean"] = statistics.mean(device_ms[k] for k in keys)
+    for peer in opts.compare:
+        out.setdefault("peers", {})[peer] = _peer(peer, model, feeds, keys, opts, per_shape)
+    return out
+
+
+def _peer(name: str, model, feeds, keys, opts, per_shape) -> dict:
+    """The same inputs through a peer runtime: per shape median latency and our ratio."""
+    if name == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return {"skipped": "torch is not importable"}
+        return {"skipped": "torch cannot run an ONNX file (run the model's torch source for that peer)"}
+    if name != "onnxruntime":
+        raise UsageError(f"--compare: unknown peer {name!r} (onnxruntime, torch)")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise UsageError("--compare onnxruntime needs onnxruntime: pip install 'dyncli[check]'") from None
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    from dyncli.check import relaxed_model
+    relax = {i.name: tuple(None for _ in i.type.tensor_type.shape.dim) for i in model.graph.input}
+    sess = ort.InferenceSession(relaxed_model(model, relax).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    for f in feeds * max(opts.warmup, 1):
+        sess.run(None, f)
+    times = {}
+    for _ in range(opts.repeat):
+        for f, k in zip(feeds, keys):
+            t = time.perf_counter()
+            sess.run(None, f)
+            times.setdefault(k, []).append((time.perf_counter() - t) * 1e3)
+    lat = [t for k in keys for t in times[k]]
+    shapes = {k: {"median_ms": statistics.median(v),
+                  "ratio": per_shape[k]["median_ms"] / statistics.median(v)} for k, v in times.items()}
+    return {"provider": "CPUExecutionProvider", "mean_ms": statistics.mean(lat), "shapes": shapes}
+
+
+# ---- kernel micro-benchmarks -----------------------------------------------------------------
+def _one_node_model(kind: str, dims: list[int]) -> tuple[onnx.ModelProto, dict, float, str]:
+    """(model, feeds, work per run, unit): gemm:MxNxK -> MatMul of x[M,K] by a constant [K,N]
+    (2MNK flops); eltwise:N -> Add of two [N] inputs (12N bytes moved)."""
+    rng = np.random.default_rng(0)
+    f32 = TensorProto.FLOAT
+    if kind == "gemm":
+        m, n, k = dims
+        w = helper.make_tensor("w", f32, (k, n), rng.standard_normal((k, n)).astype(np.float32).ravel())
+        g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")], "gemm",
+                              [helper.make_tensor_value_info("x", f32, ["m", k])],
+                              [helper.make_tensor_value_info("y", f32, ["m", n])], [w])
+        feeds = {"x": rng.standard_normal((m, k)).astype(np.float32)}
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), feeds, 2.0 * m * n * k, "TFLOP/s"
+    (n,) = dims
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"], name="add")], "eltwise",
+                          [helper.make_tensor_value_info(x, f32, ["n"]) for x in "ab"],
+                          [helper.make_tensor_value_info("y", f32, ["n"])])
+    feeds = {x: rng.standard_normal(n).astype(np.float32) for x in "ab"}
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), feeds, 12.0 * n, "GB/s"
+
+
+KERNEL_KINDS = {"gemm": 3, "eltwise": 1}
+
+
+def parse_kernel(spec: str) -> tuple[str, list[int]]:
+    kind, _, dims = spec.partition(":")
+    if kind not in KERNEL_KINDS:
+        raise UsageError(f"--kernel {spec!r}: expected one of {', '.join(KERNEL_KINDS)} "
+                         "(gemm:MxNxK, eltwise:N)")
+    try:
+        vals = [int(x) for x in dims.lower().split("x")]
+    except ValueError:
+        vals = []
+    if len(vals) != KERNEL_KINDS[kind] or min(vals) < 1:
+        raise UsageError(f"--kernel {spec!r}: {kind} takes {KERNEL_KINDS[kind]} positive dims "
+                         f"separated by x")
+    return kind, vals
+
+
+def bench_kernel(spec: str, device, repeat: int = 20) -> dict:
+    """Median kernel time (profiling events) of the node's dynamic and static impls."""
+    kind, dims = parse_kernel(spec)
+    model, feeds, work, unit = _one_node_model(kind, dims)
+    out = {"kernel": spec, "unit": unit}
+    for impls in ("dynamic", "static"):
+        net = Network(build_program(model), device, impls=impls, async_compile=False,
+                      profile=True, fast_path=False)
+        times = []
+        for i in range(repeat + 2):
+            net.infer(feeds)
+            if i >= 2:
+                times.append(net.device_ms())
+        us = statistics.median(times) * 1e3
+        scale = 1e-12 if unit == "TFLOP/s" else 1e-9
+        out[impls] = {"us": us, unit: work / (us * 1e-6) * scale, "kernels": net.counters["kernels"]}
+    return out
+
+
+def bench_kernels(specs: list, device_spec: str | None, repeat: int) -> dict:
+    for s in specs:
+        parse_kernel(s)      # every spec checked before anything runs
+    device = select_device(device_spec)
+    return {"device": describe(device), "kernels": [bench_kernel(s, device, repeat) for s in specs]}

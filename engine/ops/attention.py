@@ -1,0 +1,103 @@
+"""`attention`: softmax(prologue(q @ k^T)) @ v in one kernel (cl/attention.cl), made only by the
+program's attention fusion (engine/attention.py), never accepted from a model.
+
+Inputs: the tensors q, k^T and v are read from, each viewed through the perm of the Transposes
+the fusion absorbed (attr `perms`, None: as it is), giving q [b, h, s, dk], k^T [b, h, dk, l],
+v [b, h, l, dv] (or all rank 3, [b, s, d]: one head); then the Softmax prologue's operands
+(scale, mask), broadcast against the scores [b, h, s, l] as the unfused nodes would. The output
+is [b, h, s, dv], or its transpose by `out_perm` (e.g. the heads merge). Batch dims of size 1
+broadcast (stride 0). Every operand is read with the strides of its buffer (Layout.phys), so a
+KV-cache buffer with room along its sequence axis is read in place (padded_ok).
+"""
+from __future__ import annotations
+
+from engine.fusion import fused_jit
+from engine.kernels import KernelCall
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
+
+# What fits: the key row of scores lives in private (CPU) or local (GPU) memory, the query row
+# in local memory. Longer keys run the unfused subgraph (engine/attention.py: seq_too_long).
+MAX_L = 512
+MAX_D = 256
+# GPU (not yet measured on one: scripts/bench_norm.py on the H100 should decide these)
+ATT_WG = 64     # GPU: one work-group per block of query rows of one (b, h)
+ATT_ROWS = 8    # GPU: query rows per work-group at most (k and v are read once per block)
+
+
+def _view(l: Layout, perm) -> tuple[tuple, tuple]:
+    """(dims, element strides) of an operand as the chain sees it: `l` through `perm`; rank 3
+    gets a head dim of 1; a batch dim of 1 gets stride 0 (broadcast)."""
+    st = contiguous_strides(l.phys)
+    p = perm if perm is not None else range(l.rank)
+    dims, strides = [l.shape[i] for i in p], [st[i] for i in p]
+    if l.rank == 3:
+        dims.insert(1, 1)
+        strides.insert(1, 0)
+    strides = [0 if i < 2 and dims[i] == 1 else s for i, s in enumerate(strides)]
+    return tuple(dims), tuple(strides)
+
+
+def ranks_ok(node, ins) -> bool:
+    rank = ins[0].rank
+    return rank in (3, 4) and all(
+        l.rank == rank and (p is None or len(p) == rank) for l, p in zip(ins[:3], node.attrs["perms"])) \
+        and (node.attrs["out_perm"] is None or len(node.attrs["out_perm"]) == rank)
+
+
+def geometry(node, ins) -> dict:
+    (q, qs), (kt, kts), (v, vs) = (_view(l, p) for l, p in zip(ins[:3], node.attrs["perms"]))
+    if kt[2] != q[3] or v[2] != kt[3]:
+        raise ShapeInferenceError(f"attention {node.name}: q {q}, k^T {kt}, v {v} do not chain")
+    bh = broadcast(q[:2], kt[:2])
+    rank = ins[0].rank
+    y = broadcast(bh, v[:2]) + (q[2], v[3])
+    y = y if rank == 4 else y[:1] + y[2:]
+    op = node.attrs["out_perm"]
+    out = tuple(y[i] for i in op) if op is not None else y
+    # strides of y's (b, h, s, d) in the output buffer
+    ost = contiguous_strides(out)
+    yst = [ost[op.index(i)] for i in range(rank)] if op is not None else ost
+    if rank == 3:
+        yst.insert(1, 0)
+    return {"bh": bh, "out_bh": broadcast(bh, v[:2]), "S": q[2], "L": kt[3], "Dk": q[3],
+            "Dv": v[3], "out": out,
+            # the scores as the unfused MatMul makes them (the prologue broadcasts against them)
+            "scores": (bh if rank == 4 else bh[:1]) + (q[2], kt[3]),
+            # (b, h, s|l, d) strides of q, k (from k^T's), v and y
+            "strides": qs + (kts[0], kts[1], kts[3], kts[2]) + vs + tuple(yst)}
+
+
+def _kernels(node, ins, outs, deps, device="cpu"):
+    g = geometry(node, ins)
+    b, h = g["bh"]
+    rows = b * h * g["S"]
+    per = min(ATT_ROWS, 1 << max(g["S"] - 1, 0).bit_length())   # a power of two, not past S
+    st = g["strides"]
+    params = st[:12] + (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per) + st[12:]
+    jit = (("MAX_L", MAX_L), ("MAX_D", MAX_D), ("IMPL_TAG", "attention"))
+    # tensor 4: the scores' dims only (q's buffer again, never read): the prologue's
+    # broadcast reference
+    args = (("in", 0), ("in", 1), ("in", 2), ("out", 0), ("in", 0))
+    f = node.attrs["prologue"]
+    if f is not None:
+        jit += fused_jit(f, 4, len(args))
+        args += tuple(("in", 3 + j) for j in range(len(f.extra)))
+    dims = {4: g["scores"]}
+    if device == "gpu":
+        groups = b * h * ((g["S"] + per - 1) // per)
+        return [KernelCall("attention", "attention_wg",
+                           jit + (("ATTENTION_WG", ATT_WG), ("ATT_ROWS", ATT_ROWS),
+                                  ("LANES_REDUCE", 1)), args, params,
+                           gws=(max(groups, 1) * ATT_WG,), lws=(ATT_WG,), dims=dims)]
+    return [KernelCall("attention", "attention_row", jit + (("ATTENTION_ROW", 1),), args, params,
+                       gws=(max(rows, 1),), dims=dims)]
+
+
+@register("attention", kernels=_kernels, internal=True, padded_ok=True, per_device=True)
+def _attention(node, ins, deps):
+    if not ranks_ok(node, ins):
+        # unfused for these shapes (engine/attention.py): its nodes infer their own layouts
+        return [Layout(ins[0].shape, "f32")]
+    return [Layout(geometry(node, ins)["out"], "f32")]

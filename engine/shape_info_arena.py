@@ -1,0 +1,69 @@
+"""The shape_info arena: every kernel's shape_info block (seed 003) lives in a few shared device
+buffers, written once per inference instead of once per node.
+
+Each bound kernel owns a slot, a sub-buffer of an arena chunk (its kernel argument never moves,
+so its arguments stay bound); `write` changes the host copy and marks the chunk dirty, and
+`flush` copies each dirty chunk's dirty span in one non-blocking write, just before the
+kernels that read it are enqueued (Network.flush). Measured reason (DESIGN.md, "Floors
+measured"): a small non-blocking write costs ~9.5 us on the H100 and ~40 us on PoCL, so one
+write per node was the main cost of a changed shape on the CPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+CHUNK_BYTES = 64 * 1024
+
+
+class _Chunk:
+    def __init__(self, ctx: cl.Context, nbytes: int):
+        self.buf = cl.Buffer(ctx, cl.mem_flags.READ_ONLY, nbytes)
+        self.host = np.zeros(nbytes // 4, np.int32)
+        self.used = 0                   # bytes handed out (bump allocation; slots never move)
+        self.lo, self.hi = nbytes, 0    # dirty span in bytes
+
+
+class ShapeInfoArena:
+    def __init__(self, ctx: cl.Context, device: cl.Device):
+        self.ctx = ctx
+        # sub-buffer origins must be multiples of the device's base address alignment
+        self.align = max(device.mem_base_addr_align // 8, 4)
+        self.chunks: list[_Chunk] = []
+        self.writes = 0                 # device writes enqueued (figures for `dyncli bench`)
+
+    def slot(self, nints: int) -> "Slot":
+        nbytes = -(-nints * 4 // self.align) * self.align
+        c = self.chunks[-1] if self.chunks else None
+        if c is None or c.used + nbytes > c.host.nbytes:
+            c = _Chunk(self.ctx, max(CHUNK_BYTES, nbytes))
+            self.chunks.append(c)
+        at = c.used
+        c.used += nbytes
+        sub = c.buf.get_sub_region(at, nbytes)
+        return Slot(c, at, nbytes, sub)
+
+    def flush(self, queue: cl.CommandQueue, keep) -> None:
+        """Copy every dirty span to the device (non-blocking; `keep` holds the host copy alive
+        until the inference ends, when the queue is finished)."""
+        for c in self.chunks:
+            if c.hi > c.lo:
+                part = c.host[c.lo // 4:c.hi // 4].copy()
+                cl.enqueue_copy(queue, c.buf, part, dst_offset=c.lo, is_blocking=False)
+                keep(part)
+                self.writes += 1
+                c.lo, c.hi = c.host.nbytes, 0
+
+
+class Slot:
+    """One kernel's shape_info block in the arena."""
+    __slots__ = ("chunk", "at", "nbytes", "buf")
+
+    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer):
+        self.chunk, self.at, self.nbytes, self.buf = chunk, at, nbytes, buf
+
+    def write(self, info: np.ndarray) -> None:
+        c = self.chunk
+        c.host[self.at // 4:self.at // 4 + len(info)] = info
+        c.lo = min(c.lo, self.at)
+        c.hi = max(c.hi, self.at + info.nbytes)

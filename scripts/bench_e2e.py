@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""End-to-end figures of the fast-path and kernels issues, with their peers, in one process.
+
+    python examples/make_models.py --bench          # once: examples/bench/*.onnx
+    python scripts/bench_e2e.py [--bert] [--gpt2] [--torch] [--json FILE]
+
+--bert: the MiniLM-architecture BERT (6 layers, 384, 12 heads, FFN 1536) over 200 sequence
+  lengths drawn from {8, 16, 24, 32, 48, 64, 96, 128} (batch 1, seed 0) through `dyncli bench`
+  (fast path on and off; kernel time from a profiling pass), next to onnxruntime (CPU) on the
+  same inputs; and `dyncli run` with its default trace vs `--trace none`-like NullTrace.
+--gpt2: the GPT-2-small-architecture decode step, 256 tokens, KV cache fed back on the device
+  (--feedback present_*:past_*): mean latency per token of a warm second pass, kernels per step.
+--torch: the same architectures in torch eager on CUDA (transformers, random weights, TF32
+  off), inputs from the host and outputs back to it as ours are; skipped with a message when
+  torch or CUDA is missing.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from dyncli.bench import BenchOptions, bench_model  # noqa: E402
+from engine import Network, build_program, select_device  # noqa: E402
+from engine.device import describe  # noqa: E402
+
+BERT = os.path.join(ROOT, "examples", "bench", "bert_minilm.onnx")
+GPT2 = os.path.join(ROOT, "examples", "bench", "gpt2_decoder.onnx")
+LENGTHS = [8, 16, 24, 32, 48, 64, 96, 128]
+
+
+def bert_sequence(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return [int(s) for s in rng.choice(LENGTHS, n)]
+
+
+def bench_bert(device, out):
+    import onnx
+    seq = bert_sequence()
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([{"input_ids": [1, s], "attention_mask": [1, s]} for s in seq], f)
+    for fast in (True, False):
+        r = bench_model(BenchOptions(model=BERT, shapes_file=f.name, warmup=1, repeat=1, same_runs=10,
+                                     device=device, fast_path=fast, profile=fast,
+                                     compare=["onnxruntime"] if fast else [],
+                                     input_range=["input_ids:0..30000"]))
+        key = "bert_fast" if fast else "bert_no_fast_path"
+        out[key] = r
+        sq = r["sequence"]
+        print(f"BERT {key}: mean {sq['mean_ms']:.3f} ms median {sq['median_ms']:.3f} p90 {sq['p90_ms']:.3f}; "
+              f"dynamic overhead {r['dynamic_overhead']:.2f}; host us/kernel same shape "
+              f"{r['steady_host_us_per_kernel']:.1f}; kernels {sq['kernels_mean']:.0f}; replayed "
+              f"{sq['replayed']}/{r['timed_inferences']}; kernel time {sq.get('device_ms_mean', float('nan')):.3f} ms; "
+              f"first-seen/warm max {max(v['first_seen_over_warm'] for v in r['shapes'].values()):.1f} "
+              f"(seq 96: {r['shapes']['1x96']['first_seen_ms']:.1f} / {r['shapes']['1x96']['same_shape_ms']:.2f} ms); "
+              f"load {r['load_ms']:.0f} ms compile {r['compile_ms']:.0f} ms", flush=True)
+        if "peers" in r:
+            print(f"  onnxruntime CPU mean {r['peers']['onnxruntime']['mean_ms']:.3f} ms", flush=True)
+    # the trace's cost: the same sequence with the trace `dyncli run` writes, and without
+    from traces import TraceWriter
+    prog = build_program(onnx.load(BERT), BERT)
+    rng = np.random.default_rng(0)
+    feeds = [{"input_ids": rng.integers(0, 30000, (1, s)), "attention_mask": np.ones((1, s), np.int64)}
+             for s in seq]
+    lat = {}
+    tpath = os.path.join(tempfile.gettempdir(), "bert.trace.jsonl")
+    for traced in (True, False):
+        trace = TraceWriter(tpath, {"model": BERT}) if traced else None
+        net = Network(prog, select_device(device), trace=trace)
+        for f in feeds:                             # warm
+            net.infer(f)
+        ms = []
+        for f in feeds:
+            t0 = time.perf_counter()
+            net.infer(f)
+            ms.append((time.perf_counter() - t0) * 1e3)
+        lat[traced] = statistics.mean(ms)
+        if traced:
+            trace.close()
+            out["trace_bytes"] = os.path.getsize(tpath)
+    out["run_traced_ms"], out["run_untraced_ms"] = lat[True], lat[False]
+    print(f"traced vs untraced mean latency: {lat[True]:.3f} vs {lat[False]:.3f} ms "
+          f"(x{lat[True] / lat[False]:.2f}); trace {out['trace_bytes'] / 1e6:.1f} MB for {2 * len(seq)} inferences",
+          flush=True)
+
+
+def gpt2_feeds(prog, past=0):
+    import onnx  # noqa: F401
+    f = {"input_ids": np.array([[1]], np.int64)}
+    for name, l in prog.inputs.items():
+        if name.startswith("past_"):
+            f[name] = np.zeros((1, l.shape[1], past, l.shape[3]), np.float32)
+    return f
+
+
+def bench_gpt2(device, out, tokens=256):
+    import onnx
+    prog = build_program(onnx.load(GPT2), GPT2)
+    fb = {n.replace("past_", "present_"): n for n in prog.inputs if n.startswith("past_")}
+    net = Network(prog, device, feedback=fb)
+    res = {}
+    for p in ("cold", "warm"):
+        lat, kernels = [], []
+        fed = {}
+        for t in range(tokens):
+            feeds = gpt2_feeds(prog) if t == 0 else {"input_ids": np.array([[t % 50000]], np.int64)}
+            t0 = time.perf_counter()
+            net.infer(feeds, fed_back={} if t == 0 else {v: k for k, v in fb.items()}, outputs=["logits"])
+            lat.append((time.perf_counter() - t0) * 1e3)
+            kernels.append(net.counters["kernels"])
+        res[p] = {"mean_ms": statistics.mean(lat[1:]), "median_ms": statistics.median(lat[1:]),
+                  "kernels": statistics.mean(kernels[1:])}
+    out["gpt2"] = res
+    print(f"GPT-2 decode {tokens} tokens: warm mean {res['warm']['mean_ms']:.3f} ms/token "
+          f"(median {res['warm']['median_ms']:.3f}), {res['warm']['kernels']:.0f} kernels/step; "
+          f"cold pass {res['cold']['mean_ms']:.3f}", flush=True)
+
+
+def torch_peers(out, tokens=256):
+    try:
+        import torch
+        from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    except ImportError as e:
+        print(f"torch peers skipped: {e}")
+        return
+    if not torch.cuda.is_available():
+        print("torch peers skipped: no CUDA")
+        return
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+    with torch.no_grad():
+        bert = BertModel(BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                    intermediate_size=1536)).to(dev).eval()
+        seq = bert_sequence()
+        rng = np.random.default_rng(0)
+        feeds = [(rng.integers(0, 30000, (1, s)), np.ones((1, s), np.int64)) for s in seq]
+
+        def run_bert(ids, mask):
+            o = bert(input_ids=torch.from_numpy(ids).to(dev), attention_mask=torch.from_numpy(mask).to(dev))
+            return o.last_hidden_state.cpu()
+        for f in feeds:
+            run_bert(*f)
+        lat = []
+        for f in feeds:
+            t0 = time.perf_counter()
+            run_bert(*f)
+            lat.append((time.perf_counter() - t0) * 1e3)
+        out["torch_bert_mean_ms"] = statistics.mean(lat)
+        print(f"torch eager CUDA BERT sequence: mean {statistics.mean(lat):.3f} ms", flush=True)
+
+        gpt = GPT2LMHeadModel(GPT2Config()).to(dev).eval()
+        for p in range(2):
+            past, lat = None, []
+            for t in range(tokens):
+                ids = torch.tensor([[t % 50000]]).to(dev)
+                t0 = time.perf_counter()
+                o = gpt(input_ids=ids, past_key_values=past, use_cache=True)
+                past = o.past_key_values
+                o.logits.cpu()
+                lat.append((time.perf_counter() - t0) * 1e3)
+        out["torch_gpt2_ms_per_token"] = statistics.mean(lat[1:])
+        print(f"torch eager CUDA GPT-2 decode: {statistics.mean(lat[1:]):.3f} ms/token", flush=True)
+
+
+def host_profile(device):
+    import cProfile
+    import pstats
+    import onnx
+    net = Network(build_program(onnx.load(BERT), BERT), device)
+    rng = np.random.default_rng(0)
+    feeds = [{"input_ids": rng.integers(0, 30000, (1, s)), "attention_mask": np.ones((1, s), np.int64)}
+             for s in bert_sequence(40)]
+    for f in feeds:
+        net.infer(f)
+    pr = cProfile.Profile()
+    pr.enable()
+    for f in feeds:
+        net.infer(f)
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+    # a shape never seen before (kernels all built): where its first-seen time goes
+    f = {"input_ids": rng.integers(0, 30000, (1, 80)), "attention_mask": np.ones((1, 80), np.int64)}
+    pr = cProfile.Profile()
+    pr.enable()
+    t0 = time.perf_counter()
+    net.infer(f)
+    pr.disable()
+    print(f"first-seen seq 80: {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    pstats.Stats(pr).sort_stats("tottime").print_stats(15)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bert", action="store_true")
+    ap.add_argument("--gpt2", action="store_true")
+    ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="cProfile of the flow's host work over 40 BERT inferences of changing shapes")
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--device")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    dev = select_device(a.device)
+    out = {"device": describe(dev)}
+    print(f"device: {out['device']}", flush=True)
+    if a.bert:
+        bench_bert(a.device, out)
+    if a.gpt2:
+        bench_gpt2(dev, out, a.tokens)
+    if a.torch:
+        torch_peers(out, a.tokens)
+    if a.host_profile:
+        host_profile(dev)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

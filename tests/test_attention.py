@@ -1,0 +1,261 @@
+"""Fused attention (engine/attention.py): QK^T, scale, mask, Softmax and x V run as one kernel
+that keeps the scores out of global memory; the unfused nodes run for shapes it does not take,
+and the trace says why. Both kernel variants (a work-item per query row for CPUs, a work-group
+per row for GPUs) run here on the suite's device: `net.device_type` picks the variant."""
+import numpy as np
+import pytest
+
+from engine import Network, build_program
+from engine.fusion import fusion_map
+from engine.ops.attention import ATT_WG, MAX_D, MAX_L
+from tests.conftest import run_vs_ort
+from tests.models import encoder_block, kv_decoder_step, masked_attention
+from traces import MemoryTrace
+
+H = 2
+
+
+def _feeds(rng, qb, s, l, dh, mask_shape=None):
+    q = rng.standard_normal((qb, H, s, dh)).astype(np.float32)
+    k, v = (rng.standard_normal((qb, H, l, dh)).astype(np.float32) for _ in range(2))
+    mask = np.where(rng.random(mask_shape or (qb, 1, 1, l)) > 0.25, 0.0, -10000.0) + \
+        0.5 * rng.standard_normal(mask_shape or (qb, 1, 1, l))
+    return {"q": q, "k": k, "v": v, "mask": mask.astype(np.float32)}
+
+
+def _net(model, device, kind, attention=True):
+    trace = MemoryTrace()
+    net = Network(build_program(model, attention=attention), device, trace=trace, impls="dynamic")
+    net.device_type = kind
+    return net, trace
+
+
+def _enqueued(trace, i):
+    return {e["node"] for e in trace.of(i, "execute", "enqueue")}
+
+
+def test_attention_chain_becomes_one_internal_node():
+    prog = build_program(masked_attention())
+    by = {n.name: n for n in prog.nodes}
+    att = by["Softmax_attention"]
+    assert att.op == "attention" and att.opdef.internal and att.opdef.padded_ok
+    assert att.fusion.position == "subgraph"
+    assert att.fusion.names() == ["Transpose_0", "MatMul_scores", "Softmax", "MatMul_ctx"]
+    # q, k before its Transpose, v, then the Softmax prologue's scale and mask
+    assert att.inputs == ["q", "k", "v", by["Mul_scale"].inputs[1], "mask"]
+    assert att.attrs["perms"] == (None, (0, 1, 3, 2), None) and att.outputs == ["y"]
+    assert att.attrs["out_perm"] is None
+    assert all(by[n].fused_into is att for n in att.fusion.names())
+    # the scale and mask stay in the Softmax's prologue (run so when the attention unfuses)
+    assert by["Mul_scale"].fused_into is by["Softmax"]
+    assert prog.producers["y"][0] is att
+    assert fusion_map(prog)["Softmax_attention"] == {
+        "position": "subgraph", "ops": ["Transpose_0", "MatMul_scores", "Softmax", "MatMul_ctx"]}
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_fused_attention_matches_ort_across_sizes(device, kind):
+    """One Network, the key length crossing the GPU work-group (ATT_WG) and the limit (MAX_L),
+    the batch and query length changing: fused where it fits, unfused (seq_too_long) past it."""
+    model = masked_attention(d_head=8)
+    rng = np.random.default_rng(1)
+    shapes = [(1, 1, 1), (2, 5, ATT_WG - 1), (1, 3, ATT_WG), (2, 4, ATT_WG + 1), (1, 7, 131),
+              (1, 2, MAX_L), (1, 2, MAX_L + 1), (2, 3, 9)]
+    net, trace = _net(model, device, kind)
+    run_vs_ort(model, [_feeds(rng, qb, s, l, 8) for qb, s, l in shapes], device, rtol=2e-4,
+               atol=2e-5, net=net)
+    for i, (_, _, l) in enumerate(shapes):
+        unfuse = [(e["node"], e["reason"], e["position"]) for e in trace.of(i, "fusion", "unfuse")]
+        ran = _enqueued(trace, i)
+        if l > MAX_L:
+            assert unfuse == [("Softmax_attention", "seq_too_long", "subgraph")]
+            # the unfused Softmax still takes the scale and mask as its prologue
+            assert {"Transpose_0", "MatMul_scores", "Softmax", "MatMul_ctx"} <= ran
+            assert not ran & {"Mul_scale", "Add_mask"}
+        else:
+            assert not unfuse and ran == {"Softmax_attention"}
+    impl = "attention:attention+prologue"
+    assert any(e.get("impl") == impl for e in trace.events if e["kind"] == "update_impl")
+
+
+@pytest.mark.parametrize("dh", [3, ATT_WG + 5, MAX_D])
+def test_head_sizes_around_the_work_group(device, dh):
+    """Dv below, above and at the limit of the GPU kernel's lanes: (d, keys) split changes."""
+    model = masked_attention(d_head=dh, scale_op="Div", mask_first=True)
+    rng = np.random.default_rng(2)
+    for kind in ("cpu", "gpu"):
+        net, trace = _net(model, device, kind)
+        run_vs_ort(model, [_feeds(rng, 1, 3, 17, dh), _feeds(rng, 2, 1, 70, dh)], device,
+                   rtol=2e-4, atol=2e-5, net=net)
+        assert not [e for e in trace.events if e["kind"] == "fusion"]
+
+
+def test_unfuse_reasons(device):
+    """A head over MAX_D, and a mask that grows the scores' batch (the prologue's own reason)."""
+    model = masked_attention(d_head=MAX_D + 1)
+    rng = np.random.default_rng(3)
+    net, trace = _net(model, device, "cpu")
+    run_vs_ort(model, [_feeds(rng, 1, 2, 5, MAX_D + 1)], device, rtol=2e-4, atol=2e-5, net=net)
+    assert [e["reason"] for e in trace.of(0, "fusion", "unfuse")] == ["head_too_large"]
+
+    model = masked_attention(mask_dims=("mb", 1, "s", "l"))
+    net, trace = _net(model, device, "gpu")
+    seq = [_feeds(rng, 1, 3, 6, 8, (2, 1, 3, 6)), _feeds(rng, 2, 3, 6, 8, (2, 1, 3, 6))]
+    run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
+    assert [(e["node"], e["reason"]) for e in trace.of(0, "fusion", "unfuse")] == [
+        ("Softmax_attention", "broadcast_grows_input"), ("Softmax", "broadcast_grows_input")]
+    assert not trace.of(1, "fusion", "unfuse") and _enqueued(trace, 1) == {"Softmax_attention"}
+
+
+def test_fused_equals_unfused(device):
+    model = masked_attention(d_head=16, mask_dims=(1, 1, "s", "l"))
+    rng = np.random.default_rng(4)
+    feeds = [_feeds(rng, qb, s, l, 16, (1, 1, s, l)) for qb, s, l in [(2, 9, 33), (1, 16, 16)]]
+    for kind in ("cpu", "gpu"):
+        fused, _ = _net(model, device, kind)
+        plain, trace = _net(model, device, kind, attention=False)
+        for f in feeds:
+            a, b = fused.infer(f)["y"], plain.infer(f)["y"]
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert "MatMul_scores" in _enqueued(trace, 0)
+
+
+@pytest.mark.parametrize("vocab", [None, 50])
+def test_encoder_attention_is_one_kernel(device, vocab):
+    """encoder_block (HF-BERT export style: Div by sqrt of a Shape-derived size, mask
+    [b, 1, 1, s], Transpose of K): attention, embeddings Add chain + LayerNorm fused."""
+    model = encoder_block(vocab=vocab)
+    prog = build_program(model)
+    fm = fusion_map(prog)
+    att = [v for v in fm.values() if v["position"] == "subgraph"]
+    # k's heads split and k^T, v's heads split, the chain, the heads merge of the context (q's
+    # split stays: the scale reads Shape(q))
+    assert len(att) == 1 and [o.split("_")[0] for o in att[0]["ops"]] == \
+        ["Transpose"] * 3 + ["MatMul", "Softmax", "MatMul", "Transpose"]
+    sm = [v for n, v in fm.items() if n.startswith("Softmax") and v["position"] == "prologue"]
+    assert [[o.split("_")[0] for o in v["ops"]] for v in sm] == [["Div", "Add"]]
+    lns = {n: v for n, v in fm.items() if n.startswith("LayerNormalization")}
+    # the embeddings' word + type + position sum runs in the LayerNorm's reads; the other two
+    # LayerNorms follow a MatMul whose epilogue already adds the bias and the residual
+    assert lns == ({} if vocab is None else
+                   {"LayerNormalization_0": {"position": "prologue", "ops": ["Add_0", "Add_1"]}})
+    rng = np.random.default_rng(5)
+    if vocab is None:
+        seq = [{"x": rng.standard_normal((b, s, 64)).astype(np.float32),
+                "mask": (rng.random((b, s)) > 0.2).astype(np.float32)} for b, s in [(1, 5), (3, 9), (1, 5)]]
+    else:
+        seq = [{"input_ids": rng.integers(0, vocab, (b, s)).astype(np.int64),
+                "attention_mask": (rng.random((b, s)) > 0.2).astype(np.int64)}
+               for b, s in [(1, 5), (3, 9), (1, 5)]]
+    for kind in ("cpu", "gpu"):
+        net, trace = _net(model, device, kind)
+        run_vs_ort(model, seq, device, rtol=2e-4, atol=5e-5, net=net)
+        assert not [e for e in trace.events if e["kind"] == "fusion"]
+        # kernels per inference: 3 QKV GEMMs, q's heads split Transpose, attention, 3 GEMMs,
+        # 2 LayerNorms, the mask's Sub(*-10000) (+ embeddings: 3 Gathers, Expand, Equal,
+        # Where, LayerNorm; the Cast and Slices are host shape math or views)
+        want = 11 if vocab is None else 15
+        assert [e["counters"]["kernels"] for e in trace.events if e["kind"] == "infer_end"] == [want] * 3
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_kv_decoder_reads_the_padded_cache_in_place(device, kind):
+    """Mul by a constant scale, K and V from KV-cache concats fed back on the device: the
+    attention reads the padded buffers (room along the sequence axis) with their strides."""
+    from tests.conftest import assert_close, ort_session
+    model = kv_decoder_step()
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, impls="dynamic",
+                  feedback={"present_k": "past_k", "present_v": "past_v"})
+    net.device_type = kind
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    rng = np.random.default_rng(6)
+    past = {n: np.zeros((1, 2, 0, 16), np.float32) for n in ("past_k", "past_v")}
+    for step in range(12):
+        new = 3 if step == 0 else 1     # a prompt, then decoding
+        feeds = {"x": rng.standard_normal((1, new, 32)).astype(np.float32), **past}
+        outs = net.infer(feeds, fed_back={"past_k": "present_k", "past_v": "present_v"} if step else {})
+        ref = dict(zip(names, sess.run(None, feeds)))
+        for name in names:
+            assert_close(outs[name], ref[name], 2e-4, 2e-5, f"step {step} {name}")
+        past = {"past_k": ref["present_k"], "past_v": ref["present_v"]}
+        assert "Softmax_0_attention" in _enqueued(trace, step)
+        assert not trace.of(step, "fusion", "unfuse")
+    appends = [e for e in trace.events if e["kind"] == "kv_cache" and e["action"] == "append"]
+    assert len(appends) >= 2 * 8
+
+
+def _single_head(axis=-1, opset=17):
+    """softmax(q @ k^T / 4 + mask) @ v on rank-3 tensors [b, s, d] (one head, perm [0, 2, 1])."""
+    from onnx import TensorProto, helper, numpy_helper
+    F = TensorProto.FLOAT
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], name="Transpose_k", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="MatMul_scores"),
+             helper.make_node("Div", ["s", "four"], ["sd"], name="Div_scale"),
+             helper.make_node("Add", ["sd", "mask"], ["sm"], name="Add_mask"),
+             helper.make_node("Softmax", ["sm"], ["p"], name="Softmax", axis=axis),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="MatMul_ctx")]
+    vi = lambda n, d: helper.make_tensor_value_info(n, F, d)  # noqa: E731
+    g = helper.make_graph(nodes, "single_head",
+                          [vi("q", ["b", "s", 16]), vi("k", ["b", "l", 16]), vi("v", ["b", "l", 16]),
+                           vi("mask", ["mb", 1, "l"])], [vi("y", None)],
+                          [numpy_helper.from_array(np.array(4.0, np.float32), "four")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_rank3_single_head(device, kind):
+    """[b, s, d] tensors are one head; a mask [b, 1, l] broadcasts against the scores [b, s, l]."""
+    model = _single_head()
+    prog = build_program(model)
+    att = next(n for n in prog.nodes if n.op == "attention")
+    assert att.attrs["perms"] == (None, (0, 2, 1), None) and att.fusion.names()[0] == "Transpose_k"
+    rng = np.random.default_rng(7)
+    seq = []
+    for b, s, l in [(2, 3, 5), (3, 1, 70), (1, 4, 4)]:
+        f = {n: rng.standard_normal((b, s if n == "q" else l, 16)).astype(np.float32) for n in "qkv"}
+        f["mask"] = np.where(rng.random((b, 1, l)) > 0.3, 0.0, -1e4).astype(np.float32)
+        seq.append(f)
+    net, trace = _net(model, device, kind)
+    run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
+    assert not [e for e in trace.events if e["kind"] == "fusion"]
+    assert all(_enqueued(trace, i) == {att.name} for i in range(3))
+
+
+def test_softmax_not_over_the_keys_unfuses(device):
+    """Softmax axis 2 of rank-4 scores normalises over the queries: matched at program build
+    (axis 2 is the last of rank-3 scores) but unfused at run time; axis 1 is never matched."""
+    assert not [n for n in build_program(_single_head(axis=1)).nodes if n.op == "attention"]
+    model = masked_attention(axis=2)
+    rng = np.random.default_rng(8)
+    net, trace = _net(model, device, "cpu")
+    run_vs_ort(model, [_feeds(rng, 2, 3, 5, 8)], device, rtol=2e-4, atol=2e-5, net=net)
+    assert [e["reason"] for e in trace.of(0, "fusion", "unfuse")] == ["softmax_axis"]
+
+
+def test_absorbed_transposes_any_perm(device):
+    """q arrives as [b, s, h, d] (a heads split absorbed), k^T as a tensor (no Transpose), and the
+    context leaves through perm [0, 3, 1, 2] (d no longer innermost: strided stores)."""
+    from onnx import TensorProto, helper
+    F = TensorProto.FLOAT
+    nodes = [helper.make_node("Transpose", ["qi"], ["q"], name="Transpose_q", perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="MatMul_scores"),
+             helper.make_node("Softmax", ["s"], ["p"], name="Softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["c"], name="MatMul_ctx"),
+             helper.make_node("Transpose", ["c"], ["y"], name="Transpose_y", perm=[0, 3, 1, 2])]
+    vi = lambda n, d: helper.make_tensor_value_info(n, F, d)  # noqa: E731
+    g = helper.make_graph(nodes, "perms", [vi("qi", ["b", "s", 2, 8]), vi("kt", ["b", 2, 8, "l"]),
+                                           vi("v", ["b", 2, "l", 8])], [vi("y", None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    att = next(n for n in build_program(model).nodes if n.op == "attention")
+    assert att.attrs["perms"] == ((0, 2, 1, 3), None, None) and att.attrs["out_perm"] == (0, 3, 1, 2)
+    assert att.inputs == ["qi", "kt", "v"] and att.outputs == ["y"]
+    rng = np.random.default_rng(9)
+    seq = [{"qi": rng.standard_normal((b, s, 2, 8)).astype(np.float32),
+            "kt": rng.standard_normal((b, 2, 8, l)).astype(np.float32),
+            "v": rng.standard_normal((b, 2, l, 8)).astype(np.float32)} for b, s, l in [(2, 3, 5), (1, 9, 12)]]
+    for kind in ("cpu", "gpu"):
+        net, trace = _net(model, device, kind)
+        run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
+        assert all(_enqueued(trace, i) == {att.name} for i in range(2))

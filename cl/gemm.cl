@@ -1,7 +1,8 @@
 // Batched GEMM with numpy broadcasting over batch dims: Y = ALPHA * op(A) x op(B) + BETA * C.
 // Tensors: 0 A [.., M, K] (or [.., K, M] with TRANS_A), 1 B [.., K, N] (or [.., N, K] with
 // TRANS_B), [2 C bias, broadcast to Y], then Y [.., M, N].
-// JIT: TRANS_A, TRANS_B, HAS_BIAS, ALPHA, BETA, TS (tile size of gemm_tiled; work-group TS x TS).
+// JIT: TRANS_A, TRANS_B, HAS_BIAS, ALPHA, BETA; the tile of gemm_lm (WGX, WGY, RM, RN, BK) or
+// of gemm_rb (TM, TN, B_BLOCKED), chosen per device kind in engine/ops/matmul.py.
 // PARAM(0) M, PARAM(1) N, PARAM(2) K, PARAM(3) batch count.
 #if HAS_BIAS
 #define Y_T 3
@@ -68,64 +69,72 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #define C_OFF 0
 #endif
 
-KERNEL(gemm_tiled)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
-{
-    const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
-    const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2);
-    const int lc = get_local_id(0), lr = get_local_id(1);
-    GEMM_BATCH_OFFSETS(bat, M, N, K)
-
-    __local float As[TS][TS];
-    __local float Bs[TS][TS + 1];
-    float acc = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += TS) {
-        const int ka = k0 + lc, kb = k0 + lr;
-#if TRANS_A
-        As[lr][lc] = (row < M && ka < K) ? A[a_off + ka * M + row] : 0.0f;
-#else
-        As[lr][lc] = (row < M && ka < K) ? A[a_off + row * K + ka] : 0.0f;
-#endif
-#if TRANS_B
-        Bs[lr][lc] = (kb < K && col < N) ? B[b_off + col * K + kb] : 0.0f;
-#else
-        Bs[lr][lc] = (kb < K && col < N) ? B[b_off + kb * N + col] : 0.0f;
-#endif
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < TS; ++k) acc += As[lr][k] * Bs[k][lc];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (row >= M || col >= N || bat >= PARAM(3)) return;
-    const int o = y_off - T_OFF(Y_T) + row * N + col;
-    Y[y_off + row * N + col] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
+// Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
+// p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
+// vector is one 128-bit load.
+inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
+    if (vec && lim >= 4) return *(const __global float4*)p;
+    float4 v = (float4)(0.0f);
+    if (lim > 0) v.s0 = p[0];
+    if (lim > 1) v.s1 = p[1];
+    if (lim > 2) v.s2 = p[2];
+    if (lim > 3) v.s3 = p[3];
+    return v;
 }
 
-// Split-K, for few rows and a long K (a decode step's GEMV, where a TS x TS tile would idle all
-// but one row): each work-item sums K / S products of one output element into the internal
+// Split-K (GPUs), for few rows and a long K: S work-items (or work-groups of gemm_lm with
+// LM_SPLIT) share the K loop of one output, each writing its partial sum into the internal
 // buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
-// and the fused ops. Both take the tiled kernel's tensors plus T. PARAM(4): S.
+// and the fused ops. They take the GEMM's tensors plus T. PARAM(4): S.
+// gemm_splitk_partial serves a decode step's GEMV (M <= SPLITK_ROWS, the engine's
+// SPLITK_MAX_ROWS): a work-item sums K / S products for 4 columns (a float4 of B along N) of
+// every row, so B is read once whatever M is.
 #define T_T (Y_T + 1)
+#define SPLITK_ROWS 4
 KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float* T)
 {
     const int M = PARAM(0), N = PARAM(1), K = PARAM(2), NB = PARAM(3), S = PARAM(4);
-    const int col = get_global_id(0), row = get_global_id(1), bat = get_global_id(2) % NB;
+    const int c0 = get_global_id(0) * 4, bat = get_global_id(2) % NB;
     const int split = get_global_id(2) / NB;
-    if (col >= N || row >= M) return;
+    if (c0 >= N) return;
     GEMM_BATCH_OFFSETS(bat, M, N, K)
-    const int chunk = (K + S - 1) / S, k1 = min(K, (split + 1) * chunk);
-    float acc = 0.0f;
+    const int chunk = (K + S - 1) / S, k1 = min(K, (split + 1) * chunk), lim = N - c0;
+#if !TRANS_B
+    const int vb = ((b_off | N) & 3) == 0;
+#endif
+    float4 acc[SPLITK_ROWS];
+#pragma unroll
+    for (int i = 0; i < SPLITK_ROWS; ++i) acc[i] = (float4)(0.0f);
+#pragma unroll 4
     for (int k = split * chunk; k < k1; ++k) {
-#if TRANS_A
-        const float a = A[a_off + k * M + row];
-#else
-        const float a = A[a_off + row * K + k];
-#endif
 #if TRANS_B
-        acc = mad(a, B[b_off + col * K + k], acc);
+        float4 b = (float4)(0.0f);
+        const __global float* bp = B + b_off + c0 * K + k;
+        if (lim > 0) b.s0 = bp[0];
+        if (lim > 1) b.s1 = bp[K];
+        if (lim > 2) b.s2 = bp[2 * K];
+        if (lim > 3) b.s3 = bp[3 * K];
 #else
-        acc = mad(a, B[b_off + k * N + col], acc);
+        const float4 b = gemm_ld4(B + b_off + k * N + c0, lim, vb);
 #endif
+#pragma unroll
+        for (int i = 0; i < SPLITK_ROWS; ++i) {
+            if (i >= M) break;
+#if TRANS_A
+            const float a = A[a_off + k * M + i];
+#else
+            const float a = A[a_off + i * K + k];
+#endif
+            acc[i] = mad((float4)(a), b, acc[i]);
+        }
     }
-    T[T_OFF(T_T) + ((split * NB + bat) * M + row) * N + col] = acc;
+    for (int i = 0; i < M; ++i) {
+        __global float* t = T + T_OFF(T_T) + ((split * NB + bat) * M + i) * N + c0;
+        if (lim > 0) t[0] = acc[i].s0;
+        if (lim > 1) t[1] = acc[i].s1;
+        if (lim > 2) t[2] = acc[i].s2;
+        if (lim > 3) t[3] = acc[i].s3;
+    }
 }
 
 KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const float* T FUSED_ARGS)
@@ -138,10 +147,11 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
     Y[T_OFF(Y_T) + o] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
 }
 
-// Register-blocked GEMM (static builds: M, N, K and the tile are compile-time constants).
-// A work-item computes TM rows x TN columns (TN: vector width 4 or 8); no local memory.
-// B_BLOCKED: B was reordered (update_weights) to [ceil(N/TN)][K][TN], zero-padded, so each k
-// is one contiguous vector load; otherwise N % TN == 0. Fake alignment: the build's PARAM(0)
+// Register-blocked GEMM, no local memory (CPUs: PoCL serialises work-group barriers). A
+// work-item computes TM rows x TN columns (TN: vector width 4, 8 or 16), one vector load of B
+// per k. Shape-agnostic builds take any N (the last partial vector is loaded per element);
+// static builds bake M, N, K in. B_BLOCKED: B was reordered (update_weights) to
+// [ceil(N/TN)][K][TN], zero-padded, so each k is one contiguous vector load. Fake alignment: the build's PARAM(0)
 // is M rounded up; the real M comes at run time (RT_PARAM(0)); rows >= M read a clamped row and
 // are never stored.
 #ifdef TN
@@ -173,15 +183,23 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #if B_BLOCKED
     const __global float* bp = B + b_off + (n0 / TN) * K * TN;
 #endif
+    const int nfull = n0 + TN <= N;
     for (int k = 0; k < K; ++k) {
 #if B_BLOCKED
         const BV bv = BLOAD(bp + k * TN);
 #elif TRANS_B
-        BV bv;
+        BV bv = (BV)(0.0f);
 #pragma unroll
-        for (int l = 0; l < TN; ++l) ((float*)&bv)[l] = B[b_off + (n0 + l) * K + k];
+        for (int l = 0; l < TN; ++l)
+            if (n0 + l < N) ((float*)&bv)[l] = B[b_off + (n0 + l) * K + k];
 #else
-        const BV bv = BLOAD(B + b_off + k * N + n0);
+        BV bv;
+        if (nfull) {
+            bv = BLOAD(B + b_off + k * N + n0);
+        } else {   // the last columns of a shape-agnostic build (N % TN != 0)
+            bv = (BV)(0.0f);
+            for (int l = 0; l < N - n0; ++l) ((float*)&bv)[l] = B[b_off + k * N + n0 + l];
+        }
 #endif
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
@@ -193,14 +211,187 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
             acc[i] = mad((BV)(a), bv, acc[i]);
         }
     }
-#pragma unroll
+    const int nl = min(TN, N - n0);
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + i;
         if (row >= M) break;
-        for (int l = 0; l < TN && n0 + l < N; ++l) {
-            const int o = y_off - T_OFF(Y_T) + row * N + n0 + l;
-            const float v = gemm_epilogue(shape_info, C_ARG, C_OFF, ((float*)&acc[i])[l], o);
-            Y[y_off + row * N + n0 + l] = FUSED_OPS(v, o);
+        float t[TN];
+        RB_CAT(vstore, TN)(acc[i], 0, t);
+        const int o0 = y_off - T_OFF(Y_T) + row * N + n0;
+        for (int l = 0; l < nl; ++l)
+            Y[y_off + row * N + n0 + l] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l), o0 + l);
+    }
+}
+#endif
+
+// ---- Register-tiled GEMMs (issue 12). Both serve the shape-agnostic build (dims from
+// shape_info, every edge checked) and the static one (same source, IS_DYNAMIC=0: the dims fold).
+
+
+// Stores one output element through the epilogue (ALPHA, BETA * C) and the fused ops.
+#define GEMM_STORE(row, col, acc)                                                   \
+    {                                                                               \
+        const int o_ = y_off - T_OFF(Y_T) + (row) * N + (col);                      \
+        const float v_ = gemm_epilogue(shape_info, C_ARG, C_OFF, (acc), o_);        \
+        Y[y_off + (row) * N + (col)] = FUSED_OPS(v_, o_);                           \
+    }
+
+// GPU: 2-level tiling. A work-group of WGX x WGY work-items computes a BM x BN block of one
+// batch's output (BM = WGY * RM, BN = WGX * RN); K advances by BK through local memory, where
+// A's tile is stored k-major so that both operands are read as float4 along the output dims.
+// A work-item owns RM x RN outputs, in float4 groups strided by the work-group (rows
+// (ib * WGY + ty) * 4 + v, columns (jb * WGX + tx) * 4 + v): its local reads are conflict-free
+// 128-bit loads and its stores are coalesced. RM, RN: multiples of 4.
+#ifdef WGX
+#define BM (WGY * RM)
+#define BN (WGX * RN)
+#define NT (WGX * WGY)
+#define LPA (BM + 4)   // local row pitch: + 4 spreads the transposing stores over the banks
+#define LPB (BN + 4)
+#define LA ((BM * BK / 4 + NT - 1) / NT)   // float4 loads of A's tile per work-item
+#define LB ((BN * BK / 4 + NT - 1) / NT)
+
+// One operand's tile into reg[]: O lines of C contiguous floats (the operand's rows from o0,
+// bounded by olim; columns from c0, bounded by clim), one float4 per work-item and step.
+#define GEMM_LOAD_TILE(reg, P, off, pitch, vec, O, o0, olim, C, c0, clim)                    \
+    for (int r = 0; r < (O * C / 4 + NT - 1) / NT; ++r) {                                      \
+        const int e = r * NT + tid, o = e / (C / 4), c = (e % (C / 4)) * 4;                    \
+        const int lim = (e < O * C / 4 && (o0) + o < (olim)) ? (clim) - (c0) - c : 0;           \
+        reg[r] = gemm_ld4(P + off + ((o0) + o) * (pitch) + (c0) + c, lim, vec);                \
+    }
+// A's tile [BM rows][BK] at k0 into ra[], B's [BK][BN columns] into rb[], float4 along each
+// operand's contiguous dim
+#if TRANS_A
+#define GEMM_LOAD_A(k0) GEMM_LOAD_TILE(ra, A, a_off, M, va, BK, k0, KE, BM, bm0, M)
+#else
+#define GEMM_LOAD_A(k0) GEMM_LOAD_TILE(ra, A, a_off, K, va, BM, bm0, M, BK, k0, KE)
+#endif
+#if TRANS_B
+#define GEMM_LOAD_B(k0) GEMM_LOAD_TILE(rb, B, b_off, K, vb, BN, bn0, N, BK, k0, KE)
+#else
+#define GEMM_LOAD_B(k0) GEMM_LOAD_TILE(rb, B, b_off, N, vb, BK, k0, KE, BN, bn0, N)
+#endif
+
+// reg[] (as GEMM_LOAD_TILE read it: O lines of C floats) into the k-major local tile L (row
+// pitch LP): as is when the lines are k (kt 0), transposed when they are the output dim (kt 1).
+#define GEMM_STORE_TILE(reg, L, LP, O, C, kt)                                                \
+    _Pragma("unroll") for (int r = 0; r < (O * C / 4 + NT - 1) / NT; ++r) {                   \
+        const int e = r * NT + tid, o = e / (C / 4), c = (e % (C / 4)) * 4;                    \
+        if ((O * C / 4) % NT && e >= O * C / 4) break;                                        \
+        if (kt) {                                                                              \
+            L[c * LP + o] = reg[r].s0;                                                         \
+            L[(c + 1) * LP + o] = reg[r].s1;                                                   \
+            L[(c + 2) * LP + o] = reg[r].s2;                                                   \
+            L[(c + 3) * LP + o] = reg[r].s3;                                                   \
+        } else {                                                                               \
+            *(__local float4*)(L + o * LP + c) = reg[r];                                       \
+        }                                                                                      \
+    }
+
+// LM_SPLIT: split-K, the work-groups of z = split * batch + bat sum K rows [split * PARAM(5),
+// + PARAM(5)) into T (PARAM(5): a multiple of BK); gemm_splitk_reduce finishes.
+__attribute__((reqd_work_group_size(WGX, WGY, 1)))
+#if LM_SPLIT
+KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float* T)
+#else
+KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
+#endif
+{
+    const int M = RT_PARAM(0), N = PARAM(1), K = PARAM(2);
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * WGX + tx;
+    const int bn0 = get_group_id(0) * BN, bm0 = get_group_id(1) * BM;
+#if LM_SPLIT
+    const int bat = get_group_id(2) % PARAM(3), split = get_group_id(2) / PARAM(3);
+    const int KB = split * PARAM(5), KE = min(K, KB + PARAM(5));
+#else
+    const int bat = get_group_id(2), KB = 0, KE = K;
+#endif
+    GEMM_BATCH_OFFSETS(bat, M, N, K)
+    // 128-bit global loads need the operand's offset and row pitch (its contiguous dim) to be
+    // multiples of 4 floats
+#if TRANS_A
+    const int va = ((a_off | M) & 3) == 0;
+#else
+    const int va = ((a_off | K) & 3) == 0;
+#endif
+#if TRANS_B
+    const int vb = ((b_off | K) & 3) == 0;
+#else
+    const int vb = ((b_off | N) & 3) == 0;
+#endif
+
+    __local float4 As4[BK * LPA / 4];
+    __local float4 Bs4[BK * LPB / 4];
+    __local float* As = (__local float*)As4;
+    __local float* Bs = (__local float*)Bs4;
+
+    float4 acc[RM][RN / 4];
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < RN / 4; ++j) acc[i][j] = (float4)(0.0f);
+
+    // the next tile's global loads are issued before this tile's products (held in ra, rb)
+    float4 ra[LA], rb[LB];
+    GEMM_LOAD_A(KB)
+    GEMM_LOAD_B(KB)
+    for (int k0 = KB; k0 < KE; k0 += BK) {
+#if TRANS_A
+        GEMM_STORE_TILE(ra, As, LPA, BK, BM, 0)
+#else
+        GEMM_STORE_TILE(ra, As, LPA, BM, BK, 1)
+#endif
+#if TRANS_B
+        GEMM_STORE_TILE(rb, Bs, LPB, BN, BK, 1)
+#else
+        GEMM_STORE_TILE(rb, Bs, LPB, BK, BN, 0)
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + BK < KE) {
+#pragma unroll
+            GEMM_LOAD_A(k0 + BK)
+#pragma unroll
+            GEMM_LOAD_B(k0 + BK)
+        }
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float4 a[RM / 4], b[RN / 4];
+#pragma unroll
+            for (int i = 0; i < RM / 4; ++i) a[i] = As4[(k * LPA) / 4 + i * WGY + ty];
+#pragma unroll
+            for (int j = 0; j < RN / 4; ++j) b[j] = Bs4[(k * LPB) / 4 + j * WGX + tx];
+#pragma unroll
+            for (int i = 0; i < RM / 4; ++i)
+#pragma unroll
+                for (int j = 0; j < RN / 4; ++j) {
+                    acc[i * 4 + 0][j] = mad((float4)(a[i].s0), b[j], acc[i * 4 + 0][j]);
+                    acc[i * 4 + 1][j] = mad((float4)(a[i].s1), b[j], acc[i * 4 + 1][j]);
+                    acc[i * 4 + 2][j] = mad((float4)(a[i].s2), b[j], acc[i * 4 + 2][j]);
+                    acc[i * 4 + 3][j] = mad((float4)(a[i].s3), b[j], acc[i * 4 + 3][j]);
+                }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+        const int row = bm0 + ((i / 4) * WGY + ty) * 4 + i % 4;
+        if (row >= M) continue;
+#pragma unroll
+        for (int j = 0; j < RN / 4; ++j) {
+            const int col = bn0 + (j * WGX + tx) * 4;
+            const float4 v = acc[i][j];
+#if LM_SPLIT
+            __global float* t = T + T_OFF(T_T) + ((split * PARAM(3) + bat) * M + row) * N + col;
+            if (col < N) t[0] = v.s0;
+            if (col + 1 < N) t[1] = v.s1;
+            if (col + 2 < N) t[2] = v.s2;
+            if (col + 3 < N) t[3] = v.s3;
+#else
+            if (col < N) GEMM_STORE(row, col, v.s0)
+            if (col + 1 < N) GEMM_STORE(row, col + 1, v.s1)
+            if (col + 2 < N) GEMM_STORE(row, col + 2, v.s2)
+            if (col + 3 < N) GEMM_STORE(row, col + 3, v.s3)
+#endif
         }
     }
 }

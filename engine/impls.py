@@ -15,6 +15,11 @@ IMPL_MODES = ("auto", "dynamic", "static")
 # - NVIDIA H200 (--repeat 50 --large): MatMul 0.41 (0.27..1.12), Gemm 0.52, Conv 1.30
 #   (0.89..3.87), Softmax 1.07 (0.97..1.17): the register-blocked static GEMM loses to the
 #   dynamic tiled kernel there, so GPUs build static Conv only.
+# - Issue 12's register-tiled GEMMs (scripts/bench_gemm.py --impl both, dynamic / static us):
+#   PoCL CPU (gemm_rb 8x16; static reorders B): 128x384x384 228 / 137, 128x1536x384 1114 / 723,
+#   128x384x1536 1132 / 748, 32x1536x384 312 / 229, 12x128x32x128 92 / 81: static still wins.
+#   H100 (gemm_lm, same tile): 4096^3 3041 / 3117, 2048x1536x384 64 / 67, 512x3072x768 83 / 85,
+#   and the static build has no split-K (8x768x3072 23 / 113): GPUs keep the dynamic GEMM.
 STATIC_WORTH = {
     "cpu": {"MatMul": True, "Gemm": True, "Conv": True, "Softmax": False},
     "gpu": {"MatMul": False, "Gemm": False, "Conv": True, "Softmax": False},

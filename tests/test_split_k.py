@@ -4,12 +4,21 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import pytest
+
 from tests.conftest import run_traced
+
+
+@pytest.fixture(autouse=True)
+def _split_k_on_every_device(monkeypatch):
+    """Split-K runs on GPUs only (engine/ops/matmul.py SPLITK_DEVICES: on PoCL the register
+    tile is faster); these tests follow its scratch buffers, so they ask for it everywhere."""
+    monkeypatch.setattr("engine.ops.matmul.SPLITK_DEVICES", ("gpu", "cpu"))
 
 
 def _two_matmuls() -> onnx.ModelProto:
     """x[b, m, 512] @ W1[512, 1024] + b1 -> Relu -> @ W2[1024, 512]: both GEMMs split K when m
-    is small (2 and 4 splits: partial sums of the same size, 8 KiB per row)."""
+    is small (8 and 16 splits: partial sums of the same size, 32 KiB per row)."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((rng.standard_normal((512, 1024)) / 16).astype(np.float32), "w1"),
              numpy_helper.from_array(rng.normal(0, 0.1, 1024).astype(np.float32), "b1"),

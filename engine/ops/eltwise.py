@@ -12,7 +12,7 @@ BINARY = {
 }
 UNARY = {
     "Relu": "fmax(a, (TOUT)0)", "Sigmoid": "(TOUT)1 / ((TOUT)1 + exp(-a))", "Tanh": "tanh(a)",
-    "Erf": "erf(a)", "Sqrt": "sqrt(a)",
+    "Erf": "erf_f32(a)", "Sqrt": "sqrt(a)",
 }
 
 

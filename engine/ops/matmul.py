@@ -1,5 +1,6 @@
-"""MatMul (batched, broadcasting, 1-D operands) and Gemm, on one tiled kernel (cl/gemm.cl), or
-split-K for few rows and a long K, and a register-blocked static variant."""
+"""MatMul (batched, broadcasting, 1-D operands) and Gemm on register-tiled kernels (cl/gemm.cl:
+gemm_lm on GPUs, gemm_rb on CPUs), or split-K for few rows and a long K; static variants of
+the same kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +10,53 @@ from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast
 
-TS = 16
 M_ALIGN = 8     # fake alignment of static GEMM rows (the GPU plugin's fully_connected does 8/16)
+
+# Kernel parameters per device kind and shape bucket (issue 12), measured with
+# scripts/bench_gemm.py (kernel time from OpenCL profiling events).
+#
+# GPU: cl/gemm.cl gemm_lm (2-level tiling through local memory), (WGX, WGY, RM, RN, BK): a
+# work-group of WGX x WGY work-items, RM x RN outputs each, so a WGY*RM x WGX*RN block per
+# work-group, K stepped by BK. The first tile whose grid has at least its min_blocks
+# work-groups is taken: big tiles reuse more, but a grid of few waves idles SMs. From the sweep
+# on the H100 (132 SMs; bench_gemm.py --sweep, us, best tile = 100%):
+#   4096^3: 128x128 BK8 3065 (44.8 TF/s; cuBLAS 2661), 64x128 3335 (92%)
+#   2048x1536x384: 64x128 67.9 (cuBLAS 62.4), 128x128 84 (81%), 64x64 85.7 (79%)
+#   2048x3072x768: 64x128 235.5 (cuBLAS 222.8), 128x128 BK16 251 (94%)
+#   2048x384x1536: 32x64 93.5 (cuBLAS 70.8), 64x128 104 (90%), 64x64 110.6 (85%)
+#   512x768x768: 64x64 36.3 (cuBLAS 28.8), 32x32 37.2 (98%), 32x64 38.7 (94%), 64x128 55.5
+#   128x1536x384: 32x64 17.6 (cuBLAS 28.4), 32x32 BK32 18.1 (97%), 64x128 31.1 (57%)
+#   32x1536x384: 32x32 BK32 15.2 (cuBLAS 19.5), 32x64 17.2 (88%); 8x1536x384: 32x32 17.4
+#   12 x 128x128x32 (attention): 32x64 7.1, 32x32 7.4 (97%)
+GPU_TILES = [((16, 16, 8, 8, 8), 1000),    # 128x128
+             ((16, 8, 8, 8, 16), 300),     # 64x128
+             ((16, 16, 4, 4, 16), 300),    # 64x64
+             ((16, 8, 4, 4, 16), 300),     # 32x64
+             ((8, 8, 4, 4, 32), 0)]        # 32x32
+# CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers): a work-item computes
+# CPU_TM rows x CPU_TN columns, one CPU_TN-wide vector load of B along N per k. PoCL, 2 shared
+# cores (AVX-512), dynamic impl, us for (TM, TN) = (4, 8) / (8, 8) / (4, 16) / (6, 16) /
+# (8, 16) / (12, 16): 128x384x384 584 / 461 / 308 / 247 / 245 / 224; 128x384x1536 2331 /
+# 1753 / 1492 / 1093 / 984 / 892; 32x384x384 146 / 115 / 80 / 65 / 60 / 61; 12x128x128x32
+# 301 / 252 / 135 / 150 / 123 / 116. 8x16 (~150 GFLOP/s; the old 16x16 local-memory tile
+# 3-20): 12 rows waste more of small M. Static builds (B reordered to [N/16][K][16]) reach
+# 200-280 GFLOP/s.
+CPU_TM, CPU_TN = 8, 16
+
+
+# Tall-skinny (N <= 64, many rows, long K): 128x64 blocks, K split to fill the SMs. H100
+# 4096x64x4096: 71.7 us (cuBLAS 61, CLBlast 226) against 121 with the table's 32x32, 91 with 32x64.
+GPU_TILE_SKINNY = (16, 16, 8, 4, 16)
+
+
+def gpu_tile(M: int, N: int, nb: int, K: int = 0) -> tuple:
+    if N <= 64 and M >= 2048 and K >= 2048:   # measured at 4096x64x4096 only
+        return GPU_TILE_SKINNY
+    for t, min_blocks in GPU_TILES:
+        wgx, wgy, rm, rn, _ = t
+        if -(-M // (wgy * rm)) * -(-N // (wgx * rn)) * nb >= min_blocks:
+            return t
+    return GPU_TILES[-1][0]
 
 
 def _mm_operands(a, b):
@@ -28,44 +74,82 @@ def _mm_operands(a, b):
     return a2, b2, batch, out
 
 
-def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, beta=1.0, bias=None):
+def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, beta=1.0, bias=None,
+              dev="gpu"):
+    """The shape-agnostic GEMM of these shapes on a `dev` kind device: gemm_lm on GPUs (its
+    tile from the shape bucket), gemm_rb on CPUs."""
     nb = int(np.prod(batch)) if batch else 1
     y_dims = tuple(batch) + (M, N)
     jit = (("TRANS_A", trans_a), ("TRANS_B", trans_b), ("HAS_BIAS", int(bias is not None)),
-           ("ALPHA", f"{float(alpha)!r}f"), ("BETA", f"{float(beta)!r}f"), ("TS", TS),
-           ("IMPL_TAG", node.op))
+           ("ALPHA", f"{float(alpha)!r}f"), ("BETA", f"{float(beta)!r}f"), ("IMPL_TAG", node.op))
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if bias is not None else ()) + (("out", 0),)
     dims = {0: a2, 1: b2, len(args) - 1: y_dims}
     if bias is not None:
         dims[2] = bias
-    return KernelCall("gemm", "gemm_tiled", jit, args, params=(M, N, K, nb),
-                      gws=(round_up(max(N, 1), TS), round_up(max(M, 1), TS), max(nb, 1)),
-                      lws=(TS, TS, 1), dims=dims)
+    if dev == "cpu":
+        jit += (("TM", CPU_TM), ("TN", CPU_TN), ("B_BLOCKED", 0))
+        return KernelCall("gemm", "gemm_rb", jit, args, params=(M, N, K, nb),
+                          gws=(-(-max(N, 1) // CPU_TN), -(-max(M, 1) // CPU_TM), max(nb, 1)),
+                          dims=dims)
+    wgx, wgy, rm, rn, bk = gpu_tile(M, N, nb, K)
+    jit += (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk))
+    return KernelCall("gemm", "gemm_lm", jit, args, params=(M, N, K, nb),
+                      gws=(-(-max(N, 1) // (wgx * rn)) * wgx, -(-max(M, 1) // (wgy * rm)) * wgy,
+                           max(nb, 1)),
+                      lws=(wgx, wgy, 1), dims=dims)
 
 
-SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 256, 16
+# GEMV split-K (GPUs; M <= SPLITK_MAX_ROWS): K in S = min(SPLITK_MAX, K // SPLITK_CHUNK) parts.
+# H100, partial + reduce kernel time, chunk 256 (max 16) / 128 / 64 (max 64): 1x4096x4096
+# 121 / 72 / 52 us (1.28 TB/s; cuBLAS 24 us), 4x4096x4096 150 / 85 / 58 us (cuBLAS 66),
+# 1x4096x11008 134 / 105 / 104 us (1.73 TB/s; cuBLAS 62), 1x3072x768 60 / 35 / 24 us (cuBLAS 14-19).
+SPLITK_MAX_ROWS, SPLITK_MIN_K, SPLITK_CHUNK, SPLITK_MAX = 4, 512, 64, 64
+SPLITK_DEVICES = ("gpu",)
+# gemm_lm split-K (GPUs): a grid of fewer than LM_SPLIT_BLOCKS work-groups with K >= LM_SPLIT_MIN_K
+# splits K in up to LM_SPLIT_MAX parts of >= LM_SPLIT_CHUNK rows, towards 2 work-groups per SM.
+# H100, off / on: 8x768x3072 87 / 24 us (cuBLAS 19), 32x384x1536 43 / 22 (cuBLAS 25),
+# 128x384x1536 43 / 23 (cuBLAS 17), 32x768x3072 80 / 23 (cuBLAS 24); 264 blocks: no better.
+LM_SPLIT_BLOCKS, LM_SPLIT_MIN_K, LM_SPLIT_CHUNK, LM_SPLIT_MAX = 132, 1024, 256, 8
 
 
-def split_k(call: KernelCall) -> list[KernelCall]:
-    """The tiled GEMM call, or for few rows and a long K the split-K pair (cl/gemm.cl) with its
-    partial sums in an internal buffer [S, batch, M, N] (S splits of about SPLITK_CHUNK)."""
+def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
+    """The GEMM call, or split-K: the partial kernel (gemm_splitk_partial for a GEMV of at most
+    SPLITK_MAX_ROWS rows and a long K, gemm_lm with LM_SPLIT for a tiled grid too small for the
+    device), then gemm_splitk_reduce, the partial sums in an internal buffer [S, batch, M, N].
+    GPUs only: on PoCL (2 cores) 1x384x1536 took 499 us split-K, 81 us in gemm_rb."""
     M, N, K, nb = call.params
-    if M > SPLITK_MAX_ROWS or K < SPLITK_MIN_K:
+    if dev not in SPLITK_DEVICES:
         return [call]
-    s = min(SPLITK_MAX, K // SPLITK_CHUNK)
+    if M <= SPLITK_MAX_ROWS and K >= SPLITK_MIN_K:
+        s, chunk = min(SPLITK_MAX, K // SPLITK_CHUNK), 0
+        jit = call.jit
+        partial = dict(kernel="gemm_splitk_partial", gws=(round_up(-(-N // 4), 64), 1, nb * s), lws=(64, 1, 1))
+    elif call.kernel == "gemm_lm" and K >= LM_SPLIT_MIN_K:
+        j = dict(call.jit)
+        bm, bn = j["WGY"] * j["RM"], j["WGX"] * j["RN"]
+        blocks = -(-M // bm) * -(-N // bn) * nb
+        if blocks >= LM_SPLIT_BLOCKS:
+            return [call]
+        s = min(LM_SPLIT_MAX, -(-2 * LM_SPLIT_BLOCKS // blocks), K // LM_SPLIT_CHUNK)
+        chunk = round_up(-(-K // s), j["BK"])
+        s = -(-K // chunk)
+        jit = call.jit + (("LM_SPLIT", 1),)
+        partial = dict(kernel="gemm_lm", gws=call.gws[:2] + (nb * s,), lws=call.lws)
+    else:
+        return [call]
     tmp = Layout((s, nb, M, N), "f32")
     args = call.args + (("internal", 0),)
     dims = {**call.dims, len(call.args): tmp.shape}
-    params, jit = call.params + (s,), call.jit
-    return [KernelCall("gemm", "gemm_splitk_partial", jit, args, params, gws=(round_up(N, 64), M, nb * s),
-                       lws=(64, 1, 1), dims=dims, internal=(tmp,)),
+    params = call.params + (s, chunk)
+    return [KernelCall("gemm", partial["kernel"], jit, args, params, gws=partial["gws"],
+                       lws=partial["lws"], dims=dims, internal=(tmp,)),
             KernelCall("gemm", "gemm_splitk_reduce", jit, args, params, gws=(nb * M * N,), dims=dims,
                        internal=(tmp,))]
 
 
-def _matmul_call(node, ins):
+def _matmul_call(node, ins, dev="gpu"):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
-    call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1])
+    call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1], dev=dev)
     for i, l in enumerate(ins[:2]):
         # a padded operand (KV cache): the kernel walks batches with the buffer's dims; the
         # row pitch (last dim) must be the logical one
@@ -76,16 +160,19 @@ def _matmul_call(node, ins):
     return call
 
 
-def _matmul_kernels(node, ins, outs, deps):
-    return split_k(_matmul_call(node, ins))
+def _matmul_kernels(node, ins, outs, deps, device="gpu"):
+    return split_k(_matmul_call(node, ins, device), device)
 
 
-def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
-    """The static impl of a GEMM call: register-blocked (cl/gemm.cl gemm_rb) with M, N, K as
-    constants. A 2-D B (a fully-connected layer) flattens A's batch into rows; rows are
-    fake-aligned to M_ALIGN so nearby row counts share one build (the real M is a runtime
-    parameter; padded rows are never stored). A constant B is reordered to [N/TN][K][TN]
-    (update_weights); an activation B is read in place and needs N % TN == 0."""
+TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
+
+
+def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVariant | None:
+    """The static impl of a GEMM call, M, N, K as constants. A 2-D B (a fully-connected layer)
+    flattens A's batch into rows; rows are fake-aligned to M_ALIGN so nearby row counts share
+    one build (the real M is a runtime parameter; padded rows are never stored).
+    GPUs: the dynamic call's gemm_lm with its tile. CPUs: gemm_rb; a constant B is reordered to
+    [N/TN][K][TN] (update_weights); an activation B is read in place and needs N % TN == 0."""
     j = dict(call.jit)
     ta, tb = j["TRANS_A"], j["TRANS_B"]
     M, N, K, nb = call.params
@@ -97,22 +184,31 @@ def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
         a_dims, y_dims = (M, K), (M, N)
     # a bias with a row dim pins M (the table's Y dims walk it)
     m_al = round_up(M, M_ALIGN) if bias is None or len(bias) < 2 or bias[-2] == 1 else M
-    tm = 4 if m_al <= 32 else 8
-    weights = None
-    if b_const and len(b_dims) == 2:
-        tn = 8 if N >= 8 else 4
-        weights = WeightsLayout(f"gemm_b_blk{tn}", ((N + tn - 1) // tn, K, tn),
-                                (("TN", tn), ("TRANS_B", tb)), (K, N), compatible=(N == tn and not tb))
-    else:
-        tn = next((t for t in (8, 4) if N % t == 0), None)
-        if tn is None:
-            return None
     dims = dict(call.dims)
     dims[0], dims[y_pos] = a_dims, y_dims
     table = dict(dims)
     table[0] = a_dims[:-2] + ((K, m_al) if ta else (m_al, K))
     table[y_pos] = y_dims[:-2] + (m_al, N)
-    jit = call.jit + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
+    base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS)
+    if dev != "cpu":
+        wgx, wgy, rm, rn, bk = gpu_tile(M, N, nb, K)
+        jit = base + (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk))
+        new = KernelCall("gemm", "gemm_lm", jit, call.args, params=(M, N, K, nb),
+                         gws=(-(-N // (wgx * rn)) * wgx, -(-M // (wgy * rm)) * wgy, max(nb, 1)),
+                         lws=(wgx, wgy, 1), dims=dims)
+        return StaticVariant(new, table, (m_al, N, K, nb),
+                             f"M{m_al}xN{N}xK{K} lm{wgy * rm}x{wgx * rn}")
+    tm = CPU_TM
+    weights = None
+    if b_const and len(b_dims) == 2:
+        tn = CPU_TN if N >= CPU_TN else 4
+        weights = WeightsLayout(f"gemm_b_blk{tn}", ((N + tn - 1) // tn, K, tn),
+                                (("TN", tn), ("TRANS_B", tb)), (K, N), compatible=(N == tn and not tb))
+    else:
+        tn = next((t for t in (CPU_TN, 8, 4) if N % t == 0), None)
+        if tn is None:
+            return None
+    jit = base + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
     new = KernelCall("gemm", "gemm_rb", jit, call.args, params=(M, N, K, nb),
                      gws=((N + tn - 1) // tn, (m_al + tm - 1) // tm, max(nb, 1)), lws=None, dims=dims)
     return StaticVariant(new, table, (m_al, N, K, nb),
@@ -120,8 +216,8 @@ def static_gemm(call: KernelCall, b_const: bool) -> StaticVariant | None:
 
 
 def _gemm_static(tiled_call):
-    def static(node, ins, outs, deps, consts):
-        return static_gemm(tiled_call(node, ins), 1 in consts)
+    def static(node, ins, outs, deps, consts, device="gpu"):
+        return static_gemm(tiled_call(node, ins, device), 1 in consts, device)
     return static
 
 
@@ -131,7 +227,7 @@ def _check_f32(node, ins):
 
 
 @register("MatMul", kernels=_matmul_kernels, static=_gemm_static(_matmul_call), weights=1,
-          padded_ok=True)
+          padded_ok=True, per_device=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
     return [Layout(_mm_operands(ins[0].shape, ins[1].shape)[3], "f32")]
@@ -147,18 +243,18 @@ def _gemm_dims(node, ins):
     return M, N, K, ta, tb
 
 
-def _gemm_call(node, ins):
+def _gemm_call(node, ins, dev="gpu"):
     M, N, K, ta, tb = _gemm_dims(node, ins)
     bias = ins[2].shape if len(ins) > 2 else None
     return gemm_call(node, ins[0].shape, ins[1].shape, (), M, N, K, ta, tb,
-                     node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias)
+                     node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0), bias, dev)
 
 
-def _gemm_kernels(node, ins, outs, deps):
-    return split_k(_gemm_call(node, ins))
+def _gemm_kernels(node, ins, outs, deps, device="gpu"):
+    return split_k(_gemm_call(node, ins, device), device)
 
 
-@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1)
+@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True)
 def _gemm(node, ins, deps):
     _check_f32(node, ins)
     M, N, K, _, _ = _gemm_dims(node, ins)

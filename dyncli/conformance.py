@@ -58,6 +58,17 @@ def graph_ops(model) -> set:
     return {n.op_type for n in model.graph.node}
 
 
+def graph_dtypes(model) -> list[str]:
+    """Engine dtype names (f32, i64, ...) of a graph's inputs and outputs."""
+    from engine.layout import dtype_from_onnx
+    from onnx import TensorProto
+    out = set()
+    for vi in list(model.graph.input) + list(model.graph.output):
+        code = vi.type.tensor_type.elem_type
+        out.add(dtype_from_onnx(code) or TensorProto.DataType.Name(code).lower())
+    return sorted(out)
+
+
 def node_cases(ops=None) -> list:
     """Node test cases whose graph uses only `ops` (default: the engine's), sorted by name."""
     from engine.ops import supported_ops
@@ -92,17 +103,17 @@ def run_all(device: str = "CPU", progress=None) -> dict:
     cases = node_cases()
     t0 = time.perf_counter()
     for k, c in enumerate(cases):
+        what = {"ops": sorted(graph_ops(c.model)), "dtypes": graph_dtypes(c.model)}
         why = excluded_reason(c.name)
         if why:
-            results[c.name] = {"status": "excluded", "reason": why, "ops": sorted(graph_ops(c.model))}
+            results[c.name] = {"status": "excluded", "reason": why, **what}
             continue
         try:
             run_case(c, device)
-            results[c.name] = {"status": "passed", "ops": sorted(graph_ops(c.model))}
+            results[c.name] = {"status": "passed", **what}
         except Exception as e:  # a failure of the case, whatever it is, is recorded
             msg = "".join(traceback.format_exception_only(type(e), e)).strip().splitlines()
-            results[c.name] = {"status": "failed", "error": (msg[0] if msg else "")[:300],
-                               "ops": sorted(graph_ops(c.model))}
+            results[c.name] = {"status": "failed", "error": (msg[0] if msg else "")[:300], **what}
         if progress:
             progress(k + 1, len(cases), c.name, results[c.name]["status"])
     return {"onnx": onnx.__version__, "seconds": round(time.perf_counter() - t0, 1),
@@ -118,16 +129,21 @@ def summary(doc: dict) -> dict:
 
 
 def per_op(doc: dict) -> dict:
-    """op -> {"passed": n, "total": n (run, not excluded), "excluded": n}."""
+    """op -> {"passed": n, "total": n (run, not excluded), "excluded": n, "dtypes": [...]}
+    (dtypes: those of the graphs of its passed cases)."""
     out: dict = {}
     for v in doc["cases"].values():
         for op in v["ops"]:
-            d = out.setdefault(op, {"passed": 0, "total": 0, "excluded": 0})
+            d = out.setdefault(op, {"passed": 0, "total": 0, "excluded": 0, "dtypes": set()})
             if v["status"] == "excluded":
                 d["excluded"] += 1
             else:
                 d["total"] += 1
-                d["passed"] += v["status"] == "passed"
+                if v["status"] == "passed":
+                    d["passed"] += 1
+                    d["dtypes"].update(v.get("dtypes", ()))
+    for d in out.values():
+        d["dtypes"] = sorted(d["dtypes"])
     return out
 
 

@@ -77,3 +77,23 @@ def test_onnx_backend_test_runner():
     res = unittest.TextTestRunner(verbosity=0, stream=open("/dev/null", "w")).run(suite)
     assert res.testsRun == len(names)
     assert not res.failures and not res.errors and not res.skipped, (res.failures, res.errors)
+
+
+def test_dyncli_ops_prints_the_recorded_figures():
+    import json
+    from typer.testing import CliRunner
+    from dyncli.cli import app
+    from engine.ops import supported_ops
+    r = CliRunner().invoke(app, ["ops", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    recorded = conformance.summary(conformance.load_results())
+    assert doc["node_tests"] == recorded and recorded["run"] == len(RUN)
+    rows = {row["op"]: row for row in doc["ops"]}
+    assert sorted(rows) == supported_ops()
+    assert rows["Gelu"]["opsets"][0] == 20 and rows["Gelu"]["passed"] == rows["Gelu"]["total"] > 0
+    assert "bool" in rows["And"]["dtypes"]
+    r = CliRunner().invoke(app, ["ops"])
+    assert r.exit_code == 0 and f"{recorded['passed']}/{recorded['run']} passed" in r.output
+    r = CliRunner().invoke(app, ["ops", "--op", "Sin"])
+    assert r.exit_code == 2 and "not a supported op" in r.output

@@ -72,7 +72,8 @@ def _se_kernels(node, ins, outs, deps):
     if idx.count:
         calls.append(KernelCall("indexing", "scatter_elements", jit, ARGS4,
                                 params=(axis + MAX_RANK - data.rank,),
-                                gws=(1 if red != "none" else idx.count,)))
+                                gws=(1 if red != "none" else idx.count,),
+                                lws=(1,) if red != "none" else None))
     return calls
 
 
@@ -115,7 +116,8 @@ def _nd_kernels(node, ins, outs, deps):
     calls = [_copy_data(node, data)] if data.count else []
     if rows * slice_:
         calls.append(KernelCall("indexing", "scatter_nd", jit, ARGS4, params=params,
-                                gws=(1 if red != "none" else rows * slice_,)))
+                                gws=(1 if red != "none" else rows * slice_,),
+                                lws=(1,) if red != "none" else None))
     return calls
 
 

@@ -70,3 +70,23 @@ KERNEL(cumsum)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
     Y[T_OFF(1) + gid] = acc;
 }
 #endif
+
+// ---- per-row mean and 1 / sqrt(variance + EPS) (LayerNormalization's Mean and InvStdDev) ------
+// Tensors: 0 X viewed as [rows, D], 1 mean [rows], 2 inv_std [rows]. PARAM(0) rows, PARAM(1) D.
+#ifdef ROW_STATS
+KERNEL(row_stats)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* mean,
+                  __global float* inv_std)
+{
+    const int r = get_global_id(0);
+    if (r >= PARAM(0)) return;
+    const int D = PARAM(1);
+    const __global float* x = X + T_OFF(0) + r * D;
+    float s = 0.0f;
+    for (int i = 0; i < D; ++i) s += x[i];
+    const float m = s / (float)D;
+    float v = 0.0f;
+    for (int i = 0; i < D; ++i) v += (x[i] - m) * (x[i] - m);
+    mean[T_OFF(1) + r] = m;
+    inv_std[T_OFF(2) + r] = 1.0f / sqrt(v / (float)D + EPS);
+}
+#endif

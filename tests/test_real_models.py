@@ -105,6 +105,11 @@ def test_gpt2_kv_cache_decode_with_feedback(device):
             assert_close(outs[n], ref_prev[n], 2e-4, 3e-5, f"step {k} output {n}")
     # the present buffers were appended in place while decoding (the KV-cache path)
     assert any(i.kv_past is not None for i in net.insts)
+    # the causal mask is shape math: Range, Trilu and its Slice run on the host (onnx.reference),
+    # Not, And and Where on the device (they read attention_mask)
+    host = {i.node.op for i in net.insts if i.node.host}
+    dev = {i.node.op for i in net.insts if not i.node.host}
+    assert {"Range", "Trilu", "ConstantOfShape"} <= host and {"Not", "And", "Where", "Split"} <= dev
 
 
 def test_gpt2_decode_through_the_cli(tmp_path):

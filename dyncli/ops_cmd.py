@@ -73,7 +73,7 @@ def command(
     console.print(f"ONNX node tests (onnx {doc.get('onnx')}): {summary['passed']}/{summary['run']} passed "
                   f"({100 * summary['rate']:.1f}%), {summary['excluded']} excluded "
                   f"(dyncli/conformance.py EXCLUDED says why); "
-                  f"{'run now' if run else 'from ' + conformance.NODE_RESULTS + ' (python -m dyncli.conformance)'}",
+                  f"{'run now' if run else 'from dyncli/node_tests.json (python -m dyncli.conformance)'}",
                   highlight=False)
     if op and doc:
         for name, v in sorted(doc["cases"].items()):

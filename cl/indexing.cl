@@ -7,6 +7,20 @@ inline int fix_index(long i, int n) {
     return (int)clamp(i, (long)0, (long)(n - 1));
 }
 
+// Offset in tensor `dt` of element `u` of tensor `it` (same rank, MAX_RANK-aligned) with its
+// coordinate on `axis` replaced by the index `idx`.
+inline int axis_replaced(SHAPE_INFO_PTR si, int it, int dt, int axis, int u, long idx) {
+    int off = 0, stride = 1;
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        const int n = si[it * TBLOCK + 1 + d], m = si[dt * TBLOCK + 1 + d];
+        const int c = d == axis ? fix_index(idx, m) : u % n;
+        u /= n;
+        off += c * stride;
+        stride *= m;
+    }
+    return off;
+}
+
 // ---- GatherElements: out[p] = data[p with p[axis] = indices[p]] ------------------------------
 // Tensors: 0 data, 1 indices, 2 out (the indices' shape). PARAM(0): axis as a MAX_RANK-aligned dim.
 #ifdef GATHER_ELEMENTS
@@ -15,14 +29,7 @@ KERNEL(gather_elements)(OPTIONAL_SHAPE_INFO_ARG __global const T* data,
 {
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(1)) return;
-    int rem = gid, off = 0, stride = 1;
-    for (int d = MAX_RANK - 1; d >= 0; --d) {
-        const int n = T_DIM(1, d), i = rem % n;
-        rem /= n;
-        const int c = d == PARAM(0) ? fix_index(indices[T_OFF(1) + gid], T_DIM(0, d)) : i;
-        off += c * stride;
-        stride *= T_DIM(0, d);
-    }
+    const int off = axis_replaced(shape_info, 1, 0, PARAM(0), gid, indices[T_OFF(1) + gid]);
     out[T_OFF(2) + gid] = data[T_OFF(0) + off];
 }
 #endif
@@ -37,14 +44,7 @@ KERNEL(scatter_elements)(OPTIONAL_SHAPE_INFO_ARG __global const T* data,
                          __global const TIDX* indices, __global const T* updates, __global T* out)
 {
     for (int u = get_global_id(0); u < T_COUNT(1); u += get_global_size(0)) {
-        int rem = u, off = 0, stride = 1;
-        for (int d = MAX_RANK - 1; d >= 0; --d) {
-            const int n = T_DIM(1, d), i = rem % n;
-            rem /= n;
-            const int c = d == PARAM(0) ? fix_index(indices[T_OFF(1) + u], T_DIM(3, d)) : i;
-            off += c * stride;
-            stride *= T_DIM(3, d);
-        }
+        const int off = axis_replaced(shape_info, 1, 3, PARAM(0), u, indices[T_OFF(1) + u]);
         REDUCE_INTO(out[T_OFF(3) + off], updates[T_OFF(2) + u]);
     }
 }

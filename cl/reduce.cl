@@ -11,21 +11,18 @@ KERNEL(reduce)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global TOUT* Y)
 {
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(1)) return;
-    int rem = gid, base = T_OFF(0);
-    for (int k = 0; k < 3; ++k) {
-        const int n = PARAM(k);
-        const int i = rem % n;
-        rem /= n;
-        base += i * PARAM(3 + k);
-    }
+    int base = T_OFF(0);
+    for (int k = 0, rem = gid; k < 3; rem /= PARAM(k), ++k)
+        base += (rem % PARAM(k)) * PARAM(3 + k);
+    // the reduced groups walked as one flat range (outermost group slowest)
+    const int n1 = PARAM(7), n2 = PARAM(8), total = PARAM(6) * n1 * n2;
     TACC acc;
     REDUCE_INIT(acc);
-    for (int a = 0; a < PARAM(6); ++a)
-        for (int b = 0; b < PARAM(7); ++b)
-            for (int c = 0; c < PARAM(8); ++c) {
-                const TACC v = (TACC)X[base + a * PARAM(9) + b * PARAM(10) + c * PARAM(11)];
-                REDUCE_ACC(acc, v);
-            }
+    for (int j = 0; j < total; ++j) {
+        const int c = j % n2, b = (j / n2) % n1, a = j / (n1 * n2);
+        const TACC v = (TACC)X[base + a * PARAM(9) + b * PARAM(10) + c * PARAM(11)];
+        REDUCE_ACC(acc, v);
+    }
     Y[T_OFF(1) + gid] = (TOUT)(REDUCE_FINAL(acc));
 }
 #endif

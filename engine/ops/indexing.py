@@ -56,6 +56,13 @@ def _scatter_jit(node, data, idx, flag):
                  ("REDUCE_INTO(o, v)", REDUCTIONS[red]), ("IMPL_TAG", node.op))
 
 
+def _update_call(node, kernel, jit, red, params, n) -> KernelCall:
+    """The updates kernel over n updates: one work-item in index order with a reduction."""
+    serial = red != "none"
+    return KernelCall("indexing", kernel, jit, ARGS4, params=params, gws=(1 if serial else n,),
+                      lws=(1,) if serial else None)
+
+
 def _copy_data(node, data):
     st = contiguous_strides(data.shape)
     return copy_call(node, data.dtype, data.shape, st, 0, st, 0)
@@ -70,10 +77,8 @@ def _se_kernels(node, ins, outs, deps):
     red, jit = _scatter_jit(node, data, idx, "SCATTER_ELEMENTS")
     calls = [_copy_data(node, data)] if data.count else []
     if idx.count:
-        calls.append(KernelCall("indexing", "scatter_elements", jit, ARGS4,
-                                params=(axis + MAX_RANK - data.rank,),
-                                gws=(1 if red != "none" else idx.count,),
-                                lws=(1,) if red != "none" else None))
+        calls.append(_update_call(node, "scatter_elements", jit, red, (axis + MAX_RANK - data.rank,),
+                                  idx.count))
     return calls
 
 
@@ -115,9 +120,7 @@ def _nd_kernels(node, ins, outs, deps):
     params = (k, slice_, rows) + tuple(st) + tuple(pad) + tuple(data.shape[:k]) + tuple(pad)
     calls = [_copy_data(node, data)] if data.count else []
     if rows * slice_:
-        calls.append(KernelCall("indexing", "scatter_nd", jit, ARGS4, params=params,
-                                gws=(1 if red != "none" else rows * slice_,),
-                                lws=(1,) if red != "none" else None))
+        calls.append(_update_call(node, "scatter_nd", jit, red, params, rows * slice_))
     return calls
 
 

@@ -5,6 +5,8 @@ The reduced axes are an attribute before ReduceSum-13 and the others' opset 18, 
 input after (a shape dep: its value picks the output shape)."""
 from __future__ import annotations
 
+import numpy as np
+
 from engine.kernels import KernelCall
 from engine.layout import Layout, cl_type
 from engine.ops import register
@@ -32,21 +34,18 @@ LIMITS = {"f32": ("-INFINITY", "INFINITY"), "f64": ("-INFINITY", "INFINITY"),
 
 def reduce_axes(node, ins, deps):
     """Normalised reduced axes (a sorted tuple) and keepdims."""
-    rank = ins[0].rank
-    keepdims = int(node.attrs.get("keepdims", 1))
-    if node.opset >= AXES_INPUT_SINCE.get(node.op, 18):
-        axes = deps.get(1)
-        axes = [] if axes is None else [int(a) for a in axes.reshape(-1)]
-        if not axes and int(node.attrs.get("noop_with_empty_axes", 0)):
+    rank, keepdims = ins[0].rank, int(node.attrs.get("keepdims", 1))
+    from_input = node.opset >= AXES_INPUT_SINCE.get(node.op, 18)
+    raw = deps.get(1) if from_input else node.attrs.get("axes")
+    axes = [] if raw is None else [int(a) for a in np.asarray(raw).reshape(-1)]
+    if not axes:   # none given: all, or none at all with noop_with_empty_axes (opset 13/18+)
+        if from_input and int(node.attrs.get("noop_with_empty_axes", 0)):
             return (), keepdims
-    else:
-        axes = [int(a) for a in node.attrs.get("axes") or []]
-    if not axes:
         axes = list(range(rank))
-    norm = sorted({norm_axis(a, rank) for a in axes}) if rank else []
-    if len(norm) != len(axes):
+    picked = {norm_axis(a, rank) for a in axes} if rank else set()
+    if rank and len(picked) < len(axes):
         raise ShapeInferenceError(f"{node.op} {node.name}: repeated axes {axes}")
-    return tuple(norm), keepdims
+    return tuple(sorted(picked)), keepdims
 
 
 def _reduce_kernels(node, ins, outs, deps):

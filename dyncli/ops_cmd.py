@@ -26,7 +26,7 @@ def op_rows(doc: dict | None) -> list[dict]:
         runs = [v for v in versions if v >= (max((x for x in versions if x <= OLDEST_OPSET), default=0))]
         s = stats.get(op, {"passed": 0, "total": 0, "excluded": 0, "dtypes": []})
         rows.append({
-            "op": op, "family": OPS[op].infer.__module__.rsplit(".", 1)[-1],
+            "op": op, "family": getattr(OPS[op].infer, "__wrapped__", OPS[op].infer).__module__.rsplit(".", 1)[-1],
             "opsets": [runs[0] if runs else None, MAX_OPSET],
             "checked": CHECKED.get(op, DEFAULT_CHECKED), "newest": versions[-1] if versions else None,
             "dtypes": s["dtypes"], "passed": s["passed"], "total": s["total"], "excluded": s["excluded"],

@@ -60,4 +60,5 @@ def _kernels(node, ins, outs, deps):
     return calls
 
 
+_infer.__wrapped__, _kernels.__wrapped__ = _infer_y, _kernels_y   # the op's own module stays its family
 _LN.infer, _LN.kernels = _infer, _kernels

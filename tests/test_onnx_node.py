@@ -8,6 +8,8 @@ one impl cache (the backend's), so a kernel (source, jit) is built once for the 
 """
 import unittest
 
+import numpy as np
+
 import pytest
 
 from dyncli import conformance
@@ -97,3 +99,24 @@ def test_dyncli_ops_prints_the_recorded_figures():
     assert r.exit_code == 0 and f"{recorded['passed']}/{recorded['run']} passed" in r.output
     r = CliRunner().invoke(app, ["ops", "--op", "Sin"])
     assert r.exit_code == 2 and "not a supported op" in r.output
+
+
+def test_backend_supports_model_and_runs_with_engine_options():
+    from onnx import TensorProto, helper
+    from dyncli import backend
+
+    def model(op):
+        g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    assert backend.DynCliBackend.supports_model(model("Abs"))
+    assert not backend.DynCliBackend.supports_model(model("Sin"))
+    x = np.array([-1.5, 0.0, 2.0], np.float32)
+    (y,) = backend.run(model("Neg"), [x], device="CPU", impls="dynamic", memory_pool=False)
+    np.testing.assert_array_equal(y, -x)
+    rep = backend.prepare(model("Abs"), "CPU")
+    for n in (3, 7, 3):   # one prepared model over several shapes
+        v = np.linspace(-1, 1, n).astype(np.float32)
+        np.testing.assert_array_equal(rep.run({"x": v})[0], np.abs(v))

@@ -9,6 +9,9 @@
 // shape_info layout (the engine writes it, engine/kernels.py): for each tensor argument in
 // order, a block of 1 + MAX_RANK ints: [element offset, dims right-aligned to MAX_RANK (leading
 // 1s)], then the op's integer parameters.
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
 #define MAX_RANK 6
 #define TBLOCK (MAX_RANK + 1)
 

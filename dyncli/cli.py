@@ -254,6 +254,10 @@ from dyncli import predictor_sim  # noqa: E402 - registered after the helpers it
 
 app.command("predictor-sim", help=predictor_sim.HELP, epilog=predictor_sim.EPILOG)(predictor_sim.command)
 
+from dyncli import ops_cmd  # noqa: E402
+
+app.command("ops", help=ops_cmd.HELP)(ops_cmd.command)
+
 
 def main():
     try:

@@ -17,9 +17,19 @@ DTYPES = {
     "i64": (np.dtype(np.int64), "long"),
     "i32": (np.dtype(np.int32), "int"),
     "bool": (np.dtype(np.bool_), "uchar"),
+    # the integer types ONNX's node tests use; f64 needs cl_khr_fp64 (a build error names it)
+    "i8": (np.dtype(np.int8), "char"),
+    "u8": (np.dtype(np.uint8), "uchar"),
+    "i16": (np.dtype(np.int16), "short"),
+    "u16": (np.dtype(np.uint16), "ushort"),
+    "u32": (np.dtype(np.uint32), "uint"),
+    "u64": (np.dtype(np.uint64), "ulong"),
+    "f64": (np.dtype(np.float64), "double"),
 }
 _FROM_ONNX = {TensorProto.FLOAT: "f32", TensorProto.INT64: "i64", TensorProto.INT32: "i32",
-              TensorProto.BOOL: "bool"}
+              TensorProto.BOOL: "bool", TensorProto.INT8: "i8", TensorProto.UINT8: "u8",
+              TensorProto.INT16: "i16", TensorProto.UINT16: "u16", TensorProto.UINT32: "u32",
+              TensorProto.UINT64: "u64", TensorProto.DOUBLE: "f64"}
 _FROM_NUMPY = {v[0]: k for k, v in DTYPES.items()}
 
 

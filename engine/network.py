@@ -44,12 +44,15 @@ class Network:
                  predictor: str = "openvino", feedback: dict | None = None,
                  impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
                  profile: bool = False, memory_pool: bool = True, fast_path: bool = True,
-                 prebuild_workers: int = 8):
+                 prebuild_workers: int = 8, context: cl.Context | None = None,
+                 impl_cache: ImplCache | None = None):
         if impls not in IMPL_MODES:
             raise ValueError(f"impls must be one of {', '.join(IMPL_MODES)}, not {impls!r}")
         self.program = program
         self.device = device or select_device()
-        self.ctx = cl.Context([self.device])
+        # many small networks (the ONNX backend's node tests) may share one context and one
+        # impl cache: a kernel built for one serves them all
+        self.ctx = context or cl.Context([self.device])
         self.device_type = "cpu" if self.device.type & cl.device_type.CPU else "gpu"
         self.queue = cl.CommandQueue(
             self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
@@ -62,7 +65,7 @@ class Network:
         self.trace = trace or NullTrace()
         # output preallocation policy (engine/predictors.py); --prealloc tunes "openvino"
         self.predictor = make_predictor(predictor, prealloc, self.device.global_mem_size)
-        self.impls = ImplCache(impl_cache_capacity)
+        self.impls = impl_cache if impl_cache is not None else ImplCache(impl_cache_capacity)
         self.iter = -1
         self.counters: Counter = Counter()
         self.shape_of_changed: set = set()

@@ -279,7 +279,9 @@ class PrimitiveInst:
         if reason != "view" and dst.capacity:   # its own buffer is not needed while skipped
             self.net.release(dst)
             dst.state = BufferState()
-        dst.buf, dst.offset, dst.host = src.buf, src.offset, src.host
+        dst.buf, dst.offset = src.buf, src.offset
+        # a host copy the input had is this output's value under the output's shape
+        dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
         dst.version = src.version
         dst.dev_version = src.dev_version
         self._rec("realloc", "view")

@@ -15,6 +15,7 @@ What happens here, once per model:
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ from onnx.reference import ReferenceEvaluator
 from engine.layout import Layout, dtype_from_onnx
 from engine.ops import OPS
 
-MIN_OPSET, MAX_OPSET = 9, 21
+from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops  # noqa: E402
 
 
 class ModelError(ValueError):
@@ -99,6 +100,7 @@ class Program:
     users: dict = field(default_factory=dict)       # tensor -> [nodes]
     fused: int = 0                                   # nodes fused into their producer
     folded: int = 0
+    warnings: list = field(default_factory=list)     # e.g. ops not checked at this opset
 
     def node_count(self) -> int:
         return len(self.nodes)
@@ -122,7 +124,7 @@ def _declared(vi) -> tuple[Layout, tuple]:
     if dt is None:
         raise ModelError(f"input {vi.name!r} has element type "
                          f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, not supported "
-                         "(float32, int64, int32, bool are)")
+                         "(float32, float64, bool and the 8 to 64-bit integers are)")
     names, shape = [], []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
@@ -170,7 +172,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
                   attention: bool = True) -> Program:
     """`attention=False` keeps the attention chain as separate nodes (engine/attention.py)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+    if opset is None or opset < MIN_OPSET:
         raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")
     g = model.graph
     foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
@@ -182,6 +184,20 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
         parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
                  for op, ns in sorted(unsupported.items())] + [f"{f} (custom domain)" for f in foreign]
         raise ModelError("unsupported ops: " + "; ".join(parts))
+
+    # a newer opset runs; the ops whose schema there was never checked are named once
+    notes = []
+    used = {n.op_type for n in g.node if n.domain in ("", "ai.onnx")}
+    old = too_old_ops(used, opset)
+    if old:
+        raise ModelError(f"opset {opset}: the versions of {', '.join(old)} it selects are older "
+                         "than the engine runs (those of opset 7 and later)")
+    unchecked = unchecked_ops(used, opset)
+    if unchecked:
+        notes.append(f"opset {opset}: {', '.join(unchecked)} not checked against the schema "
+                     f"version{'s' if len(unchecked) > 1 else ''} it selects"
+                     + (f" (the installed onnx knows opsets up to {MAX_OPSET})" if opset > MAX_OPSET else ""))
+        warnings.warn(notes[-1], stacklevel=2)
 
     constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     inputs, dim_names = {}, {}
@@ -211,7 +227,8 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
             kept.append(n)
 
     outputs = [o.name for o in g.output]
-    prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded)
+    prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded,
+                   warnings=notes)
     _link(prog)
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
@@ -255,8 +272,8 @@ def _check_outputs(prog: Program) -> None:
         if o not in prog.producers and o not in prog.inputs and o not in prog.constants:
             raise ModelError(f"graph output {o!r} is produced by no node")
     for name, v in prog.constants.items():
-        if v.dtype.kind == "f" and v.dtype != np.float32 and name in prog.users:
-            raise ModelError(f"constant {name!r} is {v.dtype}; only float32 data is supported")
+        if v.dtype.kind == "f" and v.dtype not in (np.float32, np.float64) and name in prog.users:
+            raise ModelError(f"constant {name!r} is {v.dtype}; only float32 and float64 data are supported")
 
 
 def _mark_static(prog: Program) -> None:

@@ -32,6 +32,8 @@ __all__ = [
     "light_model_paths",
     "real_inputs",
     "make_input_dynamic",
+    "bert_sdpa_encoder",
+    "gpt2_decoder_step",
 ]
 
 
@@ -553,7 +555,7 @@ def make_input_dynamic(model: onnx.ModelProto, dim_params=("batch", None, "heigh
 
 
 # --------------------------------------------------------------------------
-# 5. benchmark-size models (examples/make_models.py --bench writes them)
+# 7. benchmark-size models (examples/make_models.py --bench writes them)
 # --------------------------------------------------------------------------
 def bert_encoder(layers: int = 6, d_model: int = 384, heads: int = 12, ff: int = 1536,
                  vocab: int = 30522, max_pos: int = 512, seed: int = 0) -> onnx.ModelProto:
@@ -632,3 +634,177 @@ def gpt2_decoder(layers: int = 12, d_model: int = 768, heads: int = 12, vocab: i
     lm = b.weight("lm_head.weight", (d_model, vocab), d_model)
     b.nodes.append(helper.make_node("MatMul", [x, lm], ["logits"], name="lm_head"))
     return b.model(inputs, outputs, "gpt2_decoder")
+
+# 6. real-model patterns (issue 13): a BERT-family encoder with the sdpa-style
+#    mask of current transformers exports, and a GPT-2-style KV-cache decode step
+# --------------------------------------------------------------------------
+class _TypedBuilder(_Builder):
+    """_Builder whose float weights and constants are of `dtype` (float32 by default; a
+    float16 variant only changes this)."""
+
+    def __init__(self, opset: int, seed: int, dtype=np.float32):
+        super().__init__(opset, seed)
+        self.dtype = np.dtype(dtype)
+        self.elem = helper.np_dtype_to_tensor_dtype(self.dtype)
+
+    def init(self, name, arr):
+        arr = np.asarray(arr)
+        return super().init(name, arr.astype(self.dtype) if arr.dtype.kind == "f" else arr)
+
+    def fconst(self, value) -> str:
+        return self.const(value, self.dtype)
+
+    def layer_norm(self, x, prefix, d, eps=1e-5):
+        gamma = self.init(f"{prefix}.weight", 1 + 0.1 * self.rng.standard_normal(d))
+        beta = self.init(f"{prefix}.bias", 0.1 * self.rng.standard_normal(d))
+        return self.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=eps)
+
+    def scalar_dim(self, x, index):
+        """x.size(index) as a 0-d int64 (what Range takes)."""
+        return self.op("Gather", [self.op("Shape", [x]), self.const(index, np.int64)], axis=0)
+
+    def heads(self, t, heads, d_head):
+        target = self.op("Concat", [self.dim(t, 0), self.dim(t, 1), self.const([heads, d_head], np.int64)], axis=0)
+        return self.op("Transpose", [self.op("Reshape", [t, target])], perm=[0, 2, 1, 3])
+
+    def merge(self, t, d_model):
+        t = self.op("Transpose", [t], perm=[0, 2, 1, 3])
+        target = self.op("Concat", [self.dim(t, 0), self.dim(t, 1), self.const([d_model], np.int64)], axis=0)
+        return self.op("Reshape", [t, target])
+
+
+def bert_sdpa_encoder(seed: int = 0, layers: int = 2, d_model: int = 32, heads: int = 2,
+                      ff: int = 64, vocab: int = 100, max_pos: int = 64, opset: int = 17,
+                      dtype=np.float32) -> onnx.ModelProto:
+    """A BERT-family encoder (`layers` post-LN layers) with the attention mask the sdpa path of
+    current transformers exports: key/query positions from Range over the traced sizes, each
+    key's padding flag picked from attention_mask with GatherElements, position checks with
+    GreaterOrEqual/Less, combined with And into a bool [batch, 1, seq, seq] mask, turned into a
+    score bias with Where(mask, 0, finfo.min), and the softmax guarded by Where(IsNaN(p), 0, p)
+    (rows whose keys are all padding). opset >= 20 uses the Gelu op, else erf GELU.
+
+    inputs : input_ids int64[batch, seq], attention_mask int64[batch, seq]
+    output : last_hidden_state dtype[batch, seq, d_model]
+    """
+    b = _TypedBuilder(opset, seed, dtype)
+    d_head = d_model // heads
+    word = b.init("embeddings.word_embeddings.weight", b.rng.standard_normal((vocab, d_model)))
+    pos_tab = b.init("embeddings.position_embeddings.weight", 0.5 * b.rng.standard_normal((max_pos, d_model)))
+    seq = b.scalar_dim("input_ids", 1)
+    zero, one = b.const(0, np.int64), b.const(1, np.int64)
+    pos = b.op("Range", [zero, seq, one])                                       # [seq]
+    emb = b.op("Add", [b.op("Gather", [word, "input_ids"], axis=0), b.op("Gather", [pos_tab, pos], axis=0)])
+    x = b.layer_norm(emb, "embeddings.LayerNorm", d_model)
+
+    # ---- the sdpa mask ----
+    kv_idx = b.op("Range", [zero, b.scalar_dim("attention_mask", 1), one])      # [kv]
+    q_idx = b.op("Range", [zero, seq, one])                                      # [seq]
+    # padding_mask[batch_idx, kv_idx]: GatherElements over the expanded key indices
+    idx = b.op("Expand", [b.unsqueeze(kv_idx, [0]), b.op("Shape", ["attention_mask"])])
+    pad_ok = b.op("Cast", [b.op("GatherElements", ["attention_mask", idx], axis=1)], to=TensorProto.BOOL)
+    kv_ok = b.op("And", [b.op("GreaterOrEqual", [kv_idx, zero]),
+                         b.op("Less", [kv_idx, b.scalar_dim("attention_mask", 1)])])
+    q_ok = b.op("GreaterOrEqual", [q_idx, zero])
+    mask = b.op("And", [b.unsqueeze(pad_ok, [1, 2]), b.unsqueeze(kv_ok, [0, 1, 2])])   # [b, 1, 1, kv]
+    mask = b.op("And", [mask, b.unsqueeze(q_ok, [0, 1, 3])])                         # [b, 1, seq, kv]
+    bias = b.op("Where", [mask, b.fconst(0.0), b.fconst(float(np.finfo(b.dtype).min))])
+
+    scale = b.fconst(1.0 / math.sqrt(d_head))
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+        q = b.heads(b.linear(x, f"{p}.attention.self.query", d_model, d_model), heads, d_head)
+        k = b.heads(b.linear(x, f"{p}.attention.self.key", d_model, d_model), heads, d_head)
+        v = b.heads(b.linear(x, f"{p}.attention.self.value", d_model, d_model), heads, d_head)
+        scores = b.op("Mul", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]), scale])
+        probs = b.op("Softmax", [b.op("Add", [scores, bias])], axis=-1)
+        probs = b.op("Where", [b.op("IsNaN", [probs]), b.fconst(0.0), probs])
+        ctx = b.merge(b.op("MatMul", [probs, v]), d_model)
+        attn = b.linear(ctx, f"{p}.attention.output.dense", d_model, d_model)
+        h = b.layer_norm(b.op("Add", [attn, x]), f"{p}.attention.output.LayerNorm", d_model)
+        f = b.linear(h, f"{p}.intermediate.dense", d_model, ff)
+        if opset >= 20:
+            g = b.op("Gelu", [f])
+        else:
+            erf = b.op("Erf", [b.op("Div", [f, b.fconst(math.sqrt(2.0))])])
+            g = b.op("Mul", [b.op("Mul", [f, b.op("Add", [erf, b.fconst(1.0)])]), b.fconst(0.5)])
+        f2 = b.linear(g, f"{p}.output.dense", ff, d_model, gain=math.sqrt(2))
+        x = b.layer_norm(b.op("Add", [f2, h]), f"{p}.output.LayerNorm", d_model)
+    b.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="Identity_out"))
+    return b.model([_vi("input_ids", INT64, ["batch", "seq"]), _vi("attention_mask", INT64, ["batch", "seq"])],
+                   [_vi("last_hidden_state", b.elem, ["batch", "seq", d_model])], "bert_sdpa_encoder")
+
+
+def gpt2_decoder_step(seed: int = 0, layers: int = 2, d_model: int = 32, heads: int = 2,
+                      vocab: int = 100, max_pos: int = 64, opset: int = 17,
+                      dtype=np.float32) -> onnx.ModelProto:
+    """A GPT-2-style decoder step over a KV cache: position ids by Range(past, past + new), a
+    fused QKV projection (c_attn) cut by Split, present = Concat(past, new) per layer, a causal
+    mask from Trilu over a ConstantOfShape of ones sliced to the new rows, combined with the
+    padding of attention_mask and inverted with Not, applied as Where(masked, finfo.min,
+    scores); GELU in GPT-2's tanh form (Pow/Tanh), an RMS-norm-style chain (Pow, ReduceMean,
+    Sqrt, Div, Mul) before the tied LM head.
+
+    inputs : input_ids int64[batch, new], attention_mask int64[batch, past + new],
+             past_key_{i}, past_value_{i} dtype[batch, heads, past, d_head]
+    outputs: logits dtype[batch, new, vocab], present_key_{i}, present_value_{i}
+             dtype[batch, heads, past + new, d_head]
+    """
+    b = _TypedBuilder(opset, seed, dtype)
+    d_head = d_model // heads
+    wte = b.init("transformer.wte.weight", b.rng.standard_normal((vocab, d_model)))
+    wpe = b.init("transformer.wpe.weight", 0.5 * b.rng.standard_normal((max_pos, d_model)))
+    past = b.scalar_dim("past_key_0", 2)
+    new = b.scalar_dim("input_ids", 1)
+    total = b.op("Add", [past, new])
+    pos = b.op("Range", [past, total, b.const(1, np.int64)])                     # [new]
+    x = b.op("Add", [b.op("Gather", [wte, "input_ids"], axis=0), b.op("Gather", [wpe, pos], axis=0)])
+
+    # causal [new, total]: rows past..total of tril(ones(total, total))
+    tt = b.op("Concat", [b.unsqueeze(total, [0]), b.unsqueeze(total, [0])], axis=0)
+    ones = b.op("ConstantOfShape", [tt], value=numpy_helper.from_array(np.ones(1, np.bool_)))
+    causal = b.op("Trilu", [ones], upper=0)
+    causal = b.op("Slice", [causal, b.unsqueeze(past, [0]), b.unsqueeze(total, [0]), b.const([0], np.int64)])
+    pad = b.op("Cast", ["attention_mask"], to=TensorProto.BOOL)                  # [b, total]
+    keep = b.op("And", [b.unsqueeze(causal, [0, 1]), b.unsqueeze(pad, [1, 2])])  # [b, 1, new, total]
+    masked = b.op("Not", [keep])
+    low = b.fconst(float(np.finfo(b.dtype).min))
+    scale = b.fconst(1.0 / math.sqrt(d_head))
+
+    presents = []
+    for i in range(layers):
+        p = f"transformer.h.{i}"
+        h = b.layer_norm(x, f"{p}.ln_1", d_model)
+        qkv = b.linear(h, f"{p}.attn.c_attn", d_model, 3 * d_model)
+        if opset >= 13:
+            q, k, v = b.op("Split", [qkv, b.const([d_model] * 3, np.int64)], n_out=3, axis=-1)
+        else:
+            q, k, v = b.op("Split", [qkv], n_out=3, axis=-1, split=[d_model] * 3)
+        q, k, v = (b.heads(t, heads, d_head) for t in (q, k, v))
+        pk, pv = f"present_key_{i}", f"present_value_{i}"
+        b.nodes.append(helper.make_node("Concat", [f"past_key_{i}", k], [pk], name=f"Concat_{pk}", axis=2))
+        b.nodes.append(helper.make_node("Concat", [f"past_value_{i}", v], [pv], name=f"Concat_{pv}", axis=2))
+        presents += [pk, pv]
+        scores = b.op("Mul", [b.op("MatMul", [q, b.op("Transpose", [pk], perm=[0, 1, 3, 2])]), scale])
+        probs = b.op("Softmax", [b.op("Where", [masked, low, scores])], axis=-1)
+        attn = b.linear(b.merge(b.op("MatMul", [probs, pv]), d_model), f"{p}.attn.c_proj", d_model, d_model)
+        x = b.op("Add", [x, attn])
+        h = b.layer_norm(x, f"{p}.ln_2", d_model)
+        f = b.linear(h, f"{p}.mlp.c_fc", d_model, 4 * d_model)
+        cube = b.op("Mul", [b.op("Pow", [f, b.fconst(3.0)]), b.fconst(0.044715)])
+        t = b.op("Tanh", [b.op("Mul", [b.op("Add", [f, cube]), b.fconst(math.sqrt(2 / math.pi))])])
+        g = b.op("Mul", [b.op("Mul", [f, b.fconst(0.5)]), b.op("Add", [t, b.fconst(1.0)])])
+        x = b.op("Add", [x, b.linear(g, f"{p}.mlp.c_proj", 4 * d_model, d_model, gain=math.sqrt(2))])
+    # RMS norm as exporters write it: x / sqrt(mean(x^2) + eps) * weight
+    ms = b.reduce_mean(b.op("Pow", [x, b.fconst(2.0)]), [-1])
+    x = b.op("Div", [x, b.op("Sqrt", [b.op("Add", [ms, b.fconst(1e-6)])])])
+    x = b.op("Mul", [x, b.init("transformer.norm.weight", 1 + 0.1 * b.rng.standard_normal(d_model))])
+    wte_t = b.op("Transpose", [wte], perm=[1, 0])
+    b.nodes.append(helper.make_node("MatMul", [x, wte_t], ["logits"], name="MatMul_lm_head"))
+
+    cache = ["batch", heads, "past", d_head]
+    present = ["batch", heads, "total", d_head]
+    ins = [_vi("input_ids", INT64, ["batch", "new"]), _vi("attention_mask", INT64, ["batch", "total"])]
+    for i in range(layers):
+        ins += [_vi(f"past_key_{i}", b.elem, cache), _vi(f"past_value_{i}", b.elem, cache)]
+    outs = [_vi("logits", b.elem, ["batch", "new", vocab])] + [_vi(n, b.elem, present) for n in presents]
+    return b.model(ins, outs, "gpt2_decoder_step")

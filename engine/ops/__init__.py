@@ -57,3 +57,4 @@ def supported_ops() -> list[str]:
 # Importing the families fills OPS.
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: E402,F401
 from engine.ops import attention  # noqa: E402,F401
+from engine.ops import activation, logic, reduce, indexing, arrange, einsum, norm_stats  # noqa: E402,F401

@@ -33,7 +33,15 @@ def _infer_broadcast(node, ins, deps):
     return [Layout(broadcast(*[l.shape for l in ins]), _same_dtype(node, ins))]
 
 
+def _infer_pow(node, ins, deps):
+    # the exponent may have its own type (opset 12+); the result has the base's
+    return [Layout(broadcast(*[l.shape for l in ins]), ins[0].dtype)]
+
+
 for _op, _expr in BINARY.items():
+    if _op == "Pow":
+        register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_pow)
+        continue
     register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
 for _op, _expr in UNARY.items():
     register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)

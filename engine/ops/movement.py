@@ -92,8 +92,13 @@ def _identity(node, ins, deps):
     return [Layout(ins[0].shape, ins[0].dtype)]
 
 
-@_view("Dropout")
+@_view("Dropout", deps=(1, 2))
 def _dropout(node, ins, deps):
+    # training_mode (opset 12+ input) with a ratio drops at random: not an inference
+    t, r = deps.get(2), deps.get(1)
+    ratio = 0.5 if r is None else float(r.reshape(-1)[0])
+    if t is not None and bool(t.reshape(-1)[0]) and ratio != 0:
+        raise ShapeInferenceError(f"Dropout {node.name}: training_mode=1 is not supported")
     # Inference mode: output = input. The optional mask output is refused at import when
     # anything reads it (engine/program.py), so only the data output gets a layout.
     return [Layout(ins[0].shape, ins[0].dtype)]

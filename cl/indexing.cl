@@ -1,0 +1,70 @@
+// Element indexing: GatherElements, ScatterElements, ScatterND. JIT: T data type, TIDX index
+// type. Negative indices count from the end; out-of-range ones are an error in ONNX and are
+// clamped here so that a bad model cannot touch memory outside its tensors.
+
+inline int fix_index(long i, int n) {
+    if (i < 0) i += n;
+    return (int)clamp(i, (long)0, (long)(n - 1));
+}
+
+// Offset in tensor `dt` of element `u` of tensor `it` (same rank, MAX_RANK-aligned) with its
+// coordinate on `axis` replaced by the index `idx`.
+inline int axis_replaced(SHAPE_INFO_PTR si, int it, int dt, int axis, int u, long idx) {
+    int off = 0, stride = 1;
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        const int n = si[it * TBLOCK + 1 + d], m = si[dt * TBLOCK + 1 + d];
+        const int c = d == axis ? fix_index(idx, m) : u % n;
+        u /= n;
+        off += c * stride;
+        stride *= m;
+    }
+    return off;
+}
+
+// ---- GatherElements: out[p] = data[p with p[axis] = indices[p]] ------------------------------
+// Tensors: 0 data, 1 indices, 2 out (the indices' shape). PARAM(0): axis as a MAX_RANK-aligned dim.
+#ifdef GATHER_ELEMENTS
+KERNEL(gather_elements)(OPTIONAL_SHAPE_INFO_ARG __global const T* data,
+                        __global const TIDX* indices, __global T* out)
+{
+    const int gid = get_global_id(0);
+    if (gid >= T_COUNT(1)) return;
+    const int off = axis_replaced(shape_info, 1, 0, PARAM(0), gid, indices[T_OFF(1) + gid]);
+    out[T_OFF(2) + gid] = data[T_OFF(0) + off];
+}
+#endif
+
+// REDUCE_INTO(o, v): store v into the output element o (none / add / mul / max / min).
+// The host runs one work-item when a reduction is set, so duplicate indices accumulate in order.
+
+// ---- ScatterElements: out = data, then out[p with p[axis] = indices[p]] <- updates[p] --------
+// Tensors: 0 data, 1 indices, 2 updates, 3 out. PARAM(0): axis (aligned dim).
+#ifdef SCATTER_ELEMENTS
+KERNEL(scatter_elements)(OPTIONAL_SHAPE_INFO_ARG __global const T* data,
+                         __global const TIDX* indices, __global const T* updates, __global T* out)
+{
+    for (int u = get_global_id(0); u < T_COUNT(1); u += get_global_size(0)) {
+        const int off = axis_replaced(shape_info, 1, 3, PARAM(0), u, indices[T_OFF(1) + u]);
+        REDUCE_INTO(out[T_OFF(3) + off], updates[T_OFF(2) + u]);
+    }
+}
+#endif
+
+// ---- ScatterND: out = data, then out[indices[r, :k], ...] <- updates[r, ...] ------------------
+// Tensors: 0 data, 1 indices [rows, k] (flattened), 2 updates [rows, slice], 3 out.
+// PARAM(0): k, PARAM(1): slice (elements per index row), PARAM(2): rows,
+// PARAM(3..8): element strides of out's first k dims, PARAM(9..14): those dims.
+#ifdef SCATTER_ND
+KERNEL(scatter_nd)(OPTIONAL_SHAPE_INFO_ARG __global const T* data,
+                   __global const TIDX* indices, __global const T* updates, __global T* out)
+{
+    const int k = PARAM(0), slice = PARAM(1), total = PARAM(1) * PARAM(2);
+    for (int u = get_global_id(0); u < total; u += get_global_size(0)) {
+        const int r = u / slice;
+        int off = u - r * slice;
+        for (int j = 0; j < k; ++j)
+            off += fix_index(indices[T_OFF(1) + r * k + j], PARAM(9 + j)) * PARAM(3 + j);
+        REDUCE_INTO(out[T_OFF(3) + off], updates[T_OFF(2) + u]);
+    }
+}
+#endif

@@ -1,0 +1,131 @@
+"""Elementwise math and activations on the eltwise kernel (cl/eltwise.cl): Neg, Abs, Exp, Log,
+Reciprocal, Gelu, Softplus, HardSigmoid, HardSwish, LeakyRelu, Elu, PRelu, Clip, Min, Max.
+
+Attributes become literals of the expression (JIT), so each attribute value is its own build.
+Not fusable into producers (engine/fusion.py fuses the float-only BINARY/UNARY of eltwise.py).
+"""
+from __future__ import annotations
+
+import math
+
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
+
+FLOATS = ("f32", "f64")
+SIGNED = ("i8", "i16", "i32", "i64")
+UNSIGNED = ("u8", "u16", "u32", "u64")
+NUMERIC = FLOATS + SIGNED + UNSIGNED
+
+
+def lit(v, dtype="f32") -> str:
+    """A float attribute as a C literal of the output type."""
+    v = float(v)
+    if math.isnan(v):
+        return "(TOUT)NAN"
+    if math.isinf(v):
+        return "(TOUT)INFINITY" if v > 0 else "(TOUT)(-INFINITY)"
+    return f"(TOUT){v!r}" + ("f" if dtype == "f32" else "")
+
+
+def _check(node, ins, allowed):
+    dts = {l.dtype for l in ins if l is not None}
+    if len(dts) != 1:
+        raise ShapeInferenceError(f"{node.op} {node.name}: inputs have different types {sorted(dts)}")
+    dt = dts.pop()
+    if dt not in allowed:
+        raise ShapeInferenceError(f"{node.op} {node.name}: element type {dt} is not supported "
+                                  f"({', '.join(allowed)} are)")
+    return dt
+
+
+def _present(ins):
+    return tuple(i for i, l in enumerate(ins) if l is not None)
+
+
+def _op(name, expr_of, allowed=FLOATS):
+    """Register an elementwise op: expr_of(node, dtype, n_inputs) -> C expression."""
+    def kernels(node, ins, outs, deps):
+        idx = _present(ins)
+        return [eltwise_call(node, ins, outs[0], expr_of(node, outs[0].dtype, len(idx)), inputs=idx)]
+
+    def infer(node, ins, deps):
+        dt = _check(node, ins, allowed)
+        return [Layout(broadcast(*[l.shape for l in ins if l is not None]), dt)]
+
+    register(name, kernels=kernels, host_ok=True)(infer)
+
+
+def _a(node, key, default):
+    return node.attrs.get(key, default)
+
+
+_op("Neg", lambda n, dt, k: "-a", FLOATS + SIGNED)
+_op("Abs", lambda n, dt, k: "fabs(a)" if dt in FLOATS else "a" if dt in UNSIGNED else "(a < 0 ? -a : a)", NUMERIC)
+_op("Exp", lambda n, dt, k: "exp(a)")
+_op("Log", lambda n, dt, k: "log(a)")
+_op("Reciprocal", lambda n, dt, k: "(TOUT)1 / a")
+_op("Softplus", lambda n, dt, k: "log(exp(a) + (TOUT)1)")
+_op("HardSigmoid", lambda n, dt, k: f"fmax((TOUT)0, fmin((TOUT)1, {lit(_a(n, 'alpha', 0.2), dt)} * a + "
+                                    f"{lit(_a(n, 'beta', 0.5), dt)}))")
+_op("HardSwish", lambda n, dt, k: "a * fmax((TOUT)0, fmin((TOUT)1, a / (TOUT)6 + (TOUT)0.5))")
+_op("LeakyRelu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 0.01), dt)} * a : a)")
+_op("Elu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 1.0), dt)} * (exp(a) - (TOUT)1) : a)")
+# slope b broadcasts to x (unidirectional in ONNX; numpy broadcasting is the superset)
+_op("PRelu", lambda n, dt, k: "(a < 0 ? (TOUT)(b * a) : a)", FLOATS + SIGNED + UNSIGNED)
+
+
+def _gelu(node, dt, k):
+    if _a(node, "approximate", "none") == "tanh":
+        return (f"(TOUT)0.5 * a * ((TOUT)1 + tanh({lit(math.sqrt(2 / math.pi), dt)} * "
+                f"(a + {lit(0.044715, dt)} * a * a * a)))")
+    return f"(TOUT)0.5 * a * ((TOUT)1 + erf(a * {lit(math.sqrt(0.5), dt)}))"
+
+
+_op("Gelu", _gelu)
+
+
+# ---- Min / Max: variadic, broadcasting; NaN propagates as numpy's minimum/maximum -------------
+def _fold(node, dt, k, cmp):
+    names = "abcde"[:k]
+    if k > 5:
+        raise ShapeInferenceError(f"{node.op} {node.name}: more than 5 inputs")
+    e = names[0]
+    for v in names[1:]:
+        nan = f"isnan({e}) || " if dt in FLOATS else ""
+        e = f"(({nan}{e} {cmp} {v}) ? {e} : {v})"
+    return e
+
+
+_op("Min", lambda n, dt, k: _fold(n, dt, k, "<"), NUMERIC)
+_op("Max", lambda n, dt, k: _fold(n, dt, k, ">"), NUMERIC)
+
+
+# ---- Clip: min/max attributes before opset 11, optional inputs 1 and 2 after ------------------
+def _clip_kernels(node, ins, outs, deps):
+    dt = outs[0].dtype
+    x = "a"
+    if node.opset < 11:
+        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+        if lo is not None:
+            x = f"(a < {lit(lo, dt)} ? {lit(lo, dt)} : a)"
+        if hi is not None:
+            x = f"({x} > {lit(hi, dt)} ? {lit(hi, dt)} : {x})"
+        return [eltwise_call(node, ins[:1], outs[0], x, inputs=(0,))]
+    idx = _present(ins)
+    names = dict(zip(idx, "abc"))
+    if 1 in names:
+        x = f"(a < {names[1]} ? {names[1]} : a)"
+    if 2 in names:
+        x = f"({x} > {names[2]} ? {names[2]} : {x})"
+    # min and max are scalars: they broadcast like any operand
+    return [eltwise_call(node, ins, outs[0], x, inputs=idx)]
+
+
+@register("Clip", kernels=_clip_kernels, host_ok=True)
+def _clip(node, ins, deps):
+    dt = _check(node, ins, NUMERIC)
+    for l in ins[1:]:
+        if l is not None and l.count != 1:
+            raise ShapeInferenceError(f"Clip {node.name}: min/max must be scalars, got {l}")
+    return [Layout(ins[0].shape, dt)]

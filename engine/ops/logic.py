@@ -1,0 +1,47 @@
+"""Comparisons, logical ops and float tests on the eltwise kernel (cl/eltwise.cl): Less,
+LessOrEqual, Greater, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf. Outputs are bool (uchar
+0/1 on the device). The attention masks of exported transformers are made of these."""
+from __future__ import annotations
+
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.activation import FLOATS, NUMERIC
+from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
+
+
+def _same(node, ins, allowed):
+    dts = {l.dtype for l in ins}
+    if len(dts) != 1:
+        raise ShapeInferenceError(f"{node.op} {node.name}: inputs have different types {sorted(dts)}")
+    dt = dts.pop()
+    if dt not in allowed:
+        raise ShapeInferenceError(f"{node.op} {node.name}: element type {dt} is not supported")
+    return dt
+
+
+def _bool_op(name, expr, allowed, expr_of=None):
+    def kernels(node, ins, outs, deps):
+        return [eltwise_call(node, ins, outs[0], expr_of(node) if expr_of else expr)]
+
+    def infer(node, ins, deps):
+        _same(node, ins, allowed)
+        return [Layout(broadcast(*[l.shape for l in ins]), "bool")]
+
+    register(name, kernels=kernels, host_ok=True)(infer)
+
+
+for _name, _cmp in (("Less", "<"), ("LessOrEqual", "<="), ("Greater", ">"), ("GreaterOrEqual", ">=")):
+    _bool_op(_name, f"(TOUT)(a {_cmp} b)", NUMERIC)
+_bool_op("And", "(TOUT)(a && b)", ("bool",))
+_bool_op("Or", "(TOUT)(a || b)", ("bool",))
+_bool_op("Xor", "(TOUT)((a != 0) != (b != 0))", ("bool",))
+_bool_op("Not", "(TOUT)(!a)", ("bool",))
+_bool_op("IsNaN", "(TOUT)isnan(a)", FLOATS)
+
+
+def _isinf(node):
+    pos, neg = int(node.attrs.get("detect_positive", 1)), int(node.attrs.get("detect_negative", 1))
+    return f"(TOUT)(isinf(a) && ((a > 0 && {pos}) || (a < 0 && {neg})))"
+
+
+_bool_op("IsInf", None, FLOATS, _isinf)

@@ -1,0 +1,163 @@
+"""Issue 13's real-model patterns against onnxruntime (float32) over shape sequences: the
+BERT-family encoder with the sdpa-style mask of current transformers exports, and the GPT-2
+style decode step with a KV cache fed back on the device (tests/models.py section 6). A torch
+export test runs when torch is installed."""
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+from engine import Network, build_program
+from tests.conftest import assert_close, ort_session, run_vs_ort
+from tests.models import bert_sdpa_encoder, gpt2_decoder_step
+
+
+def _bert_feeds(rng, shapes, vocab=100):
+    seq = []
+    for b, s in shapes:
+        mask = np.ones((b, s), np.int64)
+        for r in range(1, b):              # rows padded at the end, one fully padded when b > 2
+            mask[r, s - min(s, 2 * r) if r < 2 else 0:] = 0
+        seq.append({"input_ids": rng.integers(0, vocab, (b, s)).astype(np.int64), "attention_mask": mask})
+    return seq
+
+
+# growth, repeats, shrink, a batch jump, back to an earlier shape
+BERT_SHAPES = [(1, 8), (1, 8), (2, 16), (2, 16), (3, 12), (1, 5), (2, 24), (1, 8)]
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_bert_sdpa_mask_encoder(device, opset):
+    model = bert_sdpa_encoder(opset=opset)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Range", "GreaterOrEqual", "And", "IsNaN", "GatherElements", "Where"} <= ops
+    # shape-agnostic impls only: static GEMM builds per shape would double the (cold) time
+    net = Network(build_program(model), device, impls="dynamic")
+    run_vs_ort(model, _bert_feeds(np.random.default_rng(opset), BERT_SHAPES), device,
+               rtol=2e-4, atol=2e-5, net=net)
+    # the mask's GatherElements/And/IsNaN ran on the device, not folded or on the host
+    dev_ops = {i.node.op for i in net.insts if not i.node.host}
+    assert {"GatherElements", "And", "IsNaN", "Where"} <= dev_ops
+
+
+def test_model_at_a_newer_opset_runs_with_a_warning(device):
+    """Opset 22 is past the engine's old limit of 21: it runs; ops whose schema at 22 was not
+    checked would be named in a warning (none here: every op was checked up to onnx's newest)."""
+    model = bert_sdpa_encoder(opset=22, layers=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prog = build_program(model)
+    assert prog.warnings == []
+    run_vs_ort(model, _bert_feeds(np.random.default_rng(3), [(1, 6), (2, 9)]), device, rtol=2e-4,
+               atol=2e-5, net=Network(prog, device, impls="dynamic"))
+
+
+def test_unchecked_op_version_is_named_in_a_warning():
+    from engine.opsets import CHECKED
+    model = bert_sdpa_encoder(opset=17, layers=1)
+    model.opset_import[0].version = 99   # newer than onnx knows: nothing can have been checked
+    with pytest.warns(UserWarning, match=r"opset 99: .*GatherElements.* not checked"):
+        prog = build_program(model)
+    assert "Range" in prog.warnings[0] and CHECKED["Range"] == 27
+
+
+def _decoder_steps(rng, layers=2, heads=2, d_head=16, vocab=100):
+    """(feeds, continues) per step: prompts (empty past) and decode steps that continue."""
+    plan = [(2, 5, False), (2, 1, True), (2, 1, True), (2, 1, True), (1, 3, False), (1, 1, True),
+            (1, 2, True), (1, 3, False), (1, 1, True)]
+    steps, past = [], 0
+    for b, new, cont in plan:
+        past = past if cont else 0
+        total = past + new
+        mask = np.ones((b, total), np.int64)
+        if b > 1:
+            mask[1, 0] = 0                    # a left-padded prompt row
+        feeds = {"input_ids": rng.integers(0, vocab, (b, new)).astype(np.int64), "attention_mask": mask}
+        for i in range(layers):
+            for kv in ("key", "value"):
+                feeds[f"past_{kv}_{i}"] = np.zeros((b, heads, 0, d_head), np.float32)
+        steps.append((feeds, cont))
+        past = total
+    return steps
+
+
+def test_gpt2_kv_cache_decode_with_feedback(device):
+    layers = 2
+    model = gpt2_decoder_step(layers=layers)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Trilu", "Range", "Split", "Not", "Where"} <= ops
+    feedback = {f"present_{kv}_{i}": f"past_{kv}_{i}" for i in range(layers) for kv in ("key", "value")}
+    net = Network(build_program(model), device, feedback=feedback, impls="dynamic")
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    ref_prev = None
+    for k, (feeds, cont) in enumerate(_decoder_steps(np.random.default_rng(7), layers)):
+        ort_feeds = dict(feeds)
+        if cont:   # onnxruntime takes its own previous presents; the engine keeps them on device
+            ort_feeds.update({inp: ref_prev[out] for out, inp in feedback.items()})
+            fed = {inp: out for out, inp in feedback.items()}
+            outs = net.infer({n: v for n, v in feeds.items() if n not in fed}, fed_back=fed)
+        else:
+            outs = net.infer(feeds)
+        ref_prev = dict(zip(names, sess.run(None, ort_feeds)))
+        for n in names:
+            assert_close(outs[n], ref_prev[n], 2e-4, 3e-5, f"step {k} output {n}")
+    # the present buffers were appended in place while decoding (the KV-cache path)
+    assert any(i.kv_past is not None for i in net.insts)
+    # the causal mask is shape math: Range, Trilu and its Slice run on the host (onnx.reference),
+    # Not, And and Where on the device (they read attention_mask)
+    host = {i.node.op for i in net.insts if i.node.host}
+    dev = {i.node.op for i in net.insts if not i.node.host}
+    assert {"Range", "Trilu", "ConstantOfShape"} <= host and {"Not", "And", "Where", "Split"} <= dev
+
+
+def test_gpt2_decode_through_the_cli(tmp_path):
+    """`dyncli run --feedback present:past --check` over prompt and decode steps."""
+    from typer.testing import CliRunner
+    from dyncli.cli import app
+    layers = 1
+    path = tmp_path / "gpt2.onnx"
+    onnx.save(gpt2_decoder_step(layers=layers), path)
+    fb = ",".join(f"present_{kv}_0:past_{kv}_0" for kv in ("key", "value"))
+    shapes = ("input_ids:1x4,attention_mask:1x4,past_key_0:1x2x0x16,past_value_0:1x2x0x16",
+              "input_ids:1x1,attention_mask:1x{5..8},past_key_0:1x2x{4..7}x16,past_value_0:1x2x{4..7}x16")
+    args = ["run", str(path), "--feedback", fb, "--check", "--impls", "dynamic",
+            "--trace", str(tmp_path / "t.jsonl")]
+    for s in shapes:
+        args += ["--shapes", s]
+    res = CliRunner().invoke(app, args + ["--input-range", "attention_mask:1..2"])
+    assert res.exit_code == 0, res.output
+
+
+def test_torch_export_of_a_transformers_style_module(device):
+    """A real exporter's graph: torch.onnx.export of a small attention block with a padding
+    mask, run over several sequence lengths (needs torch; CI has none)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed: the export test needs it")
+    import io
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(32, 2, batch_first=True)
+            self.ln = torch.nn.LayerNorm(32)
+
+        def forward(self, x, mask):
+            pad = mask == 0
+            y, _ = self.attn(x, x, x, key_padding_mask=pad, need_weights=False)
+            return self.ln(x + torch.nn.functional.gelu(y))
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    x, m = torch.randn(2, 7, 32), torch.ones(2, 7, dtype=torch.int64)
+    torch.onnx.export(Block().eval(), (x, m), buf, input_names=["x", "mask"], output_names=["y"],
+                      dynamic_axes={"x": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}}, opset_version=17,
+                      dynamo=False)
+    model = onnx.load_from_string(buf.getvalue())
+    rng = np.random.default_rng(0)
+    seq = []
+    for b, s in [(2, 7), (1, 12), (2, 7), (3, 4)]:
+        mask = np.ones((b, s), np.int64)
+        mask[-1, -1] = 0
+        seq.append({"x": rng.standard_normal((b, s, 32)).astype(np.float32), "mask": mask})
+    run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5)

@@ -1,5 +1,6 @@
 // N-ary elementwise op with numpy broadcasting (NUM_INPUTS 0..5).
-// JIT: NUM_INPUTS, T0..T4 input types, TOUT, OPERATION(a, b, c, d, e): the C expression.
+// JIT: NUM_INPUTS, T0..T4 input types, TOUT, OPERATION(a, b, c, d, e): the C expression over
+// the values in their compute types (T0_C.., TOUT_C: float for half; cl/common.cl LOAD_/STORE_).
 // PARAM(0): 1 when no input broadcasts (every input has the output's shape): flat indexing.
 KERNEL(eltwise)(OPTIONAL_SHAPE_INFO_ARG
 #if NUM_INPUTS > 0
@@ -39,29 +40,29 @@ KERNEL(eltwise)(OPTIONAL_SHAPE_INFO_ARG
         }
     }
 #if NUM_INPUTS > 0
-    const T0 a = in0[T_OFF(0) + off[0]];
+    const T0_C a = LOAD_T0(in0, T_OFF(0) + off[0]);
 #else
     const float a = 0;
 #endif
 #if NUM_INPUTS > 1
-    const T1 b = in1[T_OFF(1) + off[1]];
+    const T1_C b = LOAD_T1(in1, T_OFF(1) + off[1]);
 #else
     const float b = 0;
 #endif
 #if NUM_INPUTS > 2
-    const T2 c = in2[T_OFF(2) + off[2]];
+    const T2_C c = LOAD_T2(in2, T_OFF(2) + off[2]);
 #else
     const float c = 0;
 #endif
 #if NUM_INPUTS > 3
-    const T3 d = in3[T_OFF(3) + off[3]];
+    const T3_C d = LOAD_T3(in3, T_OFF(3) + off[3]);
 #else
     const float d = 0;
 #endif
 #if NUM_INPUTS > 4
-    const T4 e = in4[T_OFF(4) + off[4]];
+    const T4_C e = LOAD_T4(in4, T_OFF(4) + off[4]);
 #else
     const float e = 0;
 #endif
-    out[T_OFF(NUM_INPUTS) + gid] = FUSED_OPS(OPERATION(a, b, c, d, e), gid);
+    STORE_TOUT(out, T_OFF(NUM_INPUTS) + gid, FUSED_OPS(OPERATION(a, b, c, d, e), gid));
 }

@@ -16,7 +16,10 @@ from traces.schema import KINDS
 def header_panel(s: dict) -> Panel:
     h = s["header"]
     opts = h.get("options") or {}
-    lines = [f"[bold]model[/]   {h.get('model', '?')}", f"[bold]device[/]  {h.get('device', '?')}",
+    lines = [f"[bold]model[/]   {h.get('model', '?')}", f"[bold]device[/]  {h.get('device', '?')}"
+             + (f"   [bold]float16[/] stored half, computed {h['float16']['compute']}"
+                f" (cl_khr_fp16: {'yes' if h['float16']['cl_khr_fp16'] else 'no'})"
+                if h.get("float16") else ""),
              f"[bold]nodes[/]   {h.get('nodes', '?')}   [bold]inputs[/] "
              + ", ".join(f"{k}:{'x'.join(str(d) for d in v)}" for k, v in (h.get("inputs") or {}).items())]
     shown = {k: v for k, v in opts.items() if v not in (None, [], False, "")}

@@ -16,9 +16,11 @@ DTYPES = {
     "i64": (np.dtype(np.int64), "long"),
     "i32": (np.dtype(np.int32), "int"),
     "bool": (np.dtype(np.bool_), "uchar"),
+    # stored as half, computed as float (engine/f16.py): "half" is only ever a pointer type
+    "f16": (np.dtype(np.float16), "half"),
 }
 _FROM_ONNX = {TensorProto.FLOAT: "f32", TensorProto.INT64: "i64", TensorProto.INT32: "i32",
-              TensorProto.BOOL: "bool"}
+              TensorProto.BOOL: "bool", TensorProto.FLOAT16: "f16"}
 _FROM_NUMPY = {v[0]: k for k, v in DTYPES.items()}
 
 

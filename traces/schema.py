@@ -14,8 +14,10 @@ KINDS: dict[str, dict] = {
     "header": {
         "actions": {""},
         "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes",
-                   "fusions"),
+                   "fusions", "float16"),
         "doc": "First line: schema version, model path, device description, run options. "
+               "`float16`: how half tensors run on this device (`storage`, `compute`: float32 "
+               "everywhere, `cl_khr_fp16`: whether the device offers half arithmetic). "
                "`fusions`: per node that absorbed elementwise nodes at program build, their "
                "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
                "on its input reads).",

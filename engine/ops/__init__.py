@@ -38,6 +38,8 @@ class OpDef:
     # GPU plugin's program builder splits NonZero into count_nonzero + gather_nonzero)
     decompose: Callable | None = None
     internal: bool = False             # made only by decompose: never accepted from a model
+    # kernels read/write float16 tensors (engine/f16.py); other ops get f16 <-> f32 Casts
+    f16: bool = False
 
 
 def register(name: str, **kw):

@@ -34,9 +34,9 @@ def _infer_broadcast(node, ins, deps):
 
 
 for _op, _expr in BINARY.items():
-    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
+    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_broadcast)
 for _op, _expr in UNARY.items():
-    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
+    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_broadcast)
 
 
 def _sum_expr(node, ins, outs):
@@ -45,16 +45,16 @@ def _sum_expr(node, ins, outs):
     return " + ".join("abcde"[: len(ins)])
 
 
-register("Sum", kernels=_kernels_from(_sum_expr), host_ok=True)(_infer_broadcast)
+register("Sum", kernels=_kernels_from(_sum_expr), host_ok=True, f16=True)(_infer_broadcast)
 
 
-@register("Equal", kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True)
+@register("Equal", kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True, f16=True)
 def _equal(node, ins, deps):
     _same_dtype(node, ins)
     return [Layout(broadcast(ins[0].shape, ins[1].shape), "bool")]
 
 
-@register("Where", kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True)
+@register("Where", kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True, f16=True)
 def _where(node, ins, deps):
     if ins[0].dtype != "bool":
         raise ShapeInferenceError("Where condition must be bool")
@@ -67,6 +67,6 @@ def _cast_expr(node, ins, outs):
     return "(TOUT)a"
 
 
-@register("Cast", kernels=_kernels_from(_cast_expr), host_ok=True)
+@register("Cast", kernels=_kernels_from(_cast_expr), host_ok=True, f16=True)
 def _cast(node, ins, deps):
     return [Layout(ins[0].shape, onnx_dtype(node.attrs["to"]))]

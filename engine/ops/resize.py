@@ -1,0 +1,119 @@
+"""Resize (opsets 10, 11, 13, 18, 19) and Upsample (opset 9) on the device (cl/resize.cl):
+nearest over any dims, linear over the last two (the others must keep their size); the
+coordinate modes exporters use (half_pixel, asymmetric, align_corners, pytorch_half_pixel,
+tf_half_pixel_for_nn) and every nearest_mode. `scales` or `sizes` are memory deps (shape
+inference reads their values). Coordinates are computed in float32 from the scale the model
+gives (not out/in), as onnxruntime does; the scales reach the kernel as float bits in
+shape_info, so one build serves every shape and scale."""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.f16 import type_jit
+from engine.kernels import KernelCall, MAX_RANK
+from engine.layout import Layout
+from engine.ops import register
+from engine.ops.common import ShapeInferenceError, norm_axis
+
+COORD = {"half_pixel": 0, "asymmetric": 1, "align_corners": 2, "pytorch_half_pixel": 3,
+         "tf_half_pixel_for_nn": 4}
+NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
+
+
+def _attr(node, name, default):
+    v = node.attrs.get(name, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _modes(node):
+    """(linear, COORD, NEAREST) for the node's form, refusing what the kernel cannot do."""
+    name = f"{node.op} {node.name}"
+    mode = _attr(node, "mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise ShapeInferenceError(f"{name}: mode {mode!r} is not supported (nearest, linear are)")
+    if node.op == "Upsample" or node.opset < 11:
+        # opset < 11: asymmetric coordinates; nearest floors (ceil when downsampling)
+        return mode != "nearest", COORD["asymmetric"], 4
+    coord = _attr(node, "coordinate_transformation_mode", "half_pixel")
+    if coord not in COORD:
+        raise ShapeInferenceError(f"{name}: coordinate_transformation_mode {coord!r} is not "
+                                  f"supported ({', '.join(COORD)} are)")
+    nearest = _attr(node, "nearest_mode", "round_prefer_floor")
+    if nearest not in NEAREST:
+        raise ShapeInferenceError(f"{name}: nearest_mode {nearest!r} is not supported")
+    if int(node.attrs.get("antialias", 0)):
+        raise ShapeInferenceError(f"{name}: antialias=1 is not supported")
+    policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        raise ShapeInferenceError(f"{name}: keep_aspect_ratio_policy {policy!r} is not supported")
+    return mode != "nearest", COORD[coord], NEAREST[nearest]
+
+
+def _geometry(node, ins, deps):
+    """(output shape, per-dim float32 scales) for the current input and scales/sizes values."""
+    name = f"{node.op} {node.name}"
+    x = ins[0]
+    rank = x.rank
+    if rank > MAX_RANK or rank == 0:
+        raise ShapeInferenceError(f"{name}: input {x} must have rank 1..{MAX_RANK}")
+    old = node.op == "Upsample" or node.opset < 11
+    scales = deps.get(1) if old else deps.get(2)
+    sizes = None if old else deps.get(3)
+    if scales is not None and scales.size == 0:
+        scales = None
+    if sizes is not None and sizes.size == 0:
+        sizes = None
+    if old and node.attrs.get("scales") is not None:
+        scales = np.asarray(node.attrs["scales"], np.float32)
+    if (scales is None) == (sizes is None):
+        raise ShapeInferenceError(f"{name}: exactly one of scales and sizes must be given")
+    axes = node.attrs.get("axes")
+    axes = list(range(rank)) if axes is None else [norm_axis(int(a), rank) for a in axes]
+    given = (scales if scales is not None else sizes).reshape(-1)
+    if len(given) != len(axes):
+        raise ShapeInferenceError(f"{name}: {len(given)} scales/sizes for {len(axes)} axes of {x}")
+    full = np.ones(rank, np.float32)
+    out = list(x.shape)
+    for a, v in zip(axes, given):
+        if scales is not None:
+            full[a] = np.float32(v)
+            if not full[a] > 0:
+                raise ShapeInferenceError(f"{name}: scale {v} must be > 0")
+            out[a] = int(np.floor(np.float32(x.shape[a]) * full[a]))  # float32, as onnxruntime
+        else:
+            out[a] = int(v)
+            if out[a] < 0:
+                raise ShapeInferenceError(f"{name}: negative size {v}")
+            full[a] = np.float32(out[a]) / np.float32(x.shape[a]) if x.shape[a] else 1.0
+    return tuple(out), full
+
+
+def _kernels(node, ins, outs, deps):
+    linear, coord, nearest = _modes(node)
+    out, scales = _geometry(node, ins, deps)
+    x = ins[0]
+    if linear:
+        for a in range(x.rank - 2):
+            if out[a] != x.shape[a] or (scales[a] != 1 and x.shape[a] != 1):
+                raise ShapeInferenceError(
+                    f"{node.op} {node.name}: linear mode resizes the last two dims only, "
+                    f"got {x} -> {out}")
+    bits = np.ones(MAX_RANK, np.float32)
+    bits[MAX_RANK - x.rank:] = scales
+    jit = (*type_jit("T", x.dtype), ("COORD", coord), ("NEAREST", nearest),
+           ("LINEAR", int(linear)), ("IMPL_TAG", node.op))
+    return [KernelCall("resize", "resize", jit, (("in", 0), ("out", 0)),
+                       params=tuple(int(v) for v in bits.view(np.int32)),
+                       gws=(max(outs[0].count, 1),))]
+
+
+def _infer(node, ins, deps):
+    _modes(node)
+    if ins[0].dtype not in ("f32", "f16"):
+        raise ShapeInferenceError(f"{node.op} {node.name}: float32 or float16 data only, got {ins[0]}")
+    out, _ = _geometry(node, ins, deps)
+    return [Layout(out, ins[0].dtype)]
+
+
+register("Resize", kernels=_kernels, shape_deps=(1, 2, 3), f16=True)(_infer)
+register("Upsample", kernels=_kernels, shape_deps=(1,), f16=True)(_infer)

@@ -96,6 +96,7 @@ def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
                if i and dtypes.get(i) == "f16" and k not in od.shape_deps]
         outs = [k for k, o in enumerate(n.outputs) if o and dtypes.get(o) == "f16"]
         after = []
+        n.inputs, n.outputs = list(n.inputs), list(n.outputs)   # decompose may share the lists
         for k in ins:
             src = n.inputs[k]
             if src not in to32:

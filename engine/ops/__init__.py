@@ -55,4 +55,4 @@ def supported_ops() -> list[str]:
 
 # Importing the families fills OPS.
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: E402,F401
-from engine.ops import deconv, resize, group_norm, space_depth  # noqa: E402,F401
+from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # noqa: E402,F401

@@ -78,6 +78,7 @@ def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
     for name, v in prog.constants.items():
         if v.dtype == np.float16:
             dtypes[name] = "f16"
+    prog.dtypes = dtypes     # fusion reads it: fused ops compute and store float32
     if "f16" not in dtypes.values():
         return 0
     to32: dict = {}        # f16 tensor -> the name of its float32 copy
@@ -101,6 +102,7 @@ def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
             src = n.inputs[k]
             if src not in to32:
                 to32[src] = f"{src}::f32"
+                dtypes[to32[src]] = "f32"
                 if src in prog.constants:
                     prog.constants[to32[src]] = prog.constants[src].astype(np.float32)
                 else:
@@ -110,6 +112,7 @@ def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
         for k in outs:
             o = n.outputs[k]
             n.outputs[k] = f"{o}::f32"
+            dtypes[n.outputs[k]] = "f32"
             after.append(cast(n.outputs[k], o, TensorProto.FLOAT16, f"{o}::to_f16"))
             added += 1
         nodes += [n] + after

@@ -86,6 +86,7 @@ class Program:
     users: dict = field(default_factory=dict)       # tensor -> [nodes]
     fused: int = 0                                   # nodes fused into their producer
     folded: int = 0
+    dtypes: dict = field(default_factory=dict)       # tensor -> dtype where ONNX inference tells
 
     def node_count(self) -> int:
         return len(self.nodes)

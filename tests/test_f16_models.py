@@ -1,0 +1,80 @@
+"""The example models in float16 (weights, inputs, outputs, KV cache) against onnxruntime's own
+float16 run, over the same shape sequences as their float32 tests.
+
+Tolerance rtol = atol = 1e-2: a half has an 11-bit significand (relative spacing 2^-10 ~ 1e-3),
+and every tensor between two ops is rounded to half in both engines, but at different points
+(we compute each op in float32 and round its output; onnxruntime rounds some intermediates
+itself, and ops we run through float32 Casts round once instead of per step). Through a few
+matmuls and a softmax the roundings add up to several ulps; 1e-2 is about 10 ulps at 1.0, well
+below the error of a wrong kernel (which is O(1)).
+"""
+import numpy as np
+import pytest
+
+from engine import Network, build_program
+from tests.conftest import assert_close, ort_session, run_vs_ort
+from tests.models import encoder_block, kv_decoder_step, mlp, to_float16
+from traces import MemoryTrace
+
+TOL = dict(rtol=1e-2, atol=1e-2)
+F16 = np.float16
+
+
+def test_mlp_f16_dynamic_batch(device):
+    rng = np.random.default_rng(1)
+    seq = [{"x": rng.standard_normal((b, 32)).astype(F16)} for b in (1, 4, 4, 9, 2, 0, 9, 1)]
+    net = run_vs_ort(to_float16(mlp()), seq, device, **TOL)
+    nodes = {n.op: n for n in net.program.nodes}
+    # Gemm and Softmax run their float32 kernels between Casts; Relu/Tanh/Mul run in half
+    assert all(i.endswith("::f32") for i in nodes["Gemm"].inputs[:2])
+    assert not any(i.endswith("::f32") for i in nodes["Mul"].inputs)
+    assert net.program.fused == 0
+    outs = net.infer(seq[1])
+    assert outs["y"].dtype == F16
+
+
+@pytest.mark.parametrize("variant", ["float", "ids"])
+def test_encoder_block_f16_batch_and_seq(device, variant):
+    rng = np.random.default_rng(2)
+    shapes = [(1, 8), (1, 8), (2, 16), (2, 5), (1, 0), (3, 12), (2, 5)]
+    if variant == "float":
+        model = to_float16(encoder_block())
+        seq = [{"x": rng.standard_normal((b, s, 64)).astype(F16),
+                "mask": (rng.random((b, s)) > 0.2).astype(F16)} for b, s in shapes]
+    else:
+        model = to_float16(encoder_block(vocab=100))
+        seq = [{"input_ids": rng.integers(0, 100, (b, s)).astype(np.int64),
+                "attention_mask": (rng.random((b, s)) > 0.2).astype(np.int64)} for b, s in shapes]
+    run_vs_ort(model, seq, device, **TOL)
+
+
+def test_kv_decoder_f16_feedback_keeps_a_half_cache(device):
+    """Decode steps with present_k/v fed back as past_k/v on the device: the KV cache is float16
+    (half the bytes), compared with onnxruntime fed its own presents at every step."""
+    model = to_float16(kv_decoder_step())
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, impls="dynamic",
+                  feedback={"present_k": "past_k", "present_v": "past_v"})
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    rng = np.random.default_rng(9)
+    past = {"past_k": np.zeros((1, 2, 0, 16), F16), "past_v": np.zeros((1, 2, 0, 16), F16)}
+    for step in range(12):
+        new = 3 if step == 0 else 1
+        feeds = {"x": rng.standard_normal((1, new, 32)).astype(F16), **past}
+        outs = net.infer(feeds, fed_back={"past_k": "present_k", "past_v": "present_v"} if step else {})
+        ref = dict(zip(names, sess.run(None, feeds)))
+        for name in names:
+            assert_close(outs[name], ref[name], what=f"step {step} {name}", **TOL)
+        # feed back onnxruntime's presents: the comparison stays per step
+        past = {"past_k": ref["present_k"], "past_v": ref["present_v"]}
+        assert outs["present_k"].dtype == F16 and outs["present_k"].shape[2] == step + 3
+    kv = [e for e in trace.events if e["kind"] == "kv_cache" and e["node"] == "Concat_present_k"]
+    assert kv and all(e["action"] == "append" for e in kv[1:] if e["reason"] == "")
+    assert any(e["action"] == "append" for e in kv)
+    ext = [e for e in trace.events if e["kind"] == "realloc" and e["action"] == "external"
+           and e["node"] == "past_k" and e["iter"] > 0]
+    assert {e["reason"] for e in ext} == {"feedback_alias"}
+    # 2 bytes an element: the cache holds half the float32 bytes
+    assert all(e["dtype"] == "f16" for e in trace.events
+               if e["kind"] == "realloc" and e["node"] == "Concat_present_k" and "dtype" in e)

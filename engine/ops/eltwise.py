@@ -67,6 +67,18 @@ def _cast_expr(node, ins, outs):
     return "(TOUT)a"
 
 
-@register("Cast", kernels=_kernels_from(_cast_expr), host_ok=True, f16=True)
+def _cast_kernels(node, ins, outs, deps):
+    if ins[0].pad is None:
+        return [eltwise_call(node, ins, outs[0], _cast_expr(node, ins, outs))]
+    # a padded input (a KV cache with room along its sequence axis, engine/network.py): a
+    # converting strided copy reads it in place
+    from engine.ops.common import contiguous_strides
+    from engine.ops.movement import copy_call
+    conv = "((v) != 0)" if outs[0].dtype == "bool" else "(v)"
+    return [copy_call(node, ins[0].dtype, outs[0].shape, contiguous_strides(ins[0].phys), 0,
+                      contiguous_strides(outs[0].shape), 0, convert=(outs[0].dtype, conv))]
+
+
+@register("Cast", kernels=_cast_kernels, host_ok=True, f16=True, padded_ok=True)
 def _cast(node, ins, deps):
     return [Layout(ins[0].shape, onnx_dtype(node.attrs["to"]))]

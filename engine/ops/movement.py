@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.kernels import KernelCall, MAX_RANK
-from engine.f16 import bits_type
+from engine.f16 import bits_type, type_jit
 from engine.layout import Layout, cl_type
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides, norm_axis
@@ -17,11 +17,15 @@ def _pad(vals, fill):
 
 
 def copy_call(node, dtype, iter_shape, src_strides, src_off, dst_strides, dst_off,
-              src=("in", 0), dst=("out", 0)) -> KernelCall:
-    """Copy the region `iter_shape` from src to dst with the given element strides/offsets."""
+              src=("in", 0), dst=("out", 0), convert: tuple = ()) -> KernelCall:
+    """Copy the region `iter_shape` from src to dst with the given element strides/offsets.
+    `convert`: (destination dtype, C expression of the stored value over v) for a converting
+    copy (Cast), else the values move as they are."""
     params = tuple(_pad(src_strides, 0)) + (src_off,) + tuple(_pad(dst_strides, 0)) + (dst_off,)
     count = int(np.prod(iter_shape)) if len(iter_shape) else 1
-    return KernelCall("movement", "copy_strided", (("T", bits_type(dtype)), ("IMPL_TAG", node.op)),
+    jit = ((*type_jit("TS", dtype), *type_jit("TD", convert[0]), ("CONVERT(v)", convert[1]))
+           if convert else (("T", bits_type(dtype)),))
+    return KernelCall("movement", "copy_strided", jit + (("IMPL_TAG", node.op),),
                       args=(src, dst), params=params, gws=(max(count, 1),),
                       dims={1: tuple(iter_shape)})
 

@@ -135,8 +135,17 @@ def test_unique_same_shape_new_data_reads_only_the_count():
         assert net.iter == 0 or count[0]["action"] == "skip"
 
 
-def test_unique_axis_is_refused_naming_the_node():
-    node = helper.make_node("Unique", ["x"], ["y"], name="uq", axis=0)
-    net = Network(build_program(_model([node], [("x", FLOAT, ["a", "b"])], ["y"])))
-    with pytest.raises(Exception, match="Unique uq.*axis"):
-        net.infer({"x": np.ones((2, 2), np.float32)})
+@pytest.mark.parametrize("axis,sorted_", [(0, 1), (1, 0), (-1, 1)])
+def test_unique_along_an_axis(axis, sorted_):
+    """Slices along the axis compared whole (lexicographic order when sorted); repeated
+    slices and a changing number of them."""
+    node = helper.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], axis=axis, sorted=sorted_)
+    model = _model([node], [("x", FLOAT, ["a", "b", "c"])], ["y", "idx", "inv", "cnt"], opset=11)
+    rng = np.random.default_rng(axis + 5)
+    seq = []
+    for shape, distinct in [((6, 3, 2), 3), ((6, 3, 2), 5), ((9, 4, 3), 2), ((2, 1, 1), 1)]:
+        ax = axis % 3
+        pool = rng.integers(-3, 3, (distinct,) + tuple(d for k, d in enumerate(shape) if k != ax))
+        pick = pool[rng.integers(0, distinct, shape[ax])]
+        seq.append({"x": np.moveaxis(pick, 0, ax).astype(np.float32)})
+    run_vs_ort(model, seq, check_nonconstant=False)

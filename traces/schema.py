@@ -36,7 +36,7 @@ KINDS: dict[str, dict] = {
         "doc": "Shape inference ran (`infer`, new `out_shapes`; reason `first_run`, "
                "`shape_changed` (input layouts), `memory_deps_changed` (a value it reads, e.g. "
                "Reshape's target) or `dynamic_output`: input layouts unchanged but the output "
-               "shape depends on data (NonZero's `gather_nonzero`), which is never skipped, as in "
+               "shape depends on data or on a value (NonZero's `gather_nonzero`, Unique's `gather_unique`, TopK), which is never skipped, as in "
                "the GPU plugin) or was skipped (`skip`, the other reasons). An in-place concat "
                "infers its producers' shapes before they run (`infer` with `by`: the concat); "
                "their own update_shape is then skipped (`done_by_other`). `device_reads`: "

@@ -8,7 +8,8 @@
   first occurrences into an internal buffer, then scatter each distinct value to its slot.
 
 `sorted=1` (default) orders the values (with an axis: the slices, lexicographically)
-ascending, `sorted=0` by first occurrence, as onnxruntime does. Omitted optional outputs are still written (to tensors of their own).
+ascending, `sorted=0` by first occurrence, as onnxruntime does. Omitted optional outputs are
+still written (to tensors of their own).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 
 from engine import Network, build_program
 from tests.conftest import assert_close, ort_session, run_vs_ort
-from tests.models import encoder_block, kv_decoder_step, mlp, to_float16
+from tests.models import encoder_block, kv_decoder_step, mlp, small_cnn, to_float16
 from traces import MemoryTrace
 
 TOL = dict(rtol=1e-2, atol=1e-2)
@@ -46,6 +46,20 @@ def test_encoder_block_f16_batch_and_seq(device, variant):
         seq = [{"input_ids": rng.integers(0, 100, (b, s)).astype(np.int64),
                 "attention_mask": (rng.random((b, s)) > 0.2).astype(np.int64)} for b, s in shapes]
     run_vs_ort(model, seq, device, **TOL)
+
+
+def test_small_cnn_f16_batch_and_spatial(device):
+    """Conv (static impls too), BatchNorm, LRN and GlobalAveragePool through float32 Casts
+    (their constants converted once at program build); pooling and Relu in half."""
+    rng = np.random.default_rng(4)
+    shapes = [(1, 16, 16), (2, 16, 16), (2, 16, 16), (1, 33, 20), (0, 8, 8), (1, 16, 16)]
+    seq = [{"x": rng.standard_normal((b, 3, h, w)).astype(F16)} for b, h, w in shapes]
+    net = run_vs_ort(to_float16(small_cnn()), seq, device, **TOL)
+    nodes = net.program.nodes
+    assert any(n.op == "MaxPool" and not n.inputs[0].endswith("::f32") for n in nodes)
+    conv = next(n for n in nodes if n.op == "Conv")
+    assert all(i.endswith("::f32") for i in conv.inputs)
+    assert conv.inputs[1] in net.program.constants   # the f16 weight converted once
 
 
 def test_kv_decoder_f16_feedback_keeps_a_half_cache(device):
@@ -107,3 +121,45 @@ def test_cli_says_how_float16_runs(tmp_path):
     assert header["float16"]["compute"] == "float32" and "cl_khr_fp16" in header["float16"]
     r = CliRunner().invoke(app, ["trace", str(trace)], catch_exceptions=False)
     assert "float16" in r.output and "computed float32" in r.output
+
+
+def test_cast_f16_to_and_from_every_type(device):
+    """Cast between float16 and float32, int64, int32, bool, with Where/Equal/Add in half."""
+    from onnx import TensorProto as TP, helper
+    n = helper.make_node
+    nodes = [n("Cast", ["x"], ["x32"], to=TP.FLOAT), n("Cast", ["x32"], ["y16"], to=TP.FLOAT16),
+             n("Cast", ["x"], ["xi"], to=TP.INT64), n("Cast", ["xi"], ["yi16"], to=TP.FLOAT16),
+             n("Cast", ["x"], ["xi32"], to=TP.INT32), n("Cast", ["xi32"], ["yi32"], to=TP.FLOAT16),
+             n("Cast", ["x"], ["xb"], to=TP.BOOL), n("Cast", ["xb"], ["yb16"], to=TP.FLOAT16),
+             n("Equal", ["yi16", "y16"], ["eq"]), n("Where", ["eq", "y16", "yb16"], ["w"]),
+             n("Add", ["w", "f"], ["y"])]
+    g = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", TP.FLOAT16, ["n"]),
+                                          helper.make_tensor_value_info("f", TP.FLOAT, ["n"])],
+                          [helper.make_empty_tensor_value_info(o)
+                           for o in ("y16", "yi16", "yi32", "xi", "xb", "y")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    # y = w + f mixes half and float: not valid ONNX, so f is cast to half first
+    model.graph.node.insert(0, n("Cast", ["f"], ["f16"], to=TP.FLOAT16))
+    model.graph.node[-1].input[1] = "f16"
+    rng = np.random.default_rng(3)
+    seq = []
+    for size in (5, 70, 5, 0, 131):
+        x = (rng.standard_normal(size) * 40).astype(F16)
+        x[: size // 4] = 0
+        x[size // 4: size // 3] = -0.0
+        seq.append({"x": x, "f": rng.standard_normal(size).astype(np.float32)})
+    # the casts are exact; the half Add is the float32 sum rounded to nearest even (numpy's
+    # answer), which onnxruntime's half Add misses by one ulp in a few percent of elements
+    run_vs_ort(model, seq, device, rtol=1e-3, atol=1e-3, check_nonconstant=False)
+    net = Network(build_program(model), device)
+    for feeds in seq:
+        outs = net.infer(feeds)
+        x = feeds["x"]
+        want = {"xi": x.astype(np.int64), "xb": x.astype(bool), "yi16": x.astype(np.int64).astype(F16),
+                "yi32": x.astype(np.int32).astype(F16)}
+        for name, w in want.items():
+            assert_close(outs[name], w, rtol=0, atol=0, what=name)
+        # Where: x where it is a whole number, else bool(x) as half; plus f rounded to half
+        w = np.where(want["yi16"] == x, x, x.astype(bool)).astype(np.float32)
+        f16 = feeds["f"].astype(F16).astype(np.float32)
+        assert_close(outs["y"], (w + f16).astype(F16), rtol=0, atol=0, what="y")

@@ -211,3 +211,19 @@ def test_unet_varying_resolution():
 
 def test_unet_f16_varying_resolution():
     run(unet(np.float16), [{"x": randn((n, 3, h, w), np.float16)} for n, h, w in UNET_SHAPES], f16=True)
+
+
+@pytest.mark.parametrize("op", ["InstanceNormalization", "GroupNormalization"])
+def test_norms_on_3d_input_f16(op):
+    """(N, C, L) input, float16 storage."""
+    attrs = {"num_groups": 3} if op == "GroupNormalization" else {}
+    n = 6
+    inits = {"s": randn((n,), np.float16), "b": randn((n,), np.float16)}
+    m = model([helper.make_node(op, ["x", "s", "b"], ["y"], **attrs)], [("x", FLOAT16, 3)], inits, 21)
+    run(m, [{"x": randn(s, np.float16)} for s in [(1, 6, 7), (2, 6, 100), (1, 6, 1), (1, 6, 7)]], f16=True)
+
+
+def test_upsample_opset9_linear():
+    m = model([helper.make_node("Upsample", ["x", "scales"], ["y"], mode="linear")],
+              [("x", FLOAT, 4)], {"scales": np.array([1, 1, 2.0, 2.5], np.float32)}, 9)
+    run(m, [{"x": randn(s)} for s in RS_SHAPES])

@@ -16,12 +16,13 @@ from traces.schema import KINDS
 def header_panel(s: dict) -> Panel:
     h = s["header"]
     opts = h.get("options") or {}
-    lines = [f"[bold]model[/]   {h.get('model', '?')}", f"[bold]device[/]  {h.get('device', '?')}"
-             + (f"   [bold]float16[/] stored half, computed {h['float16']['compute']}"
-                f" (cl_khr_fp16: {'yes' if h['float16']['cl_khr_fp16'] else 'no'})"
-                if h.get("float16") else ""),
+    lines = [f"[bold]model[/]   {h.get('model', '?')}", f"[bold]device[/]  {h.get('device', '?')}",
              f"[bold]nodes[/]   {h.get('nodes', '?')}   [bold]inputs[/] "
              + ", ".join(f"{k}:{'x'.join(str(d) for d in v)}" for k, v in (h.get("inputs") or {}).items())]
+    if h.get("float16"):   # how half tensors ran (engine/f16.py)
+        f16 = h["float16"]
+        lines.insert(2, f"[bold]float16[/] stored half, computed {f16['compute']} "
+                        f"(cl_khr_fp16: {'yes' if f16['cl_khr_fp16'] else 'no'})")
     shown = {k: v for k, v in opts.items() if v not in (None, [], False, "")}
     if shown:
         lines.append("[bold]options[/] " + "  ".join(f"{k}={json.dumps(v)}" for k, v in shown.items()))

@@ -70,10 +70,27 @@ def tensor_dtypes(model: onnx.ModelProto) -> dict:
     return out
 
 
+def _mentions_f16(model: onnx.ModelProto) -> bool:
+    """Any float16 input, initializer, Cast to float16 or float16 attribute tensor: only then
+    is type inference worth its cost."""
+    g = model.graph
+    if any(vi.type.tensor_type.elem_type == TensorProto.FLOAT16 for vi in g.input) or \
+            any(t.data_type == TensorProto.FLOAT16 for t in g.initializer):
+        return True
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT16 or \
+                    n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT16:
+                return True
+    return False
+
+
 def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
     """Wrap every device node that reads or writes float16 but whose op lacks f16 kernels in
     Casts (f16 -> f32 before, f32 -> f16 after). Returns the number of Cast nodes added."""
     from engine.program import Node
+    if not _mentions_f16(model):
+        return 0
     dtypes = tensor_dtypes(model)
     for name, v in prog.constants.items():
         if v.dtype == np.float16:

@@ -33,12 +33,18 @@ def _geometry(node, ins, deps):
     return axis, k, inner
 
 
+# Items per work-group along a row (the tile of the row held in local memory).
+WG = 64
+
+
 def _kernels(node, ins, outs, deps):
     axis, k, inner = _geometry(node, ins, deps)
+    a = ins[0].shape[axis]
+    rows = ins[0].count // a if a else 0
     jit = (*type_jit("T", ins[0].dtype), ("LARGEST", int(node.attrs.get("largest", 1))),
-           ("IMPL_TAG", "TopK"))
+           ("WG", WG), ("IMPL_TAG", "TopK"))
     return [KernelCall("topk", "topk", jit, (("in", 0), ("out", 0), ("out", 1)),
-                       params=(ins[0].shape[axis], inner, k), gws=(max(ins[0].count, 1),))]
+                       params=(a, inner, k), gws=(max(a, 1), max(rows, 1)), lws=(WG, 1))]
 
 
 @register("TopK", kernels=_kernels, shape_deps=(1,), dynamic_output=True, f16=True)

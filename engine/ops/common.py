@@ -1,10 +1,10 @@
 """Helpers shared by the op families: broadcasting, axis normalisation, ONNX type codes."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from onnx import TensorProto
-
-import re
 
 from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK

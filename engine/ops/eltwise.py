@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from engine.layout import Layout
 from engine.ops import register
-from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call, onnx_dtype
+from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
+                               onnx_dtype)
+from engine.ops.movement import copy_call
 
 # op -> C expression over the inputs a, b, c, ... (already of their own types)
 BINARY = {
@@ -72,8 +74,6 @@ def _cast_kernels(node, ins, outs, deps):
         return [eltwise_call(node, ins, outs[0], _cast_expr(node, ins, outs))]
     # a padded input (a KV cache with room along its sequence axis, engine/network.py): a
     # converting strided copy reads it in place
-    from engine.ops.common import contiguous_strides
-    from engine.ops.movement import copy_call
     conv = "((v) != 0)" if outs[0].dtype == "bool" else "(v)"
     return [copy_call(node, ins[0].dtype, outs[0].shape, contiguous_strides(ins[0].phys), 0,
                       contiguous_strides(outs[0].shape), 0, convert=(outs[0].dtype, conv))]

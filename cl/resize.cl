@@ -1,10 +1,16 @@
-// Resize / Upsample, nearest or linear. One work-item per output element.
+// Resize / Upsample, nearest, linear or cubic. One work-item per output element.
 // Tensors: 0 X, 1 Y (same rank; dims right-aligned to MAX_RANK, leading 1s).
 // JIT: T data type (LOAD_T/STORE_T); COORD: 0 half_pixel, 1 asymmetric, 2 align_corners,
-// 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn; NEAREST: 0 round_prefer_floor,
-// 1 round_prefer_ceil, 2 floor, 3 ceil, 4 simple (opset < 11: floor, ceil when downsampling);
-// LINEAR: 1 interpolates the last two dims (the host checks that the others keep their size).
+// 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 half_pixel_symmetric; NEAREST:
+// 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil, 4 simple (opset < 11: floor,
+// ceil when downsampling); LINEAR / CUBIC: 1 interpolates the last two dims (the host checks
+// that the others keep their size); cubic: CUBIC_A (cubic_coeff_a), EXCLUDE_OUTSIDE.
 // PARAM(0..5): the scale of each dim (float bits: shape_info holds ints).
+
+// Coordinates near halfway between two pixels are common (nearest rounds them): no fused
+// multiply-adds, so they come out as plain float32 arithmetic (onnxruntime, ONNX's reference)
+// computes them.
+#pragma OPENCL FP_CONTRACT OFF
 
 // input coordinate of output index x along a dim (in, out: the dim's sizes)
 inline float in_coord(int x, float scale, int in, int out)
@@ -17,10 +23,37 @@ inline float in_coord(int x, float scale, int in, int out)
     return out == 1 ? 0.0f : (float)x * (float)(in - 1) / (float)(out - 1);
 #elif COORD == 3
     return out > 1 ? ((float)x + 0.5f) / scale - 0.5f : 0.0f;
-#else
+#elif COORD == 4
     return ((float)x + 0.5f) / scale;
+#else
+    const float adjust = (float)out / (scale * (float)in);
+    return (float)in * 0.5f * (1.0f - adjust) + ((float)x + 0.5f) / scale - 0.5f;
 #endif
 }
+
+#if CUBIC
+// the 4 taps' weights around coordinate c (taps floor(c) - 1 .. floor(c) + 2, edge-clamped by
+// the caller); EXCLUDE_OUTSIDE drops taps outside [0, n) and renormalises the rest
+inline int cubic_weights(float c, int n, float* w)
+{
+    const int i0 = (int)floor(c);
+    const float s = c - (float)i0, A = CUBIC_A;
+    const float t0 = s + 1.0f, t2 = 1.0f - s, t3 = 2.0f - s;
+    w[0] = ((A * t0 - 5.0f * A) * t0 + 8.0f * A) * t0 - 4.0f * A;
+    w[1] = ((A + 2.0f) * s - (A + 3.0f)) * s * s + 1.0f;
+    w[2] = ((A + 2.0f) * t2 - (A + 3.0f)) * t2 * t2 + 1.0f;
+    w[3] = ((A * t3 - 5.0f * A) * t3 + 8.0f * A) * t3 - 4.0f * A;
+#if EXCLUDE_OUTSIDE
+    float sum = 0.0f;
+    for (int k = 0; k < 4; ++k) {
+        if (i0 - 1 + k < 0 || i0 - 1 + k >= n) w[k] = 0.0f;
+        sum += w[k];
+    }
+    for (int k = 0; k < 4; ++k) w[k] = sum != 0.0f ? w[k] / sum : 0.0f;
+#endif
+    return i0 - 1;
+}
+#endif
 
 inline int nearest_index(float c, float scale, int in)
 {
@@ -45,7 +78,7 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(1)) return;
     int rem = gid, src = 0, stride = 1;
-#if LINEAR
+#if LINEAR || CUBIC
     int o[MAX_RANK];
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         o[d] = rem % T_DIM(1, d);
@@ -57,6 +90,22 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
         src += o[d] * stride;
         stride *= T_DIM(0, d);
     }
+    const __global T* p = X + T_OFF(0) + src;
+#if CUBIC
+    float wy[4], wx[4];
+    const int y0 = cubic_weights(in_coord(o[MAX_RANK - 2], as_float(PARAM(MAX_RANK - 2)), H,
+                                          T_DIM(1, MAX_RANK - 2)), H, wy);
+    const int x0 = cubic_weights(in_coord(o[MAX_RANK - 1], as_float(PARAM(MAX_RANK - 1)), W,
+                                          T_DIM(1, MAX_RANK - 1)), W, wx);
+    float acc = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+        const int y = clamp(y0 + i, 0, H - 1);
+        float row = 0.0f;
+        for (int j = 0; j < 4; ++j) row += wx[j] * LOAD_T(p, y * W + clamp(x0 + j, 0, W - 1));
+        acc += wy[i] * row;
+    }
+    STORE_T(Y, T_OFF(1) + gid, acc);
+#else
     const float cy = clamp(in_coord(o[MAX_RANK - 2], as_float(PARAM(MAX_RANK - 2)), H,
                                     T_DIM(1, MAX_RANK - 2)), 0.0f, (float)(H - 1));
     const float cx = clamp(in_coord(o[MAX_RANK - 1], as_float(PARAM(MAX_RANK - 1)), W,
@@ -64,10 +113,10 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
     const int y0 = (int)cy, x0 = (int)cx;
     const int y1 = min(y0 + 1, H - 1), x1 = min(x0 + 1, W - 1);
     const float fy = cy - (float)y0, fx = cx - (float)x0;
-    const __global T* p = X + T_OFF(0) + src;
     const float top = LOAD_T(p, y0 * W + x0) * (1.0f - fx) + LOAD_T(p, y0 * W + x1) * fx;
     const float bot = LOAD_T(p, y1 * W + x0) * (1.0f - fx) + LOAD_T(p, y1 * W + x1) * fx;
     STORE_T(Y, T_OFF(1) + gid, top * (1.0f - fy) + bot * fy);
+#endif
 #else
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         const int n = T_DIM(1, d), in = T_DIM(0, d);

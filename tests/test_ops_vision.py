@@ -90,6 +90,17 @@ RS_CASES = {
                        [1, 1, 3.0, 0.4]),
     "linear_asymmetric": (18, dict(mode="linear", coordinate_transformation_mode="asymmetric"),
                           [1, 1, 1.3, 2.0]),
+    "nearest_half_pixel_symmetric": (19, dict(mode="nearest",
+                                              coordinate_transformation_mode="half_pixel_symmetric"),
+                                     [1, 1, 1.7, 0.65]),   # 0.6 ties: ORT and ONNX's reference differ
+    "linear_half_pixel_symmetric": (19, dict(mode="linear",
+                                             coordinate_transformation_mode="half_pixel_symmetric"),
+                                    [1, 1, 2.5, 0.45]),
+    "cubic_half_pixel": (13, dict(mode="cubic"), [1, 1, 2.0, 1.5]),
+    "cubic_align_exclude": (13, dict(mode="cubic", coordinate_transformation_mode="align_corners",
+                                     exclude_outside=1, cubic_coeff_a=-0.5), [1, 1, 0.7, 2.3]),
+    "cubic_asymmetric_down": (19, dict(mode="cubic", coordinate_transformation_mode="asymmetric"),
+                              [1, 1, 0.5, 0.8]),
     "opset10_nearest": (10, dict(mode="nearest"), [1, 1, 2.0, 0.5]),
     "opset10_linear": (10, dict(mode="linear"), [1, 1, 2.0, 1.5]),
 }
@@ -130,10 +141,11 @@ def test_upsample_opset9():
 
 
 def test_resize_refuses_unsupported_mode_naming_the_node():
-    m = model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="cubic")],
+    m = model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear",
+                                coordinate_transformation_mode="tf_crop_and_resize")],
               [("x", FLOAT, 4)], {"scales": np.array([1, 1, 2.0, 2.0], np.float32)})
     net = Network(build_program(m))
-    with pytest.raises(ShapeInferenceError, match="Resize up: mode 'cubic'"):
+    with pytest.raises(ShapeInferenceError, match="Resize up: coordinate_transformation_mode 'tf_crop"):
         net.infer({"x": randn((1, 1, 2, 2))})
 
 

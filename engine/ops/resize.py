@@ -1,7 +1,7 @@
 """Resize (opsets 10, 11, 13, 18, 19) and Upsample (opset 9) on the device (cl/resize.cl):
-nearest over any dims, linear over the last two (the others must keep their size); the
-coordinate modes exporters use (half_pixel, asymmetric, align_corners, pytorch_half_pixel,
-tf_half_pixel_for_nn) and every nearest_mode. `scales` or `sizes` are memory deps (shape
+nearest over any dims, linear and cubic over the last two (the others must keep their size);
+the coordinate modes exporters use (half_pixel, asymmetric, align_corners, pytorch_half_pixel,
+tf_half_pixel_for_nn, half_pixel_symmetric) and every nearest_mode. `scales` or `sizes` are memory deps (shape
 inference reads their values). Coordinates are computed in float32 from the scale the model
 gives (not out/in), as onnxruntime does; the scales reach the kernel as float bits in
 shape_info, so one build serves every shape and scale."""
@@ -14,9 +14,11 @@ from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, norm_axis
+from engine.ops.norm import _f
 
 COORD = {"half_pixel": 0, "asymmetric": 1, "align_corners": 2, "pytorch_half_pixel": 3,
-         "tf_half_pixel_for_nn": 4}
+         "tf_half_pixel_for_nn": 4, "half_pixel_symmetric": 5}
+MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2}
 NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 
 
@@ -26,14 +28,17 @@ def _attr(node, name, default):
 
 
 def _modes(node):
-    """(linear, COORD, NEAREST) for the node's form, refusing what the kernel cannot do."""
+    """(mode: 0 nearest, 1 linear, 2 cubic; COORD; NEAREST) for the node's form, refusing what
+    the kernel cannot do."""
     name = f"{node.op} {node.name}"
     mode = _attr(node, "mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear"):
-        raise ShapeInferenceError(f"{name}: mode {mode!r} is not supported (nearest, linear are)")
-    if node.op == "Upsample" or node.opset < 11:
+    old = node.op == "Upsample" or node.opset < 11
+    if mode not in MODES or old and mode == "cubic":
+        raise ShapeInferenceError(f"{name}: mode {mode!r} is not supported "
+                                  f"({'nearest, linear' if old else 'nearest, linear, cubic'} are)")
+    if old:
         # opset < 11: asymmetric coordinates; nearest floors (ceil when downsampling)
-        return mode != "nearest", COORD["asymmetric"], 4
+        return MODES[mode], COORD["asymmetric"], 4
     coord = _attr(node, "coordinate_transformation_mode", "half_pixel")
     if coord not in COORD:
         raise ShapeInferenceError(f"{name}: coordinate_transformation_mode {coord!r} is not "
@@ -46,7 +51,7 @@ def _modes(node):
     policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
     if policy != "stretch":
         raise ShapeInferenceError(f"{name}: keep_aspect_ratio_policy {policy!r} is not supported")
-    return mode != "nearest", COORD[coord], NEAREST[nearest]
+    return MODES[mode], COORD[coord], NEAREST[nearest]
 
 
 def _geometry(node, ins, deps):
@@ -89,19 +94,22 @@ def _geometry(node, ins, deps):
 
 
 def _kernels(node, ins, outs, deps):
-    linear, coord, nearest = _modes(node)
+    mode, coord, nearest = _modes(node)
     out, scales = _geometry(node, ins, deps)
     x = ins[0]
-    if linear:
+    if mode:
         for a in range(x.rank - 2):
             if out[a] != x.shape[a] or (scales[a] != 1 and x.shape[a] != 1):
                 raise ShapeInferenceError(
-                    f"{node.op} {node.name}: linear mode resizes the last two dims only, "
-                    f"got {x} -> {out}")
+                    f"{node.op} {node.name}: {_attr(node, 'mode', '')} mode resizes the last two "
+                    f"dims only, got {x} -> {out}")
     bits = np.ones(MAX_RANK, np.float32)
     bits[MAX_RANK - x.rank:] = scales
     jit = (*type_jit("T", x.dtype), ("COORD", coord), ("NEAREST", nearest),
-           ("LINEAR", int(linear)), ("IMPL_TAG", node.op))
+           ("LINEAR", int(mode == 1)), ("CUBIC", int(mode == 2)), ("IMPL_TAG", node.op))
+    if mode == 2:
+        jit += (("CUBIC_A", _f(node.attrs.get("cubic_coeff_a", -0.75))),
+                ("EXCLUDE_OUTSIDE", int(node.attrs.get("exclude_outside", 0))))
     return [KernelCall("resize", "resize", jit, (("in", 0), ("out", 0)),
                        params=tuple(int(v) for v in bits.view(np.int32)),
                        gws=(max(outs[0].count, 1),))]

@@ -135,3 +135,12 @@ def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
         nodes += [n] + after
     prog.nodes = nodes
     return added
+
+
+def cast_summary(prog) -> dict:
+    """For the trace header: how many Casts the program inserted and around which ops."""
+    casts = [n for n in prog.nodes if n.op == "Cast" and n.name.endswith(("::to_f32", "::to_f16"))]
+    ids = set(map(id, casts))
+    wrapped = {n.op for n in prog.nodes if id(n) not in ids and
+               any(t.endswith("::f32") for t in list(n.inputs) + list(n.outputs))}
+    return {"casts": len(casts), "f32_ops": sorted(wrapped)}

@@ -118,9 +118,11 @@ def test_cli_says_how_float16_runs(tmp_path):
     assert r.exit_code == 0, r.output
     assert "3 passed, 0 failed" in r.output
     header, _ = read_trace(str(trace))
-    assert header["float16"]["compute"] == "float32" and "cl_khr_fp16" in header["float16"]
-    r = CliRunner().invoke(app, ["trace", str(trace)], catch_exceptions=False)
-    assert "float16" in r.output and "computed float32" in r.output
+    f16 = header["float16"]
+    assert f16["compute"] == "float32" and "cl_khr_fp16" in f16
+    assert f16["f32_ops"] == ["Gemm", "MatMul", "Softmax"] and f16["casts"] >= 5
+    r = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["trace", str(trace)], catch_exceptions=False)
+    assert "computed float32" in r.output and "Casts around Gemm, MatMul, Softmax" in r.output
 
 
 def test_cast_f16_to_and_from_every_type(device):

@@ -17,7 +17,9 @@ KINDS: dict[str, dict] = {
                    "fusions", "float16"),
         "doc": "First line: schema version, model path, device description, run options. "
                "`float16`: how half tensors run on this device (`storage`, `compute`: float32 "
-               "everywhere, `cl_khr_fp16`: whether the device offers half arithmetic). "
+               "everywhere, `cl_khr_fp16`: whether the device offers half arithmetic) and the "
+               "`casts` the program inserted around the ops (`f32_ops`) that have no half "
+               "kernels. "
                "`fusions`: per node that absorbed elementwise nodes at program build, their "
                "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
                "on its input reads).",

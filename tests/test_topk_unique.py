@@ -3,6 +3,8 @@ shape inference reads only the 8-byte count) against onnxruntime: data-dependent
 zero-size outputs, the `dynamic_output` reason of update_shape, float16."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from engine import Network, build_program
@@ -149,3 +151,47 @@ def test_unique_along_an_axis(axis, sorted_):
         pick = pool[rng.integers(0, distinct, shape[ax])]
         seq.append({"x": np.moveaxis(pick, 0, ax).astype(np.float32)})
     run_vs_ort(model, seq, check_nonconstant=False)
+
+
+_NETS: dict = {}
+
+
+def _net_and_session(key, make):
+    if key not in _NETS:
+        model = make()
+        _NETS[key] = (Network(build_program(model)), ort_session(model))
+    return _NETS[key]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=3), st.integers(0, 2), st.booleans(),
+       st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_topk_any_shape_and_k_matches_onnxruntime(shape, axis, largest, frac, seed):
+    """One network per (rank, axis, largest) sees every drawn shape and K, ties included."""
+    axis %= len(shape)
+    model = lambda: _model(  # noqa: E731
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=int(largest))],
+        [("x", FLOAT, [f"d{j}" for j in range(len(shape))]), ("k", INT64, [1])], ["v", "i"])
+    net, sess = _net_and_session(("topk", len(shape), axis, largest), model)
+    rng = np.random.default_rng(seed)
+    feeds = {"x": rng.integers(-4, 5, shape).astype(np.float32),
+             "k": np.array([int(frac * shape[axis])], np.int64)}
+    outs = net.infer(feeds)
+    for name, want in zip(("v", "i"), sess.run(None, feeds)):
+        assert_close(outs[name], want, what=f"{shape} axis {axis} k {feeds['k']} {name}")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=3), st.booleans(), st.integers(1, 20),
+       st.integers(0, 2**32 - 1))
+def test_unique_any_shape_matches_onnxruntime(shape, sorted_, spread, seed):
+    """One network per (rank, sorted) sees every drawn shape (empty ones too) and spread."""
+    outputs = ["y", "idx", "inv", "cnt"]
+    model = lambda: _model(  # noqa: E731
+        [helper.make_node("Unique", ["x"], outputs, sorted=int(sorted_))],
+        [("x", INT64, [f"d{j}" for j in range(len(shape))])], outputs)
+    net, sess = _net_and_session(("unique", len(shape), sorted_), model)
+    x = np.random.default_rng(seed).integers(-spread, spread + 1, shape).astype(np.int64)
+    outs = net.infer({"x": x})
+    for name, want in zip(outputs, sess.run(None, {"x": x})):
+        assert_close(outs[name], want, what=f"{shape} sorted={sorted_} {name}")

@@ -65,18 +65,17 @@ def test_small_cnn_f16_batch_and_spatial(device):
 def test_kv_decoder_f16_feedback_keeps_a_half_cache(device):
     """Decode steps with present_k/v fed back as past_k/v on the device: the KV cache is float16
     (half the bytes), compared with onnxruntime fed its own presents at every step."""
-    model = to_float16(kv_decoder_step())
-    trace = MemoryTrace()
+    model, trace = to_float16(kv_decoder_step()), MemoryTrace()
+    sess, names = ort_session(model), ["y", "present_k", "present_v"]
+    fed = {"past_k": "present_k", "past_v": "present_v"}
     net = Network(build_program(model), device, trace=trace, impls="dynamic",
-                  feedback={"present_k": "past_k", "present_v": "past_v"})
-    sess = ort_session(model)
-    names = [o.name for o in sess.get_outputs()]
+                  feedback={v: k for k, v in fed.items()})
     rng = np.random.default_rng(9)
-    past = {"past_k": np.zeros((1, 2, 0, 16), F16), "past_v": np.zeros((1, 2, 0, 16), F16)}
+    past = {k: np.zeros((1, 2, 0, 16), F16) for k in fed}
     for step in range(12):
         new = 3 if step == 0 else 1
         feeds = {"x": rng.standard_normal((1, new, 32)).astype(F16), **past}
-        outs = net.infer(feeds, fed_back={"past_k": "present_k", "past_v": "present_v"} if step else {})
+        outs = net.infer(feeds, fed_back=fed if step else {})
         ref = dict(zip(names, sess.run(None, feeds)))
         for name in names:
             assert_close(outs[name], ref[name], what=f"step {step} {name}", **TOL)

@@ -1,19 +1,21 @@
 // Resize / Upsample, nearest, linear or cubic. One work-item per output element.
 // Tensors: 0 X, 1 Y (same rank; dims right-aligned to MAX_RANK, leading 1s).
 // JIT: T data type (LOAD_T/STORE_T); COORD: 0 half_pixel, 1 asymmetric, 2 align_corners,
-// 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 half_pixel_symmetric; NEAREST:
+// 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 half_pixel_symmetric, 6 tf_crop_and_resize
+// (coordinates outside the input give EXTRAPOLATION); NEAREST:
 // 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil, 4 simple (opset < 11: floor,
 // ceil when downsampling); LINEAR / CUBIC: 1 interpolates the last two dims (the host checks
 // that the others keep their size); cubic: CUBIC_A (cubic_coeff_a), EXCLUDE_OUTSIDE.
-// PARAM(0..5): the scale of each dim (float bits: shape_info holds ints).
+// PARAM(0..5): the scale of each dim, PARAM(6..11) / PARAM(12..17): its roi start / end
+// (tf_crop_and_resize), all float bits (shape_info holds ints).
 
 // Coordinates near halfway between two pixels are common (nearest rounds them): no fused
 // multiply-adds, so they come out as plain float32 arithmetic (onnxruntime, ONNX's reference)
 // computes them.
 #pragma OPENCL FP_CONTRACT OFF
 
-// input coordinate of output index x along a dim (in, out: the dim's sizes)
-inline float in_coord(int x, float scale, int in, int out)
+// input coordinate of output index x along a dim (in, out: the dim's sizes; start, end: its roi)
+inline float in_coord(int x, float scale, int in, int out, float start, float end)
 {
 #if COORD == 0
     return ((float)x + 0.5f) / scale - 0.5f;
@@ -25,6 +27,9 @@ inline float in_coord(int x, float scale, int in, int out)
     return out > 1 ? ((float)x + 0.5f) / scale - 0.5f : 0.0f;
 #elif COORD == 4
     return ((float)x + 0.5f) / scale;
+#elif COORD == 6
+    return out > 1 ? start * (float)(in - 1) + (float)x * (end - start) * (float)(in - 1) / (float)(out - 1)
+                   : 0.5f * (start + end) * (float)(in - 1);
 #else
     const float adjust = (float)out / (scale * (float)in);
     return (float)in * 0.5f * (1.0f - adjust) + ((float)x + 0.5f) / scale - 0.5f;
@@ -73,6 +78,15 @@ inline int nearest_index(float c, float scale, int in)
     return clamp(i, 0, in - 1);
 }
 
+// the input coordinate of output index x along dim d (inside the kernel: PARAM reads shape_info)
+#define COORD_OF(x, d, in, out) in_coord((x), as_float(PARAM(d)), (in), (out), \
+                                         as_float(PARAM(MAX_RANK + (d))), as_float(PARAM(2 * MAX_RANK + (d))))
+#if COORD == 6
+#define OUTSIDE(c, n) ((c) < 0.0f || (c) > (float)((n) - 1))
+#else
+#define OUTSIDE(c, n) 0
+#endif
+
 KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
 {
     const int gid = get_global_id(0);
@@ -91,12 +105,15 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
         stride *= T_DIM(0, d);
     }
     const __global T* p = X + T_OFF(0) + src;
+    const float ry = COORD_OF(o[MAX_RANK - 2], MAX_RANK - 2, H, T_DIM(1, MAX_RANK - 2));
+    const float rx = COORD_OF(o[MAX_RANK - 1], MAX_RANK - 1, W, T_DIM(1, MAX_RANK - 1));
+    if (OUTSIDE(ry, H) || OUTSIDE(rx, W)) {
+        STORE_T(Y, T_OFF(1) + gid, EXTRAPOLATION);
+        return;
+    }
 #if CUBIC
     float wy[4], wx[4];
-    const int y0 = cubic_weights(in_coord(o[MAX_RANK - 2], as_float(PARAM(MAX_RANK - 2)), H,
-                                          T_DIM(1, MAX_RANK - 2)), H, wy);
-    const int x0 = cubic_weights(in_coord(o[MAX_RANK - 1], as_float(PARAM(MAX_RANK - 1)), W,
-                                          T_DIM(1, MAX_RANK - 1)), W, wx);
+    const int y0 = cubic_weights(ry, H, wy), x0 = cubic_weights(rx, W, wx);
     float acc = 0.0f;
     for (int i = 0; i < 4; ++i) {
         const int y = clamp(y0 + i, 0, H - 1);
@@ -106,10 +123,7 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
     }
     STORE_T(Y, T_OFF(1) + gid, acc);
 #else
-    const float cy = clamp(in_coord(o[MAX_RANK - 2], as_float(PARAM(MAX_RANK - 2)), H,
-                                    T_DIM(1, MAX_RANK - 2)), 0.0f, (float)(H - 1));
-    const float cx = clamp(in_coord(o[MAX_RANK - 1], as_float(PARAM(MAX_RANK - 1)), W,
-                                    T_DIM(1, MAX_RANK - 1)), 0.0f, (float)(W - 1));
+    const float cy = clamp(ry, 0.0f, (float)(H - 1)), cx = clamp(rx, 0.0f, (float)(W - 1));
     const int y0 = (int)cy, x0 = (int)cx;
     const int y1 = min(y0 + 1, H - 1), x1 = min(x0 + 1, W - 1);
     const float fy = cy - (float)y0, fx = cx - (float)x0;
@@ -122,8 +136,12 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
         const int n = T_DIM(1, d), in = T_DIM(0, d);
         const int x = rem % n;
         rem /= n;
-        const float scale = as_float(PARAM(d));
-        src += nearest_index(in_coord(x, scale, in, n), scale, in) * stride;
+        const float c = COORD_OF(x, d, in, n);
+        if (OUTSIDE(c, in)) {
+            STORE_T(Y, T_OFF(1) + gid, EXTRAPOLATION);
+            return;
+        }
+        src += nearest_index(c, as_float(PARAM(d)), in) * stride;
         stride *= in;
     }
     STORE_T(Y, T_OFF(1) + gid, LOAD_T(X, T_OFF(0) + src));

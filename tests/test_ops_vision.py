@@ -115,6 +115,30 @@ def test_resize_scales(case):
     run(m, [{"x": randn(s)} for s in RS_SHAPES])
 
 
+@pytest.mark.parametrize("mode,roi", [("nearest", [0, 0, 0.2, -0.1, 1, 1, 0.9, 1.3]),
+                                      ("linear", [0, 0, -0.3, 0.25, 1, 1, 0.5, 0.75]),
+                                      ("cubic", [0, 0, 0.1, 0.1, 1, 1, 1.2, 0.8])])
+def test_resize_tf_crop_and_resize(mode, roi):
+    """A crop box (partly outside the input: extrapolation_value there) resized to sizes. Every
+    resized dim changes size: where one keeps it, onnxruntime ignores the roi along it (ONNX's
+    reference and we crop it)."""
+    node = helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode=mode,
+                            coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-7.5)
+    m = model([node], [("x", FLOAT, 4)], {"roi": np.array(roi, np.float32)}, 13)
+    m.graph.input.append(helper.make_tensor_value_info("sizes", INT64, [4]))
+    seq = [{"x": randn((n, 2, h, w)), "sizes": np.array([n, 2, oh, ow], np.int64)}
+           for n, h, w, oh, ow in [(1, 5, 7, 4, 6), (2, 9, 12, 7, 1), (1, 5, 7, 4, 6), (1, 1, 3, 2, 5)]]
+    run(m, seq)
+
+
+def test_resize_tf_crop_and_resize_scales():
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    inits = {"roi": np.array([0, 0, 0.2, -0.1, 1, 1, 0.9, 1.3], np.float32),
+             "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    run(model([node], [("x", FLOAT, 4)], inits, 13), [{"x": randn(s)} for s in RS_SHAPES])
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_resize_sizes_from_input_change_between_inferences(mode):
     """sizes is a graph input: a memory dep whose value changes while x keeps its shape."""
@@ -142,10 +166,10 @@ def test_upsample_opset9():
 
 def test_resize_refuses_unsupported_mode_naming_the_node():
     m = model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear",
-                                coordinate_transformation_mode="tf_crop_and_resize")],
-              [("x", FLOAT, 4)], {"scales": np.array([1, 1, 2.0, 2.0], np.float32)})
+                                antialias=1)],
+              [("x", FLOAT, 4)], {"scales": np.array([1, 1, 2.0, 2.0], np.float32)}, 18)
     net = Network(build_program(m))
-    with pytest.raises(ShapeInferenceError, match="Resize up: coordinate_transformation_mode 'tf_crop"):
+    with pytest.raises(ShapeInferenceError, match="Resize up: antialias=1 is not supported"):
         net.infer({"x": randn((1, 1, 2, 2))})
 
 

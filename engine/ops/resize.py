@@ -1,10 +1,11 @@
 """Resize (opsets 10, 11, 13, 18, 19) and Upsample (opset 9) on the device (cl/resize.cl):
 nearest over any dims, linear and cubic over the last two (the others must keep their size);
 the coordinate modes exporters use (half_pixel, asymmetric, align_corners, pytorch_half_pixel,
-tf_half_pixel_for_nn, half_pixel_symmetric) and every nearest_mode. `scales` or `sizes` are memory deps (shape
-inference reads their values). Coordinates are computed in float32 from the scale the model
-gives (not out/in), as onnxruntime does; the scales reach the kernel as float bits in
-shape_info, so one build serves every shape and scale."""
+tf_half_pixel_for_nn, half_pixel_symmetric, tf_crop_and_resize) and every nearest_mode.
+`scales`, `sizes` and `roi` are memory deps (shape inference reads their values). Coordinates
+are computed in float32 from the scale the model gives (not out/in), as onnxruntime does; the
+scales and roi reach the kernel as float bits in shape_info, so one build serves every shape
+and scale."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,7 @@ from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.norm import _f
 
 COORD = {"half_pixel": 0, "asymmetric": 1, "align_corners": 2, "pytorch_half_pixel": 3,
-         "tf_half_pixel_for_nn": 4, "half_pixel_symmetric": 5}
+         "tf_half_pixel_for_nn": 4, "half_pixel_symmetric": 5, "tf_crop_and_resize": 6}
 MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2}
 NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 
@@ -55,7 +56,8 @@ def _modes(node):
 
 
 def _geometry(node, ins, deps):
-    """(output shape, per-dim float32 scales) for the current input and scales/sizes values."""
+    """(output shape, per-dim float32 scales, roi starts, roi ends) for the current input and
+    scales/sizes (and roi, for tf_crop_and_resize) values."""
     name = f"{node.op} {node.name}"
     x = ins[0]
     rank = x.rank
@@ -78,24 +80,34 @@ def _geometry(node, ins, deps):
     if len(given) != len(axes):
         raise ShapeInferenceError(f"{name}: {len(given)} scales/sizes for {len(axes)} axes of {x}")
     full = np.ones(rank, np.float32)
+    start, end = np.zeros(rank, np.float32), np.ones(rank, np.float32)
+    if not old and _attr(node, "coordinate_transformation_mode", "") == "tf_crop_and_resize":
+        roi = deps.get(1)
+        if roi is None or roi.size != 2 * len(axes):
+            raise ShapeInferenceError(f"{name}: tf_crop_and_resize needs roi with "
+                                      f"{2 * len(axes)} values")
+        roi = roi.reshape(-1).astype(np.float32)
+        start[axes], end[axes] = roi[:len(axes)], roi[len(axes):]
     out = list(x.shape)
     for a, v in zip(axes, given):
         if scales is not None:
             full[a] = np.float32(v)
             if not full[a] > 0:
                 raise ShapeInferenceError(f"{name}: scale {v} must be > 0")
-            out[a] = int(np.floor(np.float32(x.shape[a]) * full[a]))  # float32, as onnxruntime
+            # float32, as onnxruntime. The spec scales a tf_crop_and_resize size by the roi's
+            # extent too; onnxruntime and ONNX's reference do not, and neither do we.
+            out[a] = int(np.floor(np.float32(x.shape[a]) * full[a]))
         else:
             out[a] = int(v)
             if out[a] < 0:
                 raise ShapeInferenceError(f"{name}: negative size {v}")
             full[a] = np.float32(out[a]) / np.float32(x.shape[a]) if x.shape[a] else 1.0
-    return tuple(out), full
+    return tuple(out), full, start, end
 
 
 def _kernels(node, ins, outs, deps):
     mode, coord, nearest = _modes(node)
-    out, scales = _geometry(node, ins, deps)
+    out, scales, start, end = _geometry(node, ins, deps)
     x = ins[0]
     if mode:
         for a in range(x.rank - 2):
@@ -103,15 +115,17 @@ def _kernels(node, ins, outs, deps):
                 raise ShapeInferenceError(
                     f"{node.op} {node.name}: {_attr(node, 'mode', '')} mode resizes the last two "
                     f"dims only, got {x} -> {out}")
-    bits = np.ones(MAX_RANK, np.float32)
-    bits[MAX_RANK - x.rank:] = scales
+    bits = np.zeros((3, MAX_RANK), np.float32)
+    bits[0], bits[2] = 1.0, 1.0          # padded leading dims: scale 1, roi [0, 1]
+    bits[:, MAX_RANK - x.rank:] = scales, start, end
     jit = (*type_jit("T", x.dtype), ("COORD", coord), ("NEAREST", nearest),
-           ("LINEAR", int(mode == 1)), ("CUBIC", int(mode == 2)), ("IMPL_TAG", node.op))
+           ("LINEAR", int(mode == 1)), ("CUBIC", int(mode == 2)),
+           ("EXTRAPOLATION", _f(node.attrs.get("extrapolation_value", 0.0))), ("IMPL_TAG", node.op))
     if mode == 2:
         jit += (("CUBIC_A", _f(node.attrs.get("cubic_coeff_a", -0.75))),
                 ("EXCLUDE_OUTSIDE", int(node.attrs.get("exclude_outside", 0))))
     return [KernelCall("resize", "resize", jit, (("in", 0), ("out", 0)),
-                       params=tuple(int(v) for v in bits.view(np.int32)),
+                       params=tuple(int(v) for v in bits.reshape(-1).view(np.int32)),
                        gws=(max(outs[0].count, 1),))]
 
 
@@ -119,7 +133,7 @@ def _infer(node, ins, deps):
     _modes(node)
     if ins[0].dtype not in ("f32", "f16"):
         raise ShapeInferenceError(f"{node.op} {node.name}: float32 or float16 data only, got {ins[0]}")
-    out, _ = _geometry(node, ins, deps)
+    out = _geometry(node, ins, deps)[0]
     return [Layout(out, ins[0].dtype)]
 
 

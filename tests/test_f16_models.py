@@ -164,3 +164,26 @@ def test_cast_f16_to_and_from_every_type(device):
         w = np.where(want["yi16"] == x, x, x.astype(bool)).astype(np.float32)
         f16 = feeds["f"].astype(F16).astype(np.float32)
         assert_close(outs["y"], (w + f16).astype(F16), rtol=0, atol=0, what="y")
+
+
+def test_f16_fill_expand_concat_slice_gather(device):
+    """Half data through the ops that only move or make it: ConstantOfShape with a half value
+    (on the device: its shape comes from x), Expand, Concat, Slice, Gather, Transpose."""
+    from onnx import TensorProto as TP, helper, numpy_helper
+    n = helper.make_node
+    fill = numpy_helper.from_array(np.array([1.5], F16), "v")
+    nodes = [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["ones"], value=fill),
+             n("Add", ["x", "ones"], ["a"]), n("Expand", ["b", "s"], ["be"]),
+             n("Concat", ["a", "be"], ["c"], axis=1), n("Transpose", ["c"], ["t"], perm=[1, 0]),
+             n("Slice", ["t", "st", "en", "ax"], ["sl"]), n("Gather", ["sl", "idx"], ["y"], axis=1)]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             {"st": [1], "en": [-1], "ax": [0], "idx": [0, 2, 1, 0]}.items()]
+    g = helper.make_graph(nodes, "moves", [helper.make_tensor_value_info("x", TP.FLOAT16, ["n", "m"]),
+                                           helper.make_tensor_value_info("b", TP.FLOAT16, [1, "m"])],
+                          [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    rng = np.random.default_rng(8)
+    seq = [{"x": rng.standard_normal((r, c)).astype(F16), "b": rng.standard_normal((1, c)).astype(F16)}
+           for r, c in [(3, 4), (70, 5), (3, 4), (4, 9)]]
+    net = run_vs_ort(model, seq, device, rtol=1e-3, atol=1e-3)
+    assert not any(t.endswith("::f32") for nd in net.program.nodes for t in nd.inputs)

@@ -152,6 +152,17 @@ def test_resize_sizes_from_input_change_between_inferences(mode):
     run(m, seq)
 
 
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+def test_resize_keep_aspect_ratio(policy):
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", axes=[2, 3],
+                            keep_aspect_ratio_policy=policy)
+    m = model([node], [("x", FLOAT, 4)], opset=18)
+    m.graph.input.append(helper.make_tensor_value_info("sizes", INT64, [2]))
+    seq = [{"x": randn((1, 2, h, w)), "sizes": np.array(s, np.int64)}
+           for h, w, s in [(5, 7, [10, 10]), (9, 12, [4, 20]), (5, 7, [10, 10]), (6, 6, [3, 9])]]
+    run(m, seq)
+
+
 def test_resize_axes_opset18_and_f16():
     m = model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", axes=[2, 3])],
               [("x", FLOAT16, 4)], {"scales": np.array([2.0, 1.5], np.float32)}, 18)

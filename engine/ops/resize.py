@@ -50,8 +50,8 @@ def _modes(node):
     if int(node.attrs.get("antialias", 0)):
         raise ShapeInferenceError(f"{name}: antialias=1 is not supported")
     policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
-    if policy != "stretch":
-        raise ShapeInferenceError(f"{name}: keep_aspect_ratio_policy {policy!r} is not supported")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ShapeInferenceError(f"{name}: unknown keep_aspect_ratio_policy {policy!r}")
     return MODES[mode], COORD[coord], NEAREST[nearest]
 
 
@@ -89,6 +89,18 @@ def _geometry(node, ins, deps):
         roi = roi.reshape(-1).astype(np.float32)
         start[axes], end[axes] = roi[:len(axes)], roi[len(axes):]
     out = list(x.shape)
+    policy = "stretch" if old else _attr(node, "keep_aspect_ratio_policy", "stretch")
+    if sizes is not None and policy != "stretch":
+        # one scale for every resized axis, the largest that fits (not_larger) or the smallest
+        # that covers (not_smaller) the sizes; sizes round to nearest
+        pick = min if policy == "not_larger" else max
+        if any(x.shape[a] == 0 for a in axes):
+            raise ShapeInferenceError(f"{name}: keep_aspect_ratio_policy over an empty dim of {x}")
+        ratio = pick(np.float32(v) / np.float32(x.shape[a]) for a, v in zip(axes, given))
+        scales, sizes = None, None
+        given = np.asarray([np.floor(ratio * np.float32(x.shape[a]) + np.float32(0.5))
+                            for a in axes], np.int64)
+        full[axes] = ratio
     for a, v in zip(axes, given):
         if scales is not None:
             full[a] = np.float32(v)
@@ -101,7 +113,8 @@ def _geometry(node, ins, deps):
             out[a] = int(v)
             if out[a] < 0:
                 raise ShapeInferenceError(f"{name}: negative size {v}")
-            full[a] = np.float32(out[a]) / np.float32(x.shape[a]) if x.shape[a] else 1.0
+            if policy == "stretch":
+                full[a] = np.float32(out[a]) / np.float32(x.shape[a]) if x.shape[a] else 1.0
     return tuple(out), full, start, end
 
 

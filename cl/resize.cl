@@ -5,7 +5,8 @@
 // (coordinates outside the input give EXTRAPOLATION); NEAREST:
 // 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil, 4 simple (opset < 11: floor,
 // ceil when downsampling); LINEAR / CUBIC: 1 interpolates the last two dims (the host checks
-// that the others keep their size); cubic: CUBIC_A (cubic_coeff_a), EXCLUDE_OUTSIDE.
+// that the others keep their size); cubic: CUBIC_A (cubic_coeff_a), EXCLUDE_OUTSIDE;
+// ANTIALIAS: linear/cubic filters stretched by 1 / scale when downsampling (ONNX's reference).
 // PARAM(0..5): the scale of each dim, PARAM(6..11) / PARAM(12..17): its roi start / end
 // (tf_crop_and_resize), all float bits (shape_info holds ints).
 
@@ -78,6 +79,45 @@ inline int nearest_index(float c, float scale, int in)
     return clamp(i, 0, in - 1);
 }
 
+#if ANTIALIAS
+// the filter at distance t (in filter units): the triangle (linear) or the cubic kernel
+inline float aa_weight(float t)
+{
+    t = fabs(t);
+#if CUBIC
+    const float A = CUBIC_A;
+    if (t <= 1.0f) return ((A + 2.0f) * t - (A + 3.0f)) * t * t + 1.0f;
+    if (t < 2.0f) return ((A * t - 5.0f * A) * t + 8.0f * A) * t - 4.0f * A;
+    return 0.0f;
+#else
+    return max(0.0f, 1.0f - t);
+#endif
+}
+
+// Taps along one dim for input coordinate c: first tap `*i0` (relative to *base), weights
+// from aa_weight(s * (i - ratio)); ratio in (0, 1] (an integer c takes the pixel on its left as
+// base, as ONNX's reference does). Returns the number of taps.
+inline int aa_taps(float c, float scale, int* base, float* ratio, int* i0)
+{
+#if CUBIC
+    const float support = 2.0f;
+#else
+    const float support = 1.0f;
+#endif
+    const float s = min(scale, 1.0f);
+    int b = (int)floor(c);
+    float r = c - (float)b;
+    if (r == 0.0f) {
+        b -= 1;
+        r = 1.0f;
+    }
+    *base = b;
+    *ratio = r;
+    *i0 = (int)floor(-support / s) + 1;
+    return 2 - 2 * *i0;
+}
+#endif
+
 // the input coordinate of output index x along dim d (inside the kernel: PARAM reads shape_info)
 #define COORD_OF(x, d, in, out) in_coord((x), as_float(PARAM(d)), (in), (out), \
                                          as_float(PARAM(MAX_RANK + (d))), as_float(PARAM(2 * MAX_RANK + (d))))
@@ -111,7 +151,30 @@ KERNEL(resize)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
         STORE_T(Y, T_OFF(1) + gid, EXTRAPOLATION);
         return;
     }
-#if CUBIC
+#if ANTIALIAS
+    const float sy = min(as_float(PARAM(MAX_RANK - 2)), 1.0f), sx = min(as_float(PARAM(MAX_RANK - 1)), 1.0f);
+    int by, bx, iy, ix;
+    float fy, fx;
+    const int ny = aa_taps(ry, sy, &by, &fy, &iy), nx = aa_taps(rx, sx, &bx, &fx, &ix);
+    float acc = 0.0f, wy_sum = 0.0f, wx_sum = 0.0f;
+    for (int j = ix; j < ix + nx; ++j)
+        wx_sum += (EXCLUDE_OUTSIDE && (bx + j < 0 || bx + j >= W)) ? 0.0f : aa_weight(sx * ((float)j - fx));
+    for (int i = iy; i < iy + ny; ++i) {
+        const int y = by + i;
+        const float wy = (EXCLUDE_OUTSIDE && (y < 0 || y >= H)) ? 0.0f : aa_weight(sy * ((float)i - fy));
+        if (wy == 0.0f) continue;
+        wy_sum += wy;
+        const int row = clamp(y, 0, H - 1) * W;
+        float r = 0.0f;
+        for (int j = ix; j < ix + nx; ++j) {
+            const int x = bx + j;
+            const float wx = (EXCLUDE_OUTSIDE && (x < 0 || x >= W)) ? 0.0f : aa_weight(sx * ((float)j - fx));
+            r += wx * LOAD_T(p, row + clamp(x, 0, W - 1));
+        }
+        acc += wy * r;
+    }
+    STORE_T(Y, T_OFF(1) + gid, wy_sum * wx_sum != 0.0f ? acc / (wy_sum * wx_sum) : 0.0f);
+#elif CUBIC
     float wy[4], wx[4];
     const int y0 = cubic_weights(ry, H, wy), x0 = cubic_weights(rx, W, wx);
     float acc = 0.0f;

@@ -175,12 +175,23 @@ def test_upsample_opset9():
     run(m, [{"x": randn(s)} for s in RS_SHAPES])
 
 
+@pytest.mark.parametrize("mode,coord,exclude", [("linear", "half_pixel", 0), ("linear", "asymmetric", 1),
+                                                ("cubic", "half_pixel", 0), ("cubic", "pytorch_half_pixel", 1)])
+def test_resize_antialias(mode, coord, exclude):
+    """Downsampling with the filter stretched by 1 / scale (up to 2 / 0.3 taps a dim), and
+    upsampling (no stretch) along the other dim."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, antialias=1,
+                            coordinate_transformation_mode=coord, exclude_outside=exclude)
+    m = model([node], [("x", FLOAT, 4)], {"scales": np.array([1, 1, 0.3, 1.6], np.float32)}, 18)
+    run(m, [{"x": randn(s)} for s in [(1, 2, 17, 6), (2, 1, 40, 9), (1, 2, 17, 6), (1, 1, 4, 3)]])
+
+
 def test_resize_refuses_unsupported_mode_naming_the_node():
     m = model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear",
-                                antialias=1)],
+                                antialias=1, coordinate_transformation_mode="align_corners")],
               [("x", FLOAT, 4)], {"scales": np.array([1, 1, 2.0, 2.0], np.float32)}, 18)
     net = Network(build_program(m))
-    with pytest.raises(ShapeInferenceError, match="Resize up: antialias=1 is not supported"):
+    with pytest.raises(ShapeInferenceError, match="Resize up: antialias=1 with align_corners"):
         net.infer({"x": randn((1, 1, 2, 2))})
 
 

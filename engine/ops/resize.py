@@ -1,7 +1,8 @@
 """Resize (opsets 10, 11, 13, 18, 19) and Upsample (opset 9) on the device (cl/resize.cl):
 nearest over any dims, linear and cubic over the last two (the others must keep their size);
 the coordinate modes exporters use (half_pixel, asymmetric, align_corners, pytorch_half_pixel,
-tf_half_pixel_for_nn, half_pixel_symmetric, tf_crop_and_resize) and every nearest_mode.
+tf_half_pixel_for_nn, half_pixel_symmetric, tf_crop_and_resize), every nearest_mode, antialias
+(linear and cubic filters stretched by 1 / scale when downsampling) and keep_aspect_ratio_policy.
 `scales`, `sizes` and `roi` are memory deps (shape inference reads their values). Coordinates
 are computed in float32 from the scale the model gives (not out/in), as onnxruntime does; the
 scales and roi reach the kernel as float bits in shape_info, so one build serves every shape
@@ -47,8 +48,9 @@ def _modes(node):
     nearest = _attr(node, "nearest_mode", "round_prefer_floor")
     if nearest not in NEAREST:
         raise ShapeInferenceError(f"{name}: nearest_mode {nearest!r} is not supported")
-    if int(node.attrs.get("antialias", 0)):
-        raise ShapeInferenceError(f"{name}: antialias=1 is not supported")
+    if int(node.attrs.get("antialias", 0)) and coord == "align_corners":
+        # onnxruntime and ONNX's reference disagree there
+        raise ShapeInferenceError(f"{name}: antialias=1 with align_corners is not supported")
     policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise ShapeInferenceError(f"{name}: unknown keep_aspect_ratio_policy {policy!r}")
@@ -135,8 +137,10 @@ def _kernels(node, ins, outs, deps):
            ("LINEAR", int(mode == 1)), ("CUBIC", int(mode == 2)),
            ("EXTRAPOLATION", _f(node.attrs.get("extrapolation_value", 0.0))), ("IMPL_TAG", node.op))
     if mode == 2:
-        jit += (("CUBIC_A", _f(node.attrs.get("cubic_coeff_a", -0.75))),
-                ("EXCLUDE_OUTSIDE", int(node.attrs.get("exclude_outside", 0))))
+        jit += (("CUBIC_A", _f(node.attrs.get("cubic_coeff_a", -0.75))),)
+    if mode:
+        jit += (("EXCLUDE_OUTSIDE", int(node.attrs.get("exclude_outside", 0))),
+                ("ANTIALIAS", int(node.attrs.get("antialias", 0))))
     return [KernelCall("resize", "resize", jit, (("in", 0), ("out", 0)),
                        params=tuple(int(v) for v in bits.reshape(-1).view(np.int32)),
                        gws=(max(outs[0].count, 1),))]

@@ -159,3 +159,13 @@ inline float lanes_reduce(__local float* red, int lid, int sub, int n, float v, 
     return r;
 }
 #endif
+
+// float16 (engine/f16.py): half tensors are stored as half and computed as float on every
+// device. vload_half / vstore_half are core OpenCL, so this needs no cl_khr_fp16 (NVIDIA's
+// OpenCL and many PoCL builds lack it; there `half` may only be a pointer type). A kernel
+// names each tensor's type through JIT constants made by engine.f16.type_jit("X", dtype):
+//   X the storage type (half, float, long, ...), X_C its compute type (float for half),
+//   LOAD_X(p, i) -> X_C, the element i of p; STORE_X(p, i, v) stores v (converted) at p[i].
+// Pure copies need no conversion: they move f16 as ushort bits (engine.f16.bits_type).
+#define LOAD_HALF(p, i) vload_half((i), (p))
+#define STORE_HALF(p, i, v) vstore_half_rte((float)(v), (i), (p))

@@ -1,10 +1,17 @@
 // Strided copy: Transpose, Slice, Expand and Concat.
-// JIT: T element type.
+// JIT: T element type; or, for a converting copy (Cast of a padded KV cache), TS / TD source
+// and destination type slots (engine.f16.type_jit) and CONVERT(v) the value stored.
 
 // Iterates over the dims of tensor 1 (the destination's view, or the region written).
 // PARAM(0..5): source strides per dim (0 broadcasts), PARAM(6): extra source offset,
 // PARAM(7..12): destination strides, PARAM(13): extra destination offset.
+#ifdef CONVERT
+#define COPY_STORE(o, s) STORE_TD(dst, (o), CONVERT(LOAD_TS(src, (s))))
+KERNEL(copy_strided)(OPTIONAL_SHAPE_INFO_ARG __global const TS* src, __global TD* dst)
+#else
+#define COPY_STORE(o, s) (dst[o] = src[s])
 KERNEL(copy_strided)(OPTIONAL_SHAPE_INFO_ARG __global const T* src, __global T* dst)
+#endif
 {
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(1)) return;
@@ -16,5 +23,5 @@ KERNEL(copy_strided)(OPTIONAL_SHAPE_INFO_ARG __global const T* src, __global T* 
         s += i * PARAM(d);
         o += i * PARAM(7 + d);
     }
-    dst[o] = src[s];
+    COPY_STORE(o, s);
 }

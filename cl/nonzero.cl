@@ -7,7 +7,9 @@
 // A multi-group version would need a per-chunk count buffer between two kernels (an internal
 // buffer); the single group keeps the primitive to one kernel and no scratch memory.
 
+#ifndef NZ
 #define NZ(v) ((v) != (T)0)
+#endif
 
 // [begin, end) of item `lid`'s chunk of n elements
 inline int chunk_begin(int lid, int n) { return min(lid * ((n + WG - 1) / WG), n); }

@@ -1,6 +1,6 @@
 // 2-D max / average pooling, NCHW. One work-item per output element.
 // Tensors: 0 X [N, C, H, W], 1 Y [N, C, OH, OW].
-// JIT: POOL_MAX (1: max, 0: average), COUNT_INCLUDE_PAD (average: divide by the taps inside
+// JIT: T data type (LOAD_T/STORE_T, cl/common.cl), POOL_MAX (1: max, 0: average), COUNT_INCLUDE_PAD (average: divide by the taps inside
 //      the padded input instead of the taps inside the input).
 // PARAM(0) KH, (1) KW, (2) SY, (3) SX, (4) DY, (5) DX, (6) pad top, (7) pad left,
 //      (8) pad bottom, (9) pad right.
@@ -14,7 +14,7 @@ inline int end_tap(int start, int hi, int k, int d)   // first k with start + k 
     return start >= hi ? 0 : min(k, (hi - start + d - 1) / d);
 }
 
-KERNEL(pool2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* Y)
+KERNEL(pool2d)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
 {
     const int H = T_DIM(0, 4), W = T_DIM(0, 5);
     const int OH = T_DIM(1, 4), OW = T_DIM(1, 5);
@@ -29,18 +29,18 @@ KERNEL(pool2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* 
     const int iy0 = oy * SY - PARAM(6), ix0 = ox * SX - PARAM(7);
     const int ky0 = first_tap(iy0, 0, DY), ky1 = end_tap(iy0, H, KH, DY);
     const int kx0 = first_tap(ix0, 0, DX), kx1 = end_tap(ix0, W, KW, DX);
-    const __global float* xp = X + T_OFF(0) + nc * H * W;
+    const __global T* xp = X + T_OFF(0) + nc * H * W;
 #if POOL_MAX
     float acc = -INFINITY;
     for (int ky = ky0; ky < ky1; ++ky) {
         const int r = (iy0 + ky * DY) * W + ix0;
-        for (int kx = kx0; kx < kx1; ++kx) acc = fmax(acc, xp[r + kx * DX]);
+        for (int kx = kx0; kx < kx1; ++kx) acc = fmax(acc, LOAD_T(xp, r + kx * DX));
     }
 #else
     float acc = 0.0f;
     for (int ky = ky0; ky < ky1; ++ky) {
         const int r = (iy0 + ky * DY) * W + ix0;
-        for (int kx = kx0; kx < kx1; ++kx) acc += xp[r + kx * DX];
+        for (int kx = kx0; kx < kx1; ++kx) acc += LOAD_T(xp, r + kx * DX);
     }
 #if COUNT_INCLUDE_PAD
     // taps inside the padded extent [-pad_begin, size + pad_end)
@@ -51,5 +51,5 @@ KERNEL(pool2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float* 
 #endif
     acc = acc / (float)max(ny * nx, 1);
 #endif
-    Y[T_OFF(1) + gid] = acc;
+    STORE_T(Y, T_OFF(1) + gid, acc);
 }

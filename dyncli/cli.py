@@ -225,6 +225,7 @@ def bench(
 @app.command(help="List OpenCL platforms and devices, and whether each can build kernels.")
 def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     from engine.device import DeviceError, list_devices, probe
+    from engine.f16 import half_summary
     import pyopencl as cl
     try:
         devs = list_devices()
@@ -234,17 +235,19 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     rows = []
     for d in devs:
         p, i = (int(x) for x in d.index.split(":"))
-        err = probe(plats[p].get_devices()[i])
-        rows.append({**vars(d), "builds": err is None, "build_error": err or ""})
+        dev = plats[p].get_devices()[i]
+        err = probe(dev)
+        rows.append({**vars(d), "builds": err is None, "build_error": err or "",
+                     "float16": half_summary(dev)})
     if as_json:
         print(json.dumps(rows, indent=1))
         return
     t = Table(title="OpenCL devices (select with --device P:D or PYOPENCL_CTX)")
-    for col in ("P:D", "platform", "device", "type", "memory", "CUs", "builds kernels"):
+    for col in ("P:D", "platform", "device", "type", "memory", "CUs", "float16", "builds kernels"):
         t.add_column(col)
     for r in rows:
         t.add_row(r["index"], r["platform"], r["name"], r["type"], f"{r['global_mem'] / 2**30:.1f} GiB",
-                  str(r["compute_units"]), "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")
+                  str(r["compute_units"]), r["float16"], "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")
     console.print(t)
 
 

@@ -22,8 +22,8 @@ def random_inputs(rng: np.random.Generator, shapes: dict, dtypes: dict, ranges: 
     feeds = {}
     for name, shape in shapes.items():
         dt = dtypes[name]
-        if dt == "f32":
-            feeds[name] = rng.random(shape, dtype=np.float32)
+        if dt in ("f32", "f16"):
+            feeds[name] = rng.random(shape, dtype=np.float32).astype(np_dtype(dt))
         elif dt == "bool":
             feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
         else:

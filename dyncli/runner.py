@@ -17,6 +17,7 @@ from dyncli.check import Reference, compare, relaxed_model
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe
+from engine.f16 import cast_summary, half_support
 from engine.fusion import fusion_map
 from engine.predictors import ENGINE_POLICIES
 from engine.impls import IMPL_MODES
@@ -183,6 +184,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     device = select_device(opts.device)
     trace_path = opts.trace or default_trace_path(opts.model)
     header = {"model": os.path.abspath(opts.model), "device": describe(device),
+              "float16": {**half_support(device), **cast_summary(prog)},
               "options": {k: v for k, v in vars(opts).items() if k not in ("model",)},
               "inputs": {n: list(d) for n, d in prog.input_dim_names.items()},
               "outputs": prog.outputs, "nodes": prog.node_count(), "fusions": fusion_map(prog)}

@@ -19,6 +19,12 @@ def header_panel(s: dict) -> Panel:
     lines = [f"[bold]model[/]   {h.get('model', '?')}", f"[bold]device[/]  {h.get('device', '?')}",
              f"[bold]nodes[/]   {h.get('nodes', '?')}   [bold]inputs[/] "
              + ", ".join(f"{k}:{'x'.join(str(d) for d in v)}" for k, v in (h.get("inputs") or {}).items())]
+    if h.get("float16"):   # how half tensors ran (engine/f16.py)
+        f16 = h["float16"]
+        wrapped = (f"; {f16['casts']} Casts around {', '.join(f16['f32_ops'])}"
+                   if f16.get("casts") else "")
+        lines.insert(2, f"[bold]float16[/] stored half, computed {f16['compute']} "
+                        f"(cl_khr_fp16: {'yes' if f16['cl_khr_fp16'] else 'no'}){wrapped}")
     shown = {k: v for k, v in opts.items() if v not in (None, [], False, "")}
     if shown:
         lines.append("[bold]options[/] " + "  ".join(f"{k}={json.dumps(v)}" for k, v in shown.items()))

@@ -82,6 +82,8 @@ def fuse(prog, attention: bool = True) -> int:
             continue
         if len([o for o in p.outputs if o]) != 1 or p.outputs[0] in prog.outputs:
             continue
+        if not _f32(prog, p):
+            continue
         if p.op == "MatMul" and not _rank2_operands(prog, p):
             continue
         f = _grow(prog, p)
@@ -91,6 +93,12 @@ def fuse(prog, attention: bool = True) -> int:
                 op.node.fused_into = p
             fused += len(f.ops)
     return fused
+
+
+def _f32(prog, n) -> bool:
+    """The node writes float32 as far as type inference tells (fused ops compute and store
+    float32: a float16 chain runs unfused; engine/f16.py)."""
+    return all(prog.dtypes.get(o, "f32") == "f32" for o in n.outputs if o)
 
 
 def _rank2_operands(prog, p) -> bool:
@@ -121,7 +129,8 @@ def _grow(prog, p) -> Fusion:
         cand = None
         for v in values:
             for u in prog.users.get(v, []):
-                if u in order or u.host or u.op not in FUSABLE or u.fused_into is not None:
+                if u in order or u.host or u.op not in FUSABLE or u.fused_into is not None \
+                        or not _f32(prog, u):
                     continue
                 if len([o for o in u.outputs if o]) != 1:
                     continue
@@ -211,7 +220,7 @@ def _prologue_chain(prog, c) -> tuple[list, str]:
     while len(chain) < MAX_PROLOGUE_OPS:
         src = prog.producers.get(cur)
         n = src[0] if src else None
-        if n is None or n.op not in BINARY or n.host or n.fused_into is not None:
+        if n is None or n.op not in BINARY or n.host or n.fused_into is not None or not _f32(prog, n):
             break
         if len([o for o in n.outputs if o]) != 1 or cur in prog.outputs or \
                 {id(u) for u in prog.users.get(cur, [])} != {id(user)}:

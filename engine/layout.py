@@ -25,11 +25,14 @@ DTYPES = {
     "u32": (np.dtype(np.uint32), "uint"),
     "u64": (np.dtype(np.uint64), "ulong"),
     "f64": (np.dtype(np.float64), "double"),
+    # stored as half, computed as float (engine/f16.py): "half" is only ever a pointer type
+    "f16": (np.dtype(np.float16), "half"),
 }
 _FROM_ONNX = {TensorProto.FLOAT: "f32", TensorProto.INT64: "i64", TensorProto.INT32: "i32",
               TensorProto.BOOL: "bool", TensorProto.INT8: "i8", TensorProto.UINT8: "u8",
               TensorProto.INT16: "i16", TensorProto.UINT16: "u16", TensorProto.UINT32: "u32",
-              TensorProto.UINT64: "u64", TensorProto.DOUBLE: "f64"}
+              TensorProto.UINT64: "u64", TensorProto.DOUBLE: "f64",
+              TensorProto.FLOAT16: "f16"}
 _FROM_NUMPY = {v[0]: k for k, v in DTYPES.items()}
 
 

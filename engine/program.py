@@ -101,6 +101,7 @@ class Program:
     fused: int = 0                                   # nodes fused into their producer
     folded: int = 0
     warnings: list = field(default_factory=list)     # e.g. ops not checked at this opset
+    dtypes: dict = field(default_factory=dict)       # tensor -> dtype where ONNX inference tells
 
     def node_count(self) -> int:
         return len(self.nodes)
@@ -233,6 +234,9 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
     _decompose(prog)
+    from engine.f16 import insert_f16_casts
+    if insert_f16_casts(prog, model):
+        _link(prog)
     _mark_static(prog)
     if fusion:
         from engine.fusion import fuse
@@ -272,8 +276,8 @@ def _check_outputs(prog: Program) -> None:
         if o not in prog.producers and o not in prog.inputs and o not in prog.constants:
             raise ModelError(f"graph output {o!r} is produced by no node")
     for name, v in prog.constants.items():
-        if v.dtype.kind == "f" and v.dtype not in (np.float32, np.float64) and name in prog.users:
-            raise ModelError(f"constant {name!r} is {v.dtype}; only float32 and float64 data are supported")
+        if v.dtype.kind == "f" and v.dtype not in (np.float32, np.float64, np.float16) and name in prog.users:
+            raise ModelError(f"constant {name!r} is {v.dtype}; only float32, float64 and float16 data are supported")
 
 
 def _mark_static(prog: Program) -> None:

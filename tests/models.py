@@ -808,3 +808,27 @@ def gpt2_decoder_step(seed: int = 0, layers: int = 2, d_model: int = 32, heads: 
         ins += [_vi(f"past_key_{i}", b.elem, cache), _vi(f"past_value_{i}", b.elem, cache)]
     outs = [_vi("logits", b.elem, ["batch", "new", vocab])] + [_vi(n, b.elem, present) for n in presents]
     return b.model(ins, outs, "gpt2_decoder_step")
+
+
+# --------------------------------------------------------------------------
+# float16 versions of the models above
+# --------------------------------------------------------------------------
+def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model in float16: float initializers, Constant/ConstantOfShape values, float
+    inputs/outputs and Cast-to-float become float16 (weights rounded to half)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    for t in g.initializer:
+        if t.data_type == FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type == FLOAT:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16), a.t.name))
+            elif n.op_type == "Cast" and a.name == "to" and a.i == FLOAT:
+                a.i = TensorProto.FLOAT16
+    return m

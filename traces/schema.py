@@ -18,8 +18,12 @@ KINDS: dict[str, dict] = {
     "header": {
         "actions": {""},
         "fields": ("schema", "tool", "model", "device", "options", "inputs", "outputs", "nodes",
-                   "fusions"),
+                   "fusions", "float16"),
         "doc": "First line: schema version, model path, device description, run options. "
+               "`float16`: how half tensors run on this device (`storage`, `compute`: float32 "
+               "everywhere, `cl_khr_fp16`: whether the device offers half arithmetic) and the "
+               "`casts` the program inserted around the ops (`f32_ops`) that have no half "
+               "kernels. "
                "`fusions`: per node that absorbed elementwise nodes at program build, their "
                "names (`ops`) and `position` (`epilogue`: after the node's output, `prologue`: "
                "on its input reads, `subgraph`: an internal op, e.g. `attention`, standing for "
@@ -39,8 +43,8 @@ KINDS: dict[str, dict] = {
         "doc": "Shape inference ran (`infer`, new `out_shapes`; reason `first_run`, "
                "`shape_changed` (input layouts), `memory_deps_changed` (a value it reads, e.g. "
                "Reshape's target) or `dynamic_output`: input layouts unchanged but the output "
-               "shape depends on data (NonZero's `gather_nonzero`), which is never skipped, as in "
-               "the GPU plugin) or was skipped (`skip`, the other reasons). An in-place concat "
+               "shape depends on data or on a value (NonZero's `gather_nonzero`, Unique's "
+               "`gather_unique`, TopK), which is never skipped, as in the GPU plugin) or was skipped (`skip`, the other reasons). An in-place concat "
                "infers its producers' shapes before they run (`infer` with `by`: the concat); "
                "their own update_shape is then skipped (`done_by_other`). `device_reads`: "
                "device-to-host reads of its memory deps (NonZero: the 8-byte count), summed into "

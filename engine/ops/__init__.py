@@ -41,6 +41,8 @@ class OpDef:
     # kernels (and static) take device="cpu" | "gpu": work-group shapes per device kind (GPUs: a
     # work-group per row with a local reduction; CPUs: a work-item per row, no barriers)
     per_device: bool = False
+    # kernels read/write float16 tensors (engine/f16.py); other ops get f16 <-> f32 Casts
+    f16: bool = False
 
 
 def register(name: str, **kw):
@@ -58,3 +60,4 @@ def supported_ops() -> list[str]:
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: E402,F401
 from engine.ops import attention  # noqa: E402,F401
 from engine.ops import activation, logic, reduce, indexing, arrange, einsum, norm_stats  # noqa: E402,F401
+from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # noqa: E402,F401

@@ -1,11 +1,14 @@
 """Helpers shared by the op families: broadcasting, axis normalisation, ONNX type codes."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from onnx import TensorProto
 
+from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK
-from engine.layout import Layout, cl_type, dtype_from_onnx
+from engine.layout import Layout, dtype_from_onnx
 
 
 class ShapeInferenceError(ValueError):
@@ -51,9 +54,14 @@ def eltwise_call(node, ins: list[Layout], out: Layout, expr: str, dims: dict | N
     dims = dims or {}
     in_dims = [dims.get(k, ins[i].shape) for k, i in enumerate(idx)]
     flat = all(tuple(d) == tuple(out.shape) for d in in_dims)
-    jit = [("NUM_INPUTS", n), ("TOUT", cl_type(out.dtype)),
+    # the expression computes in the compute types (float for f16): TOUT there means TOUT_C
+    expr = re.sub(r"\bTOUT\b", "TOUT_C", expr)
+    jit = [("NUM_INPUTS", n), *type_jit("TOUT", out.dtype),
            ("OPERATION(a, b, c, d, e)", f"({expr})"), ("IMPL_TAG", node.op)]
-    jit += [(f"T{k}", cl_type(ins[i].dtype)) for k, i in enumerate(idx)]
+    for k, i in enumerate(idx):
+        jit += type_jit(f"T{k}", ins[i].dtype)
+    # flat runs load and store 4 elements as vectors, except half (vload_half is scalar here)
+    jit.append(("ELT_VEC", int("f16" not in [out.dtype] + [ins[i].dtype for i in idx])))
     return KernelCall("eltwise", "eltwise", tuple(jit),
                       args=tuple(("in", i) for i in idx) + (("out", 0),),
                       params=(1 if flat else 0,),

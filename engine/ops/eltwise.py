@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from engine.layout import Layout
 from engine.ops import register
-from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call, onnx_dtype
+from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
+                               onnx_dtype)
+from engine.ops.movement import copy_call
 
 # op -> C expression over the inputs a, b, c, ... (already of their own types)
 BINARY = {
@@ -40,11 +42,11 @@ def _infer_pow(node, ins, deps):
 
 for _op, _expr in BINARY.items():
     if _op == "Pow":
-        register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_pow)
+        register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_pow)
         continue
-    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
+    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_broadcast)
 for _op, _expr in UNARY.items():
-    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True)(_infer_broadcast)
+    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_broadcast)
 
 
 def _sum_expr(node, ins, outs):
@@ -53,16 +55,16 @@ def _sum_expr(node, ins, outs):
     return " + ".join("abcde"[: len(ins)])
 
 
-register("Sum", kernels=_kernels_from(_sum_expr), host_ok=True)(_infer_broadcast)
+register("Sum", kernels=_kernels_from(_sum_expr), host_ok=True, f16=True)(_infer_broadcast)
 
 
-@register("Equal", kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True)
+@register("Equal", kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True, f16=True)
 def _equal(node, ins, deps):
     _same_dtype(node, ins)
     return [Layout(broadcast(ins[0].shape, ins[1].shape), "bool")]
 
 
-@register("Where", kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True)
+@register("Where", kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True, f16=True)
 def _where(node, ins, deps):
     if ins[0].dtype != "bool":
         raise ShapeInferenceError("Where condition must be bool")
@@ -75,6 +77,16 @@ def _cast_expr(node, ins, outs):
     return "(TOUT)a"
 
 
-@register("Cast", kernels=_kernels_from(_cast_expr), host_ok=True)
+def _cast_kernels(node, ins, outs, deps):
+    if ins[0].pad is None:
+        return [eltwise_call(node, ins, outs[0], _cast_expr(node, ins, outs))]
+    # a padded input (a KV cache with room along its sequence axis, engine/network.py): a
+    # converting strided copy reads it in place
+    conv = "((v) != 0)" if outs[0].dtype == "bool" else "(v)"
+    return [copy_call(node, ins[0].dtype, outs[0].shape, contiguous_strides(ins[0].phys), 0,
+                      contiguous_strides(outs[0].shape), 0, convert=(outs[0].dtype, conv))]
+
+
+@register("Cast", kernels=_cast_kernels, host_ok=True, f16=True, padded_ok=True)
 def _cast(node, ins, deps):
     return [Layout(ins[0].shape, onnx_dtype(node.attrs["to"]))]

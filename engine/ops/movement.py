@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.kernels import KernelCall, MAX_RANK
+from engine.f16 import bits_type, type_jit
 from engine.layout import Layout, cl_type
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides, norm_axis
@@ -16,11 +17,15 @@ def _pad(vals, fill):
 
 
 def copy_call(node, dtype, iter_shape, src_strides, src_off, dst_strides, dst_off,
-              src=("in", 0), dst=("out", 0)) -> KernelCall:
-    """Copy the region `iter_shape` from src to dst with the given element strides/offsets."""
+              src=("in", 0), dst=("out", 0), convert: tuple = ()) -> KernelCall:
+    """Copy the region `iter_shape` from src to dst with the given element strides/offsets.
+    `convert`: (destination dtype, C expression of the stored value over v) for a converting
+    copy (Cast), else the values move as they are."""
     params = tuple(_pad(src_strides, 0)) + (src_off,) + tuple(_pad(dst_strides, 0)) + (dst_off,)
     count = int(np.prod(iter_shape)) if len(iter_shape) else 1
-    return KernelCall("movement", "copy_strided", (("T", cl_type(dtype)), ("IMPL_TAG", node.op)),
+    jit = ((*type_jit("TS", dtype), *type_jit("TD", convert[0]), ("CONVERT(v)", convert[1]))
+           if convert else (("T", bits_type(dtype)),))
+    return KernelCall("movement", "copy_strided", jit + (("IMPL_TAG", node.op),),
                       args=(src, dst), params=params, gws=(max(count, 1),),
                       dims={1: tuple(iter_shape)})
 
@@ -125,7 +130,7 @@ def _same_shape(node, ins, outs, deps) -> bool:
     return tuple(ins[0].shape) == tuple(outs[0].shape)
 
 
-@register("Transpose", kernels=_transpose_kernels, padded_ok=True, runtime_skip=_transpose_keeps_order, host_ok=True)
+@register("Transpose", f16=True, kernels=_transpose_kernels, padded_ok=True, runtime_skip=_transpose_keeps_order, host_ok=True)
 def _transpose(node, ins, deps):
     s = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(s)))[::-1])
@@ -146,7 +151,7 @@ def _concat_kernels(node, ins, outs, deps):
     return calls
 
 
-@register("Concat", kernels=_concat_kernels, padded_ok=True, host_ok=True)
+@register("Concat", f16=True, kernels=_concat_kernels, padded_ok=True, host_ok=True)
 def _concat(node, ins, deps):
     rank = ins[0].rank
     axis = norm_axis(node.attrs["axis"], rank)
@@ -195,7 +200,7 @@ def _slice_is_identity(node, ins, outs, deps) -> bool:
     return tuple(out) == tuple(ins[0].shape) and not any(start) and all(x == 1 for x in step)
 
 
-@register("Slice", kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity, shape_deps=(1, 2, 3, 4), host_ok=True)
+@register("Slice", f16=True, kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity, shape_deps=(1, 2, 3, 4), host_ok=True)
 def _slice(node, ins, deps):
     return [Layout(_slice_params(node, ins, deps)[2], ins[0].dtype)]
 
@@ -208,7 +213,7 @@ def _expand_kernels(node, ins, outs, deps):
                       contiguous_strides(out), 0)]
 
 
-@register("Expand", kernels=_expand_kernels, padded_ok=True, runtime_skip=_same_shape, shape_deps=(1,), host_ok=True)
+@register("Expand", f16=True, kernels=_expand_kernels, padded_ok=True, runtime_skip=_same_shape, shape_deps=(1,), host_ok=True)
 def _expand(node, ins, deps):
     return [Layout(broadcast(ins[0].shape, tuple(int(v) for v in deps[1])), ins[0].dtype)]
 
@@ -219,12 +224,12 @@ def _gather_kernels(node, ins, outs, deps):
     outer = int(np.prod(data.shape[:axis]))
     inner = int(np.prod(data.shape[axis + 1:]))
     return [KernelCall("gather", "gather",
-                       (("T", cl_type(data.dtype)), ("TIDX", cl_type(idx.dtype)), ("IMPL_TAG", "Gather")),
+                       (("T", bits_type(data.dtype)), ("TIDX", cl_type(idx.dtype)), ("IMPL_TAG", "Gather")),
                        args=(("in", 0), ("in", 1), ("out", 0)),
                        params=(outer, data.shape[axis], inner, idx.count), gws=(max(outs[0].count, 1),))]
 
 
-@register("Gather", kernels=_gather_kernels, host_ok=True)
+@register("Gather", f16=True, kernels=_gather_kernels, host_ok=True)
 def _gather(node, ins, deps):
     data, idx = ins
     axis = norm_axis(node.attrs.get("axis", 0), data.rank)

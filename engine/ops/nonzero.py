@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine.f16 import bits_type
 from engine.kernels import KernelCall
-from engine.layout import Layout, cl_type
+from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError
 
@@ -26,8 +27,10 @@ WG = 256
 
 
 def _call(kernel, ins, params=()) -> KernelCall:
-    return KernelCall("nonzero", kernel, (("T", cl_type(ins[0].dtype)), ("WG", WG),
-                                          ("IMPL_TAG", kernel)),
+    # f16 is read as its bits: nonzero unless only the sign bit is set (-0.0)
+    nz = (("NZ(v)", "(((v) & 0x7fff) != 0)"),) if ins[0].dtype == "f16" else ()
+    return KernelCall("nonzero", kernel, (("T", bits_type(ins[0].dtype)), ("WG", WG),
+                                          ("IMPL_TAG", kernel)) + nz,
                       args=(("in", 0), ("out", 0)), params=params, gws=(WG,), lws=(WG,))
 
 
@@ -39,7 +42,7 @@ def _count_kernels(node, ins, outs, deps):
     return [_call("count_nonzero", ins)]
 
 
-@register("count_nonzero", kernels=_count_kernels, internal=True)
+@register("count_nonzero", kernels=_count_kernels, internal=True, f16=True)
 def _count(node, ins, deps):
     return [Layout((1,), "i64")]
 
@@ -50,7 +53,7 @@ def _gather_kernels(node, ins, outs, deps):
 
 
 @register("gather_nonzero", kernels=_gather_kernels, shape_deps=(1,), dynamic_output=True,
-          internal=True)
+          internal=True, f16=True)
 def _gather(node, ins, deps):
     count = int(deps[1].reshape(-1)[0])
     if not 0 <= count <= ins[0].count:

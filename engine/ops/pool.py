@@ -6,6 +6,7 @@ per (op, count_include_pad) serves every pooling node and shape.
 """
 from __future__ import annotations
 
+from engine.f16 import type_jit
 from engine.kernels import KernelCall
 from engine.layout import Layout
 from engine.ops import register
@@ -18,8 +19,8 @@ def _pool_geometry(node, ins):
     x = ins[0]
     if x is None:
         raise ShapeInferenceError(f"{node.op} {node.name}: missing input")
-    if x.dtype != "f32":
-        raise ShapeInferenceError(f"{node.op} {node.name}: float32 only, got {x}")
+    if x.dtype not in ("f32", "f16"):
+        raise ShapeInferenceError(f"{node.op} {node.name}: float32 or float16 only, got {x}")
     if x.rank != 4:
         raise ShapeInferenceError(f"{node.op} {node.name}: only 2-D (NCHW) pooling is supported, "
                                   f"got input {x}")
@@ -39,7 +40,7 @@ def _pool_kernels(node, ins, outs, deps):
     g = _pool_geometry(node, ins)
     is_max = node.op == "MaxPool"
     cip = 0 if is_max else int(node.attrs.get("count_include_pad", 0))
-    jit = (("POOL_MAX", int(is_max)), ("COUNT_INCLUDE_PAD", cip), ("IMPL_TAG", node.op))
+    jit = (*type_jit("T", ins[0].dtype), ("POOL_MAX", int(is_max)), ("COUNT_INCLUDE_PAD", cip), ("IMPL_TAG", node.op))
     params = (*g["ks"], *g["strides"], *g["dil"], *g["pb"], *g["pe"])
     return [KernelCall("pool", "pool2d", jit, (("in", 0), ("out", 0)), params=params,
                        gws=(max(outs[0].count, 1),))]
@@ -49,11 +50,11 @@ def _pool_infer(node, ins, deps):
     if node.op == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
         raise ShapeInferenceError(f"MaxPool {node.name}: the Indices output is not supported")
     g = _pool_geometry(node, ins)
-    return [Layout((g["N"], g["C"], g["OH"], g["OW"]), "f32")]
+    return [Layout((g["N"], g["C"], g["OH"], g["OW"]), ins[0].dtype)]
 
 
-register("MaxPool", kernels=_pool_kernels)(_pool_infer)
-register("AveragePool", kernels=_pool_kernels)(_pool_infer)
+register("MaxPool", kernels=_pool_kernels, f16=True)(_pool_infer)
+register("AveragePool", kernels=_pool_kernels, f16=True)(_pool_infer)
 
 
 def _gap_check(node, ins):

@@ -31,11 +31,11 @@ def fill_value(node) -> np.ndarray:
 
 def _cos_kernels(node, ins, outs, deps):
     v = fill_value(node)[0]
-    lit = repr(float(v)) + "f" if outs[0].dtype == "f32" else str(int(v))
+    lit = repr(float(v)) + "f" if outs[0].dtype in ("f32", "f16") else str(int(v))
     return [eltwise_call(node, [], outs[0], f"(TOUT){lit}", inputs=())]
 
 
-@register("ConstantOfShape", kernels=_cos_kernels, shape_deps=(0,), host_ok=True)
+@register("ConstantOfShape", kernels=_cos_kernels, shape_deps=(0,), host_ok=True, f16=True)
 def _constant_of_shape(node, ins, deps):
     shape = tuple(int(v) for v in deps[0])
     return [Layout(shape, dtype_from_numpy(fill_value(node).dtype))]

@@ -63,6 +63,11 @@ class ImplParams:
         return "{" + ",".join(str(int(v)) for v in info) + "}"
 
 
+def dynamic_key(source: str, jit: tuple) -> ImplParams:
+    """The impl cache key of a shape-agnostic impl (`jit` with NUM_TENSORS)."""
+    return ImplParams("dynamic", dict(jit).get("IMPL_TAG", source), source, jit)
+
+
 @dataclass(frozen=True)
 class WeightsLayout:
     """A weight layout a static impl wants (update_weights): `name` and `shape` say what the

@@ -12,7 +12,7 @@ import pyopencl as cl
 from engine.device import describe, select_device
 from engine.compile_queue import CompileQueue
 from engine.impls import IMPL_MODES, ImplCache, static_worth
-from engine.kernels import Impl, ImplParams, StaticVariant, build_program, impl_name
+from engine.kernels import Impl, ImplParams, StaticVariant, build_program, dynamic_key, impl_name
 from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool, plan_lifetimes
@@ -123,6 +123,7 @@ class Network:
         # (engine/prebuild.py, before the first inference's flow)
         self.prebuilt: dict = {}
         self.prebuild_workers = prebuild_workers
+        self._prebuilt_for: set = set()     # input shapes prebuild walked already
 
     def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
         inst = PrimitiveInst(node, self)
@@ -290,7 +291,7 @@ class Network:
     def get_impl(self, call, node) -> Impl:
         """The dynamic (shape-agnostic) impl of `call`: impl cache, else built now."""
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
-        key = ImplParams("dynamic", dict(jit).get("IMPL_TAG", call.source), call.source, jit)
+        key = dynamic_key(call.source, jit)
         impl = self.impls.get(key)
         if impl is not None:
             self.record("update_impl", "cache_hit", "dynamic", node, impl=impl.name, impl_kind="dynamic")
@@ -440,8 +441,11 @@ class Network:
         self.shape_of_changed = set()
         self.memory.begin_inference()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
-        if self.iter == 0 and self.prebuild_workers > 1:
-            start_builds(self, feeds)
+        if self.prebuild_workers > 1:
+            shapes = tuple((k, np.shape(v)) for k, v in feeds.items())
+            if shapes not in self._prebuilt_for:   # a new signature: its new impls, in parallel
+                self._prebuilt_for.add(shapes)
+                start_builds(self, feeds)
         if fast is not None:
             fast.begin_flow(sig)
         for name in self.program.inputs:

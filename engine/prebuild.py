@@ -1,8 +1,8 @@
-"""Parallel builds ahead of the first inference (cold start).
+"""Parallel builds ahead of an inference of new shapes (cold start, first-seen shapes).
 
 A node's shape-agnostic impl is built the first time the node asks for it, in the flow's
 critical path, one program after another. Before the first inference's flow runs, this walks
-the program once on the inference's input shapes (pure shape inference: the nodes' memoized
+the program once on the input shapes of each new signature (pure shape inference: the nodes' memoized
 `_infer` and `_kernel_calls`, the host impls of shape subgraphs, nothing written to the
 network's tensors or nodes' state), collects every (source, jit) the nodes will ask for, and
 starts their builds on a thread pool (pyopencl releases the GIL while the driver compiles).
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine.kernels import build_program
+from engine.kernels import build_program, dynamic_key
 from engine.layout import Layout, dtype_from_numpy
 from engine.ops.shape_ops import shape_value
 
@@ -68,7 +68,8 @@ def start_builds(net, feeds: dict) -> int:
     todo = {}
     for call in _walk(net, feeds):
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
-        todo.setdefault((call.source, jit), None)
+        if dynamic_key(call.source, jit) not in net.impls and (call.source, jit) not in net.prebuilt:
+            todo.setdefault((call.source, jit), None)
     if len(todo) < 2:
         return 0
     pool = ThreadPoolExecutor(max_workers=net.prebuild_workers, thread_name_prefix="prebuild")

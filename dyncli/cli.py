@@ -5,12 +5,14 @@ Exit statuses: 0 ok, 1 a check or expectation failed, 2 usage or input error, 13
 from __future__ import annotations
 
 import json
+import os
 import sys
+import warnings
 from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from dyncli import shapes as shape_spec
@@ -27,8 +29,22 @@ state = {"debug": False}
 
 
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")):
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors, and the "
+                                     "OpenCL compiler's warnings.")):
     state["debug"] = debug
+    if debug:   # kernel builds are silent otherwise (engine/kernels.py build_options)
+        os.environ["DYNCLI_KERNEL_WARNINGS"] = "1"
+        os.environ.setdefault("PYOPENCL_COMPILER_OUTPUT", "1")
+    else:
+        warnings.filterwarnings("ignore", message="Non-empty compiler output", category=UserWarning)
+
+
+def progress_shapes(shapes: dict) -> str:
+    """The progress bar's current shape: one shape when every input has it, else name:shape."""
+    vals = {tuple(v) for v in shapes.values()}
+    if len(vals) == 1:
+        return shape_spec.format_shape(vals.pop())
+    return " ".join(f"{k}:{shape_spec.format_shape(v)}" for k, v in shapes.items())[:40]
 
 
 def fail(msg: str, code: int = EXIT_USAGE):
@@ -93,7 +109,7 @@ def run(
                                      "docs/expect.md); exit 1 when one fails."),
 ):
     from dyncli.render import inference_table, summary, summary_table
-    from dyncli.runner import RunOptions, UsageError, execute_run
+    from dyncli.runner import RunOptions, UsageError, error_text, execute_run
     from engine.device import DeviceError
 
     opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
@@ -104,13 +120,14 @@ def run(
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
                       memory_pool=memory_pool)
     exprs = trace_cmd.parse_expectations(expect, fail)
-    show_progress = not as_json and sys.stderr.isatty()
+    show_progress = not (as_json or quiet) and sys.stderr.isatty()
     try:
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                      disable=not show_progress, transient=True) as bar:
-            task = bar.add_task("inferences", total=None)
-            result = execute_run(opts, lambda i, n: bar.update(task, completed=i, total=n))
+        with Progress(TextColumn("inferences"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[shape]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                      console=err_console, disable=not show_progress, transient=True) as bar:
+            task = bar.add_task("inferences", total=None, shape="")
+            result = execute_run(opts, lambda i, n, shapes: bar.update(
+                task, completed=i, total=n, shape=progress_shapes(shapes)))
     except (UsageError, DeviceError) as e:
         if state["debug"]:
             raise
@@ -118,7 +135,7 @@ def run(
     except Exception as e:  # noqa: BLE001 - CheckUnavailable and friends: one line
         if state["debug"]:
             raise
-        fail(f"{type(e).__name__}: {e}")
+        fail(error_text(e))
     s = summary(result)
     outcomes = trace_cmd.judge(exprs, s, fail) if result.status == "ok" else []
     if outcomes:
@@ -130,20 +147,22 @@ def run(
              "check": [vars(c) for c in r.checks]} for r in result.records]
         print(json.dumps(s, indent=1, default=list))
     else:
-        if not quiet:
+        if not quiet and result.records:
             console.print(inference_table(result))
         console.print(summary_table(s))
     expect_ok = trace_cmd.report(outcomes, console, err_console, quiet=as_json)
     if result.status == "error":
         if state["debug"] and getattr(result, "exception", None):
             raise result.exception
-        fail(f"inference {len(result.records)} failed: {result.error} (trace kept: {result.trace_path})")
+        kept = f" (trace kept: {result.trace_path})" if result.trace_path != "none" else ""
+        fail(f"inference {result.inferences} failed: {result.error}{kept}")
     if result.status == "interrupted":
-        err_console.print(f"interrupted after {len(result.records)} inferences; trace: {result.trace_path}")
+        err_console.print(f"interrupted after {result.inferences} inferences; trace: {result.trace_path}")
         raise typer.Exit(EXIT_INTERRUPTED)
     if result.check_failed:
-        bad = [f"#{r.iter} {c.output} (max abs {c.max_abs:.2e})" for r in result.records for c in r.checks if not c.ok]
-        fail(f"--check: {len(bad)} output(s) differ from onnxruntime: {', '.join(bad[:5])}", EXIT_CHECK)
+        ch = result.checks
+        fail(f"--check: {ch.failed_outputs} output(s) differ from onnxruntime: {', '.join(ch.first_failures)}",
+             EXIT_CHECK)
     if not expect_ok:
         raise typer.Exit(EXIT_CHECK)
 

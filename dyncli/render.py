@@ -5,7 +5,7 @@ from rich import box
 from rich.table import Table
 
 from dyncli.shapes import format_shape
-from traces.summary import Totals
+from engine.diagnose import nbytes_text
 
 
 def _shapes(d: dict) -> str:
@@ -16,11 +16,7 @@ def _shapes(d: dict) -> str:
     return " ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
 
 
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+_bytes = nbytes_text
 
 
 def _by_reason(c: dict, prefix: str) -> str:
@@ -56,24 +52,15 @@ def inference_table(result) -> Table:
 
 
 def summary(result) -> dict:
-    recs = result.records
-    totals = Totals()  # the same sums `dyncli trace` makes from the trace's infer_end events
-    for r in recs:
-        totals.add(r.counters, r.latency_ms)
+    totals = result.totals  # the same sums `dyncli trace` makes from the trace's infer_end events
     return {
         "model": result.model, "device": result.device, "status": result.status,
-        "error": result.error, "inferences": len(recs), "planned": result.planned,
+        "error": result.error, "inferences": result.inferences, "planned": result.planned,
         "nodes": result.nodes, "folded_nodes": result.folded,
         "fused_nodes": result.fused,
         "latency_ms": totals.latency(),
         "counters": totals.counters_dict(),
-        "check": None if not any(r.checks for r in recs) else {
-            "passed": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs),
-            "max_abs": max((c.max_abs for r in recs for c in r.checks), default=0.0),
-            "max_rel": max((c.max_rel for r in recs for c in r.checks), default=0.0),
-            "per_output": {name: {"max_abs": max(c.max_abs for r in recs for c in r.checks if c.output == name),
-                                  "max_rel": max(c.max_rel for r in recs for c in r.checks if c.output == name)}
-                           for name in dict.fromkeys(c.output for r in recs for c in r.checks)}},
+        "check": result.checks.as_dict(),
         "trace": result.trace_path,
     }
 

@@ -118,7 +118,12 @@ def trace(
         result = s.result()
         for w in caught:
             err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
-        if result["incomplete_inference"] is not None:
+        if result["status"] == "error":
+            at = result["incomplete_inference"]
+            err_console.print(f"[yellow]warning:[/] {path}: run ended with an error at inference "
+                              f"{result['inferences'] if at is None else at}: {result['error']}; showing the "
+                              f"{result['inferences']} complete inferences", highlight=False)
+        elif result["incomplete_inference"] is not None:
             err_console.print(f"[yellow]warning:[/] {path}: inference {result['incomplete_inference']} never "
                               f"ended (run killed?); showing the {result['inferences']} complete inferences",
                               highlight=False)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
+from engine.diagnose import DeviceMemoryError, nbytes_text, too_large
+
 END = 1 << 30   # the lifetime end of graph outputs: read after the last step
 
 
@@ -73,6 +75,7 @@ class MemoryPool:
         self.act_bytes = 0                      # buffers of non-constant tensors
         self.peak_bytes = 0                     # max act_bytes since begin_inference
         self._live: dict[str, int] = {}         # tensor -> bytes it occupies in this inference
+        self.limits: tuple[int, int] | None = None   # (global_mem_size, max_mem_alloc_size)
 
     def add_scratch(self, name: str, step: int) -> None:
         """An impl's internal buffer: live during its node's step only."""
@@ -82,7 +85,17 @@ class MemoryPool:
 
     # ---- buffers ------------------------------------------------------------------------
     def alloc(self, ctx: cl.Context, nbytes: int, holder: str, constant: bool = False) -> cl.Buffer:
-        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        """A new buffer, refused (DeviceMemoryError, the reason only) when the device's limits
+        (`limits`: global_mem_size, max_mem_alloc_size) say it cannot be had, or it fails."""
+        if self.limits is not None:
+            why = too_large(nbytes, self.used_bytes, *self.limits)
+            if why:
+                raise DeviceMemoryError(why)
+        try:
+            buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        except (cl.Error, MemoryError) as e:
+            raise DeviceMemoryError(f"the device could not allocate it ({getattr(e, 'what', e)}) "
+                                    f"with {nbytes_text(self.used_bytes)} held") from None
         self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
         self.used_bytes += nbytes
         if not constant:

@@ -11,6 +11,7 @@ import warnings
 from typing import List, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -23,6 +24,10 @@ EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
                        "follows OpenVINO GPU's dynamic-shape flow, and trace every decision.")
+# Typer prints an argument's type after its name ('MODEL <str>'): the metavar says enough.
+_display_type = typer.core.TyperArgument.display_type
+typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
+
 console = Console()
 err_console = Console(stderr=True)
 state = {"debug": False}
@@ -59,52 +64,62 @@ def fail(msg: str, code: int = EXIT_USAGE):
                   "  dyncli run cnn.onnx --shapes '[1,3,32,32][2,3,64,64]' --shapes 1x3x32x32*3",
              epilog="\b\n" + shape_spec.__doc__.replace("\n\n", "\n\n\b\n"))
 def run(
-    model: str = typer.Argument(..., help="ONNX model file."),
-    shapes: List[str] = typer.Option([], "--shapes", "-s", help="Input shapes of one or more inferences "
+    model: str = typer.Argument(..., metavar="MODEL", help="ONNX model file."),
+    shapes: List[str] = typer.Option([], "--shapes", "-s", metavar="SPEC", help="Input shapes of one or more inferences "
                                      "(repeatable): 'name:1x16,other:1x16', ranges '1x{8..64..8}', "
                                      "repeats '1x16*3', benchmark_app form 'name[1,8][1,16]'."),
-    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="JSON list of inferences."),
-    model_shape: List[str] = typer.Option([], "--model-shape", help="Relax declared input dims, "
+    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences, e.g. shapes.json holding "
+                                             "'[{\"input_ids\": [1, 8], \"attention_mask\": [1, 8]}]'."),
+    model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims, "
                                           "benchmark_app -shape style: 'data_0:?x3x?x?'."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-    input_range: List[str] = typer.Option([], "--input-range", help="Integer input range LOW..HIGH "
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
+    input_range: List[str] = typer.Option([], "--input-range", metavar="SPEC", help="Integer input range LOW..HIGH "
                                           "(HIGH excluded): 'input_ids:0..30000'. Default 0..100, "
                                           "masks 0..2."),
-    load_inputs: Optional[str] = typer.Option(None, "--load-inputs", help=".npz of inputs "
-                                              "(keys '{iter}/{input}'); gives the shapes too."),
-    save_inputs: Optional[str] = typer.Option(None, "--save-inputs", help="Write every inference's inputs to .npz."),
-    save_outputs: Optional[str] = typer.Option(None, "--save-outputs", help="Write every inference's outputs to .npz."),
+    load_inputs: Optional[str] = typer.Option(None, "--load-inputs", metavar="FILE", help=".npz of inputs "
+                                              "(keys '{iter}/{input}', as --save-inputs writes), e.g. in.npz; gives "
+                                              "the shapes too."),
+    save_inputs: Optional[str] = typer.Option(None, "--save-inputs", metavar="FILE", help="Write every inference's inputs to .npz."),
+    save_outputs: Optional[str] = typer.Option(None, "--save-outputs", metavar="FILE", help="Write every inference's outputs to .npz."),
     check: bool = typer.Option(False, "--check", help="Compare every output with onnxruntime; exit 1 on mismatch."),
-    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance of --check."),
-    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance of --check."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Trace file (default: ./<model>.trace.jsonl)."),
-    device: Optional[str] = typer.Option(None, "--device", help="OpenCL device 'P:D' (see `dyncli devices`); "
+    rtol: float = typer.Option(1e-3, "--rtol", metavar="X", help="Relative tolerance of --check."),
+    atol: float = typer.Option(1e-4, "--atol", metavar="X", help="Absolute tolerance of --check."),
+    trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE|none", help="Trace file, e.g. run.trace.jsonl "
+                                    "(default: ./<model>.trace.jsonl); 'none' writes no trace."),
+    trace_level: str = typer.Option("all", "--trace-level", metavar="LEVEL", help="What the trace "
+                                    "holds: 'all' (every event) or 'decisions' (the decisions and per-inference "
+                                    "records, without per-node set_args/execute/compile events: for long runs; "
+                                    "docs/trace-schema.md)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device 'P:D', e.g. 0:1 (see `dyncli devices`); "
                                          "default PYOPENCL_CTX, else the first GPU, else the first working device."),
-    feedback: List[str] = typer.Option([], "--feedback", help="OUT:IN[,OUT:IN...]: output OUT of "
+    feedback: List[str] = typer.Option([], "--feedback", metavar="OUT:IN", help="OUT:IN[,OUT:IN...]: output OUT of "
                                        "each inference is input IN of the next, without leaving "
                                        "the device (decode loops: 'present_k:past_k'). The --shapes "
                                        "entry of IN is used for the first inference only."),
-    prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", help="ShapePredictor settings as "
+    prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", metavar="'ITERS BYTES DIFF RATIO'", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
-    predictor: str = typer.Option("openvino", "--predictor", help="Output preallocation policy: "
+    predictor: str = typer.Option("openvino", "--predictor", metavar="NAME", help="Output preallocation policy: "
                                   "openvino (the plugin's ShapePredictor, tuned by --prealloc), adaptive "
                                   "(see `dyncli predictor-sim`) or none."),
-    impls: str = typer.Option("auto", "--impls", help="Kernel impls: 'dynamic' (shape-agnostic only), "
+    impls: str = typer.Option("auto", "--impls", metavar="MODE", help="Kernel impls: 'dynamic' (shape-agnostic only), "
                               "'static' (a static impl per shape wherever an op has one, built in the "
                               "critical path), 'auto' (dynamic at once, static builds of MatMul/Gemm/"
                               "Conv queued in the background and switched to when ready)."),
     async_compile: bool = typer.Option(True, "--async-compile/--no-async-compile", help="Build static "
                                        "impls on a background thread (default) or synchronously, in "
                                        "the critical path."),
-    impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", help="LRU capacity of the "
-                                            "impl cache (0 = unbounded)."),
+    impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", metavar="N", help="LRU capacity of the "
+                                            "impl cache, e.g. 50 (0 = unbounded)."),
     memory_pool: bool = typer.Option(True, "--memory-pool/--no-memory-pool", help="Hand the buffers "
                                      "of dead tensors to later nodes of the same inference "
                                      "(realloc `from_pool`); off: every tensor keeps its own."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
-    expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only: no per-inference table, no "
+                               "progress bar."),
+    wide: bool = typer.Option(False, "--wide", help="Every column of the per-inference table (by default "
+                              "it fits the terminal, 80 columns included)."),
+    expect: List[str] = typer.Option([], "--expect", metavar="EXPR", help="Assert on the summary once the run is done, e.g. "
                                      "'reallocs<=10', 'update_shape.skipped>=100' (repeatable; names in "
                                      "docs/expect.md); exit 1 when one fails."),
 ):
@@ -118,7 +133,7 @@ def run(
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
-                      memory_pool=memory_pool)
+                      memory_pool=memory_pool, trace_level=trace_level)
     exprs = trace_cmd.parse_expectations(expect, fail)
     show_progress = not (as_json or quiet) and sys.stderr.isatty()
     try:
@@ -148,7 +163,7 @@ def run(
         print(json.dumps(s, indent=1, default=list))
     else:
         if not quiet and result.records:
-            console.print(inference_table(result))
+            console.print(inference_table(result, wide=wide))
         console.print(summary_table(s))
     expect_ok = trace_cmd.report(outcomes, console, err_console, quiet=as_json)
     if result.status == "error":

@@ -16,9 +16,9 @@ import weakref
 
 class CompileQueue:
     # Finished builds nobody took (the node's shape moved on before it came back for them) are
-    # kept at most this many, oldest dropped: a run whose shapes keep changing would otherwise
+    # kept at most this many (16), oldest dropped: a run whose shapes keep changing would otherwise
     # hold a compiled program per shape it ever saw (RSS grew ~20 MB per 1,000 inferences).
-    MAX_DONE = 64
+    MAX_DONE = 16
 
     def __init__(self, workers: int = 1):
         self._q: queue.Queue = queue.Queue()

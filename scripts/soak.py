@@ -35,7 +35,7 @@ def rss_bytes() -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", "--inferences", type=int, default=20000)
-    ap.add_argument("--max-seq", type=int, default=128, help="sequence lengths 1..MAX (batch 1 or 2)")
+    ap.add_argument("--max-seq", type=int, default=128, help="sequence lengths 1..MAX, batch 1 or 2")
     ap.add_argument("--trace", default="/tmp/dyncli-soak.trace.jsonl")
     ap.add_argument("--trace-level", default="all", choices=("all", "decisions"))
     ap.add_argument("--impls", default="auto")
@@ -44,10 +44,20 @@ def main() -> int:
     a = ap.parse_args()
 
     rng = np.random.default_rng(a.seed)
-    shapes = []
-    for _ in range(a.inferences):   # growth, shrink and repeats: a random walk with jumps
-        b, s = int(rng.integers(1, 3)), int(rng.integers(1, a.max_seq + 1))
-        shapes.append(f"input_ids:{b}x{s},attention_mask:{b}x{s}")
+    shapes, b, s = [], 1, 8
+    while len(shapes) < a.inferences:   # a random walk: growth, jumps (shrinks), repeats
+        move = rng.random()
+        if move < 0.5:
+            s += int(rng.integers(1, 9))
+            if s > a.max_seq:
+                s = int(rng.integers(1, 9))
+        elif move < 0.8:
+            s = int(rng.integers(1, a.max_seq + 1))
+        if rng.random() < 0.1:
+            b = 3 - b
+        # each shape held 1 to 3 inferences, as a server sees bursts of one length
+        shapes += [f"input_ids:{b}x{s},attention_mask:{b}x{s}"] * int(rng.integers(1, 4))
+    shapes = shapes[:a.inferences]
     marks = {}
     t0 = time.perf_counter()
 

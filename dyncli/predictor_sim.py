@@ -17,6 +17,7 @@ from typing import List, Optional
 import typer
 
 from dyncli import shapes as shape_spec
+from dyncli.errors import os_error
 from dyncli.sim_patterns import PatternError, describe_patterns, parse_pattern
 from engine.layout import DTYPES
 from engine.predictors import POLICIES, AdaptiveSettings, make_predictor
@@ -110,7 +111,7 @@ def trace_source(path: str) -> Source:
     except (TraceError, UnicodeDecodeError) as e:
         raise SimUsageError(f"--from-trace: {e}") from None
     except OSError as e:
-        raise SimUsageError(f"--from-trace: cannot read {path}: {e.strerror}") from None
+        raise SimUsageError("--from-trace: " + os_error("read", path, e)) from None
     if not bufs:
         raise SimUsageError(f"--from-trace {path}: no node output buffers (no realloc alloc/reuse events)")
     opts = header.get("options") or {}
@@ -402,7 +403,9 @@ def command(
     if plot_path:
         try:
             plot(plot_path, buf, runs)
-        except (OSError, ValueError) as e:  # bad directory, unknown image extension
+        except OSError as e:  # bad directory
+            fail(escape("--plot: " + os_error("write", plot_path, e)))
+        except ValueError as e:  # unknown image extension
             fail(escape(f"--plot {plot_path}: {e}"))
     if as_json:
         print(json.dumps(to_json(src, runs, every), indent=1))

@@ -72,6 +72,7 @@ def trace(
     limit: int = typer.Option(30, "--limit", metavar="N", help="How many changed decisions to list."),
 ):
     from dyncli.cli import console, err_console, fail, state, EXIT_CHECK
+    from dyncli.errors import os_error
     from dyncli.trace_view import diff_rows, diff_table, trace_view
     from traces.chrome import export_chrome
     from traces.query import EventFilter, parse_iters
@@ -113,7 +114,11 @@ def trace(
                     sink(header, tee())
         except FileNotFoundError:
             fail(f"trace file not found: {path}")
-        except (TraceError, OSError, UnicodeDecodeError) as e:
+        except OSError as e:
+            if state["debug"]:
+                raise
+            fail(os_error("read the trace", path, e))
+        except (TraceError, UnicodeDecodeError) as e:
             if state["debug"]:
                 raise
             fail(str(e))
@@ -145,7 +150,10 @@ def trace(
 
     if fmt == "chrome":
         def write_chrome(header, evs):
-            out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+            try:
+                out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+            except OSError as e:
+                fail(os_error("write", output, e))
             try:
                 n = export_chrome(header, evs, out, flt)
             finally:

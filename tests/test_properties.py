@@ -6,6 +6,7 @@ import tempfile
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -36,11 +37,22 @@ def _one_line_or_ok(args: list) -> None:
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, r.stderr)
 
 
+# Each option's garbage next to a second option that fails later, so that garbage which
+# happens to be valid still ends the run before it executes anything.
+GARBAGE_ARGS = {
+    "--shapes": lambda t: ["--shapes", t, "--shapes-file", os.path.join(MODEL_DIR, "none.json")],
+    "--model-shape": lambda t: ["--shapes", "2x32", "--model-shape", t, "--prealloc", "bad"],
+    "--input-range": lambda t: ["--shapes", "2x32", "--input-range", t, "--trace-level", "bad"],
+    "--prealloc": lambda t: ["--shapes", "2x32", "--prealloc", t, "--trace-level", "bad"],
+    "--expect": lambda t: ["--shapes", "2x32", "--expect", t, "--trace-level", "bad"],
+}
+
+
+@pytest.mark.parametrize("option", list(GARBAGE_ARGS))
 @FAST
-@given(garbage)
-def test_garbage_shapes(text):
-    # a --shapes-file that cannot be read ends a run whose --shapes happened to be valid
-    _one_line_or_ok(["--shapes", text, "--shapes-file", os.path.join(MODEL_DIR, "none.json")])
+@given(text=garbage)
+def test_garbage_option(option, text):
+    _one_line_or_ok(GARBAGE_ARGS[option](text))
 
 
 @FAST
@@ -50,30 +62,6 @@ def test_garbage_shapes_file(content):
     with open(path, "w", encoding="utf-8") as f:
         f.write(content)
     _one_line_or_ok(["--shapes-file", path, "--prealloc", "bad"])
-
-
-@FAST
-@given(garbage)
-def test_garbage_model_shape(text):
-    _one_line_or_ok(["--shapes", "2x32", "--model-shape", text, "--prealloc", "bad"])
-
-
-@FAST
-@given(garbage)
-def test_garbage_input_range(text):
-    _one_line_or_ok(["--shapes", "2x32", "--input-range", text, "--trace-level", "bad"])
-
-
-@FAST
-@given(garbage)
-def test_garbage_prealloc(text):
-    _one_line_or_ok(["--shapes", "2x32", "--prealloc", text, "--trace-level", "bad"])
-
-
-@FAST
-@given(garbage)
-def test_garbage_expect(text):
-    _one_line_or_ok(["--shapes", "2x32", "--expect", text, "--trace-level", "bad"])
 
 
 # ---- random shape sequences against onnxruntime ------------------------------------------

@@ -434,3 +434,14 @@ def test_kernel_builds_are_silent_unless_debug(tmp_path, monkeypatch):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
+
+
+def test_progress_reports_each_inference_with_its_shapes(tmp_path):
+    from dyncli.cli import progress_shapes
+    from dyncli.runner import RunOptions, execute_run
+    calls = []
+    res = execute_run(RunOptions(model=str(mlp_path(tmp_path)), shapes=["[2,32][5,32]"], trace="none",
+                                 impls="dynamic"), lambda i, n, shapes: calls.append((i, n, progress_shapes(shapes))))
+    assert res.status == "ok" and calls == [(1, 2, "2x32"), (2, 2, "5x32")]
+    assert progress_shapes({"input_ids": (1, 8), "attention_mask": (1, 8)}) == "1x8"
+    assert progress_shapes({"a": (1, 8), "b": (2,)}) == "a:1x8 b:2"

@@ -201,7 +201,7 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
         return
     t = Table(title="OpenCL devices (select with --device P:D or PYOPENCL_CTX)")
     for col in ("P:D", "platform", "device", "type", "memory", "CUs", "builds kernels"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")   # wrapped at 80 columns, never cut
     for r in rows:
         t.add_row(r["index"], r["platform"], r["name"], r["type"], f"{r['global_mem'] / 2**30:.1f} GiB",
                   str(r["compute_units"]), "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")

@@ -29,9 +29,10 @@ from onnx import TensorProto, helper
 
 from dyncli import shapes as shape_spec
 from dyncli.inputs import random_inputs
-from dyncli.runner import UsageError, load_model, plan
+from dyncli.runner import UsageError, plan
 from engine import Network, build_program, select_device
 from engine.device import describe
+from engine.model_file import load_model
 from engine.program import ModelError
 
 
@@ -74,8 +75,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     if opts.predictor not in ENGINE_POLICIES:
         raise UsageError(f"--predictor: unknown policy {opts.predictor!r}: choose from "
                          f"{', '.join(ENGINE_POLICIES)}")
-    model = load_model(opts.model)
     try:
+        model = load_model(opts.model)
         prog = build_program(model, opts.model)
     except ModelError as e:
         raise UsageError(str(e)) from None

@@ -5,12 +5,15 @@ Exit statuses: 0 ok, 1 a check or expectation failed, 2 usage or input error, 13
 from __future__ import annotations
 
 import json
+import os
 import sys
+import warnings
 from typing import List, Optional
 
 import typer
+import typer.core
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from dyncli import shapes as shape_spec
@@ -21,14 +24,32 @@ EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
                        "follows OpenVINO GPU's dynamic-shape flow, and trace every decision.")
+# Typer prints an argument's type after its name ('MODEL <str>'): the metavar says enough.
+_display_type = typer.core.TyperArgument.display_type
+typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
+
 console = Console()
 err_console = Console(stderr=True)
 state = {"debug": False}
 
 
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")):
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors, and the "
+                                     "OpenCL compiler's warnings.")):
     state["debug"] = debug
+    if debug:   # kernel builds are silent otherwise (engine/kernels.py build_options)
+        os.environ["DYNCLI_KERNEL_WARNINGS"] = "1"
+        os.environ.setdefault("PYOPENCL_COMPILER_OUTPUT", "1")
+    else:
+        warnings.filterwarnings("ignore", message="Non-empty compiler output", category=UserWarning)
+
+
+def progress_shapes(shapes: dict) -> str:
+    """The progress bar's current shape: one shape when every input has it, else name:shape."""
+    vals = {tuple(v) for v in shapes.values()}
+    if len(vals) == 1:
+        return shape_spec.format_shape(vals.pop())
+    return " ".join(f"{k}:{shape_spec.format_shape(v)}" for k, v in shapes.items())[:40]
 
 
 def fail(msg: str, code: int = EXIT_USAGE):
@@ -43,46 +64,53 @@ def fail(msg: str, code: int = EXIT_USAGE):
                   "  dyncli run cnn.onnx --shapes '[1,3,32,32][2,3,64,64]' --shapes 1x3x32x32*3",
              epilog="\b\n" + shape_spec.__doc__.replace("\n\n", "\n\n\b\n"))
 def run(
-    model: str = typer.Argument(..., help="ONNX model file."),
-    shapes: List[str] = typer.Option([], "--shapes", "-s", help="Input shapes of one or more inferences "
+    model: str = typer.Argument(..., metavar="MODEL", help="ONNX model file."),
+    shapes: List[str] = typer.Option([], "--shapes", "-s", metavar="SPEC", help="Input shapes of one or more inferences "
                                      "(repeatable): 'name:1x16,other:1x16', ranges '1x{8..64..8}', "
                                      "repeats '1x16*3', benchmark_app form 'name[1,8][1,16]'."),
-    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="JSON list of inferences."),
-    model_shape: List[str] = typer.Option([], "--model-shape", help="Relax declared input dims, "
+    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences, e.g. shapes.json holding "
+                                             "'[{\"input_ids\": [1, 8], \"attention_mask\": [1, 8]}]'."),
+    model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims, "
                                           "benchmark_app -shape style: 'data_0:?x3x?x?'."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-    input_range: List[str] = typer.Option([], "--input-range", help="Integer input range LOW..HIGH "
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
+    input_range: List[str] = typer.Option([], "--input-range", metavar="SPEC", help="Integer input range LOW..HIGH "
                                           "(HIGH excluded): 'input_ids:0..30000'. Default 0..100, "
                                           "masks 0..2."),
-    load_inputs: Optional[str] = typer.Option(None, "--load-inputs", help=".npz of inputs "
-                                              "(keys '{iter}/{input}'); gives the shapes too."),
-    save_inputs: Optional[str] = typer.Option(None, "--save-inputs", help="Write every inference's inputs to .npz."),
-    save_outputs: Optional[str] = typer.Option(None, "--save-outputs", help="Write every inference's outputs to .npz."),
+    load_inputs: Optional[str] = typer.Option(None, "--load-inputs", metavar="FILE", help=".npz of inputs "
+                                              "(keys '{iter}/{input}', as --save-inputs writes), e.g. in.npz; gives "
+                                              "the shapes too."),
+    save_inputs: Optional[str] = typer.Option(None, "--save-inputs", metavar="FILE", help="Write every inference's inputs to .npz."),
+    save_outputs: Optional[str] = typer.Option(None, "--save-outputs", metavar="FILE", help="Write every inference's outputs to .npz."),
     check: bool = typer.Option(False, "--check", help="Compare every output with onnxruntime; exit 1 on mismatch."),
-    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance of --check."),
-    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance of --check."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Trace file (default: ./<model>.trace.jsonl)."),
-    device: Optional[str] = typer.Option(None, "--device", help="OpenCL device 'P:D' (see `dyncli devices`); "
+    rtol: float = typer.Option(1e-3, "--rtol", metavar="X", help="Relative tolerance of --check."),
+    atol: float = typer.Option(1e-4, "--atol", metavar="X", help="Absolute tolerance of --check."),
+    trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE|none", help="Trace file, e.g. run.trace.jsonl "
+                                    "(default: ./<model>.trace.jsonl); 'none' writes no trace."),
+    trace_level: str = typer.Option("all", "--trace-level", metavar="LEVEL", help="What the trace "
+                                    "holds: 'all' (every event) or 'decisions' (the decisions and per-inference "
+                                    "records, without per-node set_args/execute/compile events: for long runs; "
+                                    "docs/trace-schema.md)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device 'P:D', e.g. 0:1 (see `dyncli devices`); "
                                          "default PYOPENCL_CTX, else the first GPU, else the first working device."),
-    feedback: List[str] = typer.Option([], "--feedback", help="OUT:IN[,OUT:IN...]: output OUT of "
+    feedback: List[str] = typer.Option([], "--feedback", metavar="OUT:IN", help="OUT:IN[,OUT:IN...]: output OUT of "
                                        "each inference is input IN of the next, without leaving "
                                        "the device (decode loops: 'present_k:past_k'). The --shapes "
                                        "entry of IN is used for the first inference only."),
-    prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", help="ShapePredictor settings as "
+    prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", metavar="'ITERS BYTES DIFF RATIO'", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
-    predictor: str = typer.Option("openvino", "--predictor", help="Output preallocation policy: "
+    predictor: str = typer.Option("openvino", "--predictor", metavar="NAME", help="Output preallocation policy: "
                                   "openvino (the plugin's ShapePredictor, tuned by --prealloc), adaptive "
                                   "(see `dyncli predictor-sim`) or none."),
-    impls: str = typer.Option("auto", "--impls", help="Kernel impls: 'dynamic' (shape-agnostic only), "
+    impls: str = typer.Option("auto", "--impls", metavar="MODE", help="Kernel impls: 'dynamic' (shape-agnostic only), "
                               "'static' (a static impl per shape wherever an op has one, built in the "
                               "critical path), 'auto' (dynamic at once, static builds of MatMul/Gemm/"
                               "Conv queued in the background and switched to when ready)."),
     async_compile: bool = typer.Option(True, "--async-compile/--no-async-compile", help="Build static "
                                        "impls on a background thread (default) or synchronously, in "
                                        "the critical path."),
-    impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", help="LRU capacity of the "
-                                            "impl cache (0 = unbounded)."),
+    impl_cache_capacity: int = typer.Option(300, "--impl-cache-capacity", metavar="N", help="LRU capacity of the "
+                                            "impl cache, e.g. 50 (0 = unbounded)."),
     memory_pool: bool = typer.Option(True, "--memory-pool/--no-memory-pool", help="Hand the buffers "
                                      "of dead tensors to later nodes of the same inference "
                                      "(realloc `from_pool`); off: every tensor keeps its own."),
@@ -91,13 +119,16 @@ def run(
                                    "(engine/plan.py; traced as `plan replay`); off: the per-node "
                                    "flow runs every inference."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only, no per-inference table."),
-    expect: List[str] = typer.Option([], "--expect", help="Assert on the summary once the run is done, e.g. "
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only: no per-inference table, no "
+                               "progress bar."),
+    wide: bool = typer.Option(False, "--wide", help="Every column of the per-inference table (by default "
+                              "it fits the terminal, 80 columns included)."),
+    expect: List[str] = typer.Option([], "--expect", metavar="EXPR", help="Assert on the summary once the run is done, e.g. "
                                      "'reallocs<=10', 'update_shape.skipped>=100' (repeatable; names in "
                                      "docs/expect.md); exit 1 when one fails."),
 ):
     from dyncli.render import inference_table, summary, summary_table
-    from dyncli.runner import RunOptions, UsageError, execute_run
+    from dyncli.runner import RunOptions, UsageError, error_text, execute_run
     from engine.device import DeviceError
 
     opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
@@ -106,15 +137,16 @@ def run(
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
-                      memory_pool=memory_pool, fast_path=fast_path)
+                      memory_pool=memory_pool, fast_path=fast_path, trace_level=trace_level)
     exprs = trace_cmd.parse_expectations(expect, fail)
-    show_progress = not as_json and sys.stderr.isatty()
+    show_progress = not (as_json or quiet) and sys.stderr.isatty()
     try:
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                      disable=not show_progress, transient=True) as bar:
-            task = bar.add_task("inferences", total=None)
-            result = execute_run(opts, lambda i, n: bar.update(task, completed=i, total=n))
+        with Progress(TextColumn("inferences"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[shape]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                      console=err_console, disable=not show_progress, transient=True) as bar:
+            task = bar.add_task("inferences", total=None, shape="")
+            result = execute_run(opts, lambda i, n, shapes: bar.update(
+                task, completed=i, total=n, shape=progress_shapes(shapes)))
     except (UsageError, DeviceError) as e:
         if state["debug"]:
             raise
@@ -122,7 +154,7 @@ def run(
     except Exception as e:  # noqa: BLE001 - CheckUnavailable and friends: one line
         if state["debug"]:
             raise
-        fail(f"{type(e).__name__}: {e}")
+        fail(error_text(e))
     s = summary(result)
     outcomes = trace_cmd.judge(exprs, s, fail) if result.status == "ok" else []
     if outcomes:
@@ -134,20 +166,22 @@ def run(
              "check": [vars(c) for c in r.checks]} for r in result.records]
         print(json.dumps(s, indent=1, default=list))
     else:
-        if not quiet:
-            console.print(inference_table(result))
+        if not quiet and result.records:
+            console.print(inference_table(result, wide=wide))
         console.print(summary_table(s))
     expect_ok = trace_cmd.report(outcomes, console, err_console, quiet=as_json)
     if result.status == "error":
         if state["debug"] and getattr(result, "exception", None):
             raise result.exception
-        fail(f"inference {len(result.records)} failed: {result.error} (trace kept: {result.trace_path})")
+        kept = f" (trace kept: {result.trace_path})" if result.trace_path != "none" else ""
+        fail(f"inference {result.inferences} failed: {result.error}{kept}")
     if result.status == "interrupted":
-        err_console.print(f"interrupted after {len(result.records)} inferences; trace: {result.trace_path}")
+        err_console.print(f"interrupted after {result.inferences} inferences; trace: {result.trace_path}")
         raise typer.Exit(EXIT_INTERRUPTED)
     if result.check_failed:
-        bad = [f"#{r.iter} {c.output} (max abs {c.max_abs:.2e})" for r in result.records for c in r.checks if not c.ok]
-        fail(f"--check: {len(bad)} output(s) differ from onnxruntime: {', '.join(bad[:5])}", EXIT_CHECK)
+        ch = result.checks
+        fail(f"--check: {ch.failed_outputs} output(s) differ from onnxruntime: {', '.join(ch.first_failures)}",
+             EXIT_CHECK)
     if not expect_ok:
         raise typer.Exit(EXIT_CHECK)
 
@@ -204,7 +238,7 @@ def bench(
                                 compare=compare)
             show = not as_json and sys.stderr.isatty()
             with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                          MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                          MofNCompleteColumn(), TimeRemainingColumn(), console=err_console,
                           disable=not show, transient=True) as bar:
                 task = bar.add_task("bench", total=None)
                 res = bench_model(opts, lambda i, n, what: bar.update(task, completed=i, total=n,
@@ -244,7 +278,7 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
         return
     t = Table(title="OpenCL devices (select with --device P:D or PYOPENCL_CTX)")
     for col in ("P:D", "platform", "device", "type", "memory", "CUs", "float16", "builds kernels"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")   # wrapped at 80 columns, never cut
     for r in rows:
         t.add_row(r["index"], r["platform"], r["name"], r["type"], f"{r['global_mem'] / 2**30:.1f} GiB",
                   str(r["compute_units"]), r["float16"], "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")

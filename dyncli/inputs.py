@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from dyncli.errors import os_error
 from engine.layout import np_dtype
 
 
@@ -35,9 +36,14 @@ def random_inputs(rng: np.random.Generator, shapes: dict, dtypes: dict, ranges: 
 def load_inputs(path: str, input_names: list, dtypes: dict) -> list[dict]:
     """Read an .npz written by --save-inputs (keys "{iter}/{name}"), one dict per inference."""
     try:
-        data = np.load(path)
-    except (OSError, ValueError) as e:
-        raise InputError(f"cannot read inputs file {path}: {e}") from None
+        data = np.load(path, allow_pickle=False)
+    except OSError as e:
+        raise InputError(os_error("read the inputs file", path, e)) from None
+    except ValueError:
+        raise InputError(f"cannot read the inputs file {path}: not an .npz written by --save-inputs") from None
+    if not hasattr(data, "files"):
+        raise InputError(f"cannot read the inputs file {path}: a single array, not an .npz written by "
+                         "--save-inputs") from None
     per_iter: dict[int, dict] = {}
     for key in data.files:
         m = re.fullmatch(r"(\d+)/(.+)", key)

@@ -17,6 +17,7 @@ from typing import List, Optional
 import typer
 
 from dyncli import shapes as shape_spec
+from dyncli.errors import os_error
 from dyncli.sim_patterns import PatternError, describe_patterns, parse_pattern
 from engine.layout import DTYPES
 from engine.predictors import POLICIES, AdaptiveSettings, make_predictor
@@ -110,7 +111,7 @@ def trace_source(path: str) -> Source:
     except (TraceError, UnicodeDecodeError) as e:
         raise SimUsageError(f"--from-trace: {e}") from None
     except OSError as e:
-        raise SimUsageError(f"--from-trace: cannot read {path}: {e.strerror}") from None
+        raise SimUsageError("--from-trace: " + os_error("read", path, e)) from None
     if not bufs:
         raise SimUsageError(f"--from-trace {path}: no node output buffers (no realloc alloc/reuse events)")
     opts = header.get("options") or {}
@@ -328,31 +329,31 @@ EPILOG = "\b\nPatterns (--pattern NAME[:KEY=VALUE,...]):\n\n\b\n" + describe_pat
 
 
 def command(
-    shapes: List[str] = typer.Option([], "--shapes", "-s", help="One buffer's shape sequence, same "
+    shapes: List[str] = typer.Option([], "--shapes", "-s", metavar="SPEC", help="One buffer's shape sequence, same "
                                       "grammar as `run` without input names: '1x32x{128..2048}x128', "
                                       "'[1,8][1,16]', '1x16*3' (repeatable; concatenated)."),
-    pattern: Optional[str] = typer.Option(None, "--pattern", "-p", help="A built-in sequence "
+    pattern: Optional[str] = typer.Option(None, "--pattern", "-p", metavar="NAME[:K=V,...]", help="A built-in sequence "
                                           "NAME[:KEY=VALUE,...] (lists with '/'), see below."),
-    from_trace: Optional[str] = typer.Option(None, "--from-trace", help="Replay every node output "
+    from_trace: Optional[str] = typer.Option(None, "--from-trace", metavar="FILE", help="Replay every node output "
                                              "buffer of a `dyncli run` trace (JSON Lines). Record it with "
                                              "--no-memory-pool for an exact replay: a pooled "
                                              "buffer may be larger than the request."),
-    dtype: str = typer.Option("f16", "--dtype", help="Element type of --shapes/--pattern: "
+    dtype: str = typer.Option("f16", "--dtype", metavar="DTYPE", help="Element type of --shapes/--pattern: "
                               + "|".join(DTYPE_BITS) + "."),
-    policy: List[str] = typer.Option([], "--policy", help="Policy to run (repeatable; default all): "
+    policy: List[str] = typer.Option([], "--policy", metavar="NAME", help="Policy to run (repeatable; default all): "
                                      + ", ".join(POLICIES) + "."),
-    prealloc: Optional[str] = typer.Option(None, "--prealloc", help="openvino's settings "
+    prealloc: Optional[str] = typer.Option(None, "--prealloc", metavar="'ITERS BYTES DIFF RATIO'", help="openvino's settings "
                                            "'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO' (default "
                                            "'10 16384 2 1.1', or the traced run's)."),
-    slack_cap: float = typer.Option(0.5, "--slack-cap", help="adaptive and oracle: most slack "
+    slack_cap: float = typer.Option(0.5, "--slack-cap", metavar="X", help="adaptive and oracle: most slack "
                                     "preallocated, as a fraction of the live size."),
-    device_memory: Optional[str] = typer.Option(None, "--device-memory", help="Device memory for "
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", metavar="BYTES", help="Device memory for "
                                                 "the 90% rule, e.g. 16GiB (default: unlimited)."),
-    every: int = typer.Option(0, "--every", help="Also list every N-th iteration in the step tables (1: all)."),
-    max_rows: int = typer.Option(30, "--max-rows", help="Rows per step table (0: no limit)."),
-    node: Optional[str] = typer.Option(None, "--node", help="--from-trace: the node buffer to list, "
+    every: int = typer.Option(0, "--every", metavar="N", help="Also list every N-th iteration in the step tables (1: all)."),
+    max_rows: int = typer.Option(30, "--max-rows", metavar="N", help="Rows per step table (0: no limit)."),
+    node: Optional[str] = typer.Option(None, "--node", metavar="NAME", help="--from-trace: the node buffer to list, "
                                        "chart and plot (default: the largest)."),
-    plot_path: Optional[str] = typer.Option(None, "--plot", help="Draw capacity vs required per "
+    plot_path: Optional[str] = typer.Option(None, "--plot", metavar="FILE.png", help="Draw capacity vs required per "
                                             "policy to FILE.png (needs matplotlib: dyncli[plot])."),
     as_json: bool = typer.Option(False, "--json", help="Print per-policy figures as JSON (bytes as integers)."),
 ):
@@ -402,7 +403,9 @@ def command(
     if plot_path:
         try:
             plot(plot_path, buf, runs)
-        except (OSError, ValueError) as e:  # bad directory, unknown image extension
+        except OSError as e:  # bad directory
+            fail(escape("--plot: " + os_error("write", plot_path, e)))
+        except ValueError as e:  # unknown image extension
             fail(escape(f"--plot {plot_path}: {e}"))
     if as_json:
         print(json.dumps(to_json(src, runs, every), indent=1))

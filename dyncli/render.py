@@ -5,7 +5,7 @@ from rich import box
 from rich.table import Table
 
 from dyncli.shapes import format_shape
-from traces.summary import Totals
+from engine.diagnose import nbytes_text
 
 
 def _shapes(d: dict) -> str:
@@ -16,11 +16,7 @@ def _shapes(d: dict) -> str:
     return " ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
 
 
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+_bytes = nbytes_text
 
 
 def _by_reason(c: dict, prefix: str) -> str:
@@ -30,24 +26,40 @@ def _by_reason(c: dict, prefix: str) -> str:
     return ", ".join(f"{r} {v}" for v, r in got) or "-"
 
 
-def inference_table(result) -> Table:
-    t = Table(title=f"{result.model}: one row per inference", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
-    for col, just in [("#", "right"), ("inputs", "left"), ("outputs", "left"), ("ms", "right"),
-                      ("kernels", "right"), ("shape\ninfer/skip", "right"),
-                      ("buffers\nreuse/pool/new", "right"), ("allocated", "right"),
-                      ("peak", "right")]:
-        t.add_column(col, justify=just, no_wrap=col not in ("inputs", "outputs"))
+# The per-inference table's columns: (header, wide header, justify, only with --wide). The
+# default set fits 80 columns; a legend line under the table spells the short headers out.
+INFERENCE_COLUMNS = [
+    ("#", "#", "right", False), ("inputs", "inputs", "left", False),
+    ("outputs", "outputs", "left", True), ("ms", "ms", "right", False),
+    ("kern", "kernels", "right", False), ("shape", "shape\ninfer/skip", "right", False),
+    ("buffers", "buffers\nreuse/pool/new", "right", False),
+    ("alloc", "allocated", "right", False), ("peak", "peak", "right", True),
+]
+INFERENCE_LEGEND = ("kern: kernels enqueued; shape: shape inference run/skipped; buffers: "
+                    "reused/pooled/new; alloc: bytes allocated; --wide adds outputs and peak bytes")
+
+
+def inference_table(result, wide: bool = False) -> Table:
+    shown, total = len(result.records), result.inferences
+    title = f"{result.model}: one row per inference" + (
+        f" (the last {shown} of {total}; the trace has them all)" if total > shown else "")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+              caption=None if wide else INFERENCE_LEGEND, caption_justify="left")
+    cols = [c for c in INFERENCE_COLUMNS if wide or not c[3]]
+    for short, long, just, _ in cols:
+        t.add_column(long if wide else short, justify=just,
+                     no_wrap=short not in ("inputs", "outputs"), overflow="fold")
     has_check = any(r.checks for r in result.records)
     if has_check:
-        t.add_column("check\nmax abs", justify="right", no_wrap=True)
+        t.add_column("check\nmax abs" if wide else "check", justify="right", no_wrap=True)
     for r in result.records:
         c = r.counters
-        row = [str(r.iter), _shapes(r.in_shapes), _shapes(r.out_shapes), f"{r.latency_ms:.2f}",
-               str(c.get("kernels", 0)),
-               f"{c.get('update_shape.infer', 0)}/{c.get('update_shape.skip', 0)}",
-               f"{c.get('realloc.reuse', 0)}/{c.get('realloc.from_pool', 0)}/{c.get('realloc.alloc', 0)}",
-               _bytes(c.get("bytes_allocated", 0)), _bytes(c.get("peak_bytes", 0))]
+        cells = {"#": str(r.iter), "inputs": _shapes(r.in_shapes), "outputs": _shapes(r.out_shapes),
+                 "ms": f"{r.latency_ms:.2f}", "kern": str(c.get("kernels", 0)),
+                 "shape": f"{c.get('update_shape.infer', 0)}/{c.get('update_shape.skip', 0)}",
+                 "buffers": f"{c.get('realloc.reuse', 0)}/{c.get('realloc.from_pool', 0)}/{c.get('realloc.alloc', 0)}",
+                 "alloc": _bytes(c.get("bytes_allocated", 0)), "peak": _bytes(c.get("peak_bytes", 0))}
+        row = [cells[short] for short, *_ in cols]
         if has_check:
             worst = max((x.max_abs for x in r.checks), default=0.0)
             row.append(f"[green]ok[/] {worst:.0e}" if r.ok else f"[red]FAIL[/] {worst:.0e}")
@@ -56,24 +68,15 @@ def inference_table(result) -> Table:
 
 
 def summary(result) -> dict:
-    recs = result.records
-    totals = Totals()  # the same sums `dyncli trace` makes from the trace's infer_end events
-    for r in recs:
-        totals.add(r.counters, r.latency_ms)
+    totals = result.totals  # the same sums `dyncli trace` makes from the trace's infer_end events
     return {
         "model": result.model, "device": result.device, "status": result.status,
-        "error": result.error, "inferences": len(recs), "planned": result.planned,
+        "error": result.error, "inferences": result.inferences, "planned": result.planned,
         "nodes": result.nodes, "folded_nodes": result.folded,
         "fused_nodes": result.fused,
         "latency_ms": totals.latency(),
         "counters": totals.counters_dict(),
-        "check": None if not any(r.checks for r in recs) else {
-            "passed": sum(r.ok for r in recs), "failed": sum(not r.ok for r in recs),
-            "max_abs": max((c.max_abs for r in recs for c in r.checks), default=0.0),
-            "max_rel": max((c.max_rel for r in recs for c in r.checks), default=0.0),
-            "per_output": {name: {"max_abs": max(c.max_abs for r in recs for c in r.checks if c.output == name),
-                                  "max_rel": max(c.max_rel for r in recs for c in r.checks if c.output == name)}
-                           for name in dict.fromkeys(c.output for r in recs for c in r.checks)}},
+        "check": result.checks.as_dict(),
         "trace": result.trace_path,
     }
 

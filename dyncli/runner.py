@@ -6,23 +6,33 @@ the work. Kept free of Typer/Rich so tests and scripts can call `execute_run` di
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from dyncli import shapes as shape_spec
 from dyncli.check import Reference, compare, relaxed_model
+from dyncli.errors import os_error
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe
 from engine.f16 import cast_summary, half_support
+from engine.diagnose import InferenceError, nbytes_text, too_large
+from engine.layout import np_dtype
+from engine.model_file import load_model
 from engine.fusion import fusion_map
 from engine.predictors import ENGINE_POLICIES
 from engine.impls import IMPL_MODES
 from engine.program import ModelError
 from traces import TraceWriter
+from traces.sinks import TRACE_LEVELS, DecisionsOnly, NoTrace, TraceBusy, TraceLock
+from traces.summary import Totals
+
+# The per-inference rows a run keeps for its table and --json (the last ROW_WINDOW); totals
+# and check figures are aggregates, and the trace holds every row.
+ROW_WINDOW = 1000
 
 
 class UsageError(ValueError):
@@ -53,6 +63,7 @@ class RunOptions:
     impl_cache_capacity: int = 300
     memory_pool: bool = True
     fast_path: bool = True
+    trace_level: str = "all"
 
 
 @dataclass
@@ -69,22 +80,65 @@ class InferRecord:
         return all(c.ok for c in self.checks)
 
 
+class CheckStats:
+    """--check over the whole run: inferences passed/failed, the worst errors per output, the
+    first failures (for the message)."""
+
+    def __init__(self):
+        self.passed = self.failed = self.failed_outputs = 0
+        self.per_output: dict[str, dict] = {}
+        self.first_failures: list[str] = []
+
+    def add(self, rec: InferRecord) -> None:
+        if not rec.checks:
+            return
+        self.passed += rec.ok
+        self.failed += not rec.ok
+        for c in rec.checks:
+            e = self.per_output.setdefault(c.output, {"max_abs": 0.0, "max_rel": 0.0})
+            e["max_abs"], e["max_rel"] = max(e["max_abs"], c.max_abs), max(e["max_rel"], c.max_rel)
+            if not c.ok:
+                self.failed_outputs += 1
+                if len(self.first_failures) < 5:
+                    self.first_failures.append(f"#{rec.iter} {c.output} (max abs {c.max_abs:.2e})")
+
+    def as_dict(self) -> dict | None:
+        if not self.passed + self.failed:
+            return None
+        return {"passed": self.passed, "failed": self.failed,
+                "max_abs": max(e["max_abs"] for e in self.per_output.values()),
+                "max_rel": max(e["max_rel"] for e in self.per_output.values()),
+                "per_output": self.per_output}
+
+
 @dataclass
 class RunResult:
     model: str
     device: str
     trace_path: str
-    records: list = field(default_factory=list)
+    records: deque = field(default_factory=lambda: deque(maxlen=ROW_WINDOW))  # the last rows
     planned: int = 0
     status: str = "ok"          # ok | interrupted | error
     error: str = ""
     nodes: int = 0
     folded: int = 0
     fused: int = 0
+    inferences: int = 0         # inferences done (records keeps the last ROW_WINDOW)
+    totals: Totals = field(default_factory=Totals)
+    checks: CheckStats = field(default_factory=CheckStats)
+    device_bytes: int = 0       # device memory held when the run ended
+    impl_cache: int = 0         # impls in the impl cache when the run ended
+    activation_bytes: int = 0   # of device_bytes, the buffers of non-constant tensors
 
     @property
     def check_failed(self) -> bool:
-        return any(not r.ok for r in self.records)
+        return self.checks.failed > 0
+
+    def add(self, rec: InferRecord) -> None:
+        self.records.append(rec)
+        self.inferences += 1
+        self.totals.add(rec.counters, rec.latency_ms)
+        self.checks.add(rec)
 
 
 def default_trace_path(model: str) -> str:
@@ -116,7 +170,35 @@ def plan(opts: RunOptions, prog) -> tuple[list[dict], list[dict] | None]:
     return seq, loaded
 
 
-def parse_feedback(specs: list, prog) -> dict:
+def check_input_sizes(seq: list[dict], dtypes: dict, device) -> None:
+    """Refuse, before anything is allocated, an input the device cannot hold."""
+    limits = (device.global_mem_size, device.max_mem_alloc_size)
+    seen = set()
+    for i, inf in enumerate(seq):
+        for name, shape in inf.items():
+            if (name, shape) in seen:
+                continue
+            seen.add((name, shape))
+            need = int(np.prod(shape, dtype=object)) * np.dtype(np_dtype(dtypes[name])).itemsize
+            why = too_large(need, 0, *limits)
+            if why:
+                raise UsageError(f"input {name} of inference {i} ({shape_spec.format_shape(shape)} "
+                                 f"{dtypes[name]}) needs {nbytes_text(need)}: {why}")
+
+
+def _declared_dims(vi) -> tuple | None:
+    """Declared dims of a graph output (int, or None when unknown); None without a shape."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+
+
+def _shape_clash(a: tuple, b: tuple) -> bool:
+    return len(a) != len(b) or any(x is not None and y is not None and x != y for x, y in zip(a, b))
+
+
+def parse_feedback(specs: list, prog, model=None) -> dict:
     """--feedback 'OUT:IN[,OUT:IN]' -> {OUT: IN}, checked against the model's outputs/inputs."""
     pairs = {}
     for spec in specs:
@@ -132,6 +214,13 @@ def parse_feedback(specs: list, prog) -> dict:
                                  f"(inputs: {', '.join(prog.inputs)})")
             if inp in pairs.values():
                 raise UsageError(f"--feedback: input {inp!r} is fed twice")
+            declared_out = next((_declared_dims(o) for o in model.graph.output if o.name == out),
+                                None) if model is not None else None
+            declared_in = tuple(d if isinstance(d, int) else None for d in prog.input_dim_names[inp])
+            if declared_out is not None and _shape_clash(declared_out, declared_in):
+                fmt = lambda d: shape_spec.format_shape(tuple("?" if x is None else x for x in d))  # noqa: E731
+                raise UsageError(f"--feedback {item!r}: output {out!r} is declared {fmt(declared_out)} "
+                                 f"but input {inp!r} {fmt(declared_in)}; their shapes cannot match")
             pairs[out] = inp
     return pairs
 
@@ -141,23 +230,43 @@ def describe_inputs(prog) -> str:
                      for n, dims in prog.input_dim_names.items())
 
 
-def load_model(path: str) -> onnx.ModelProto:
+def open_trace(path: str, level: str, header: dict):
+    """(writer, lock) for --trace PATH|none and --trace-level; UsageError when PATH cannot be
+    written or another run writes it."""
+    if level not in TRACE_LEVELS:
+        raise UsageError(f"--trace-level must be one of {', '.join(TRACE_LEVELS)}, not {level!r}")
+    if path == "none":
+        return NoTrace(), None
+    lock = TraceLock(path)
     try:
-        return onnx.load(path)
-    except FileNotFoundError:
-        raise UsageError(f"model file not found: {path}") from None
-    except Exception as e:
-        raise UsageError(f"cannot parse {path} as ONNX: {e}") from None
+        lock.acquire()
+        writer = TraceWriter(path, header)
+    except TraceBusy as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        lock.release()
+        raise UsageError(os_error("write the trace", path, e)) from None
+    return (DecisionsOnly(writer) if level == "decisions" else writer), lock
+
+
+def error_text(e: Exception) -> str:
+    """One line for an engine error; no class names (--debug shows the traceback)."""
+    if isinstance(e, (InferenceError, ModelError, UsageError)):
+        return str(e)
+    first = (str(e).splitlines() or [""])[0]
+    return f"internal error: {first or 'no message'} (`dyncli --debug run ...` shows where)"
 
 
 def execute_run(opts: RunOptions, progress=None) -> RunResult:
-    """Run the whole sequence. `progress(i, n)` is called after each inference."""
-    model = load_model(opts.model)
+    """Run the whole sequence. `progress(i, n, shapes)` is called after each inference."""
+    device = select_device(opts.device)
     try:
+        model = load_model(opts.model, max_bytes=device.max_mem_alloc_size)
         prog = build_program(model, opts.model)
     except ModelError as e:
         raise UsageError(str(e)) from None
     seq, loaded = plan(opts, prog)
+    check_input_sizes(seq, {n: l.dtype for n, l in prog.inputs.items()}, device)
     if opts.impls not in IMPL_MODES:
         raise UsageError(f"--impls must be one of {', '.join(IMPL_MODES)}, not {opts.impls!r}")
     if opts.impl_cache_capacity < 0:
@@ -181,17 +290,17 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         relax = {n: overrides.get(n, tuple(None for _ in prog.inputs[n].shape)) for n in names}
         ref = Reference(relaxed_model(model, relax))
 
-    device = select_device(opts.device)
     trace_path = opts.trace or default_trace_path(opts.model)
     header = {"model": os.path.abspath(opts.model), "device": describe(device),
               "float16": {**half_support(device), **cast_summary(prog)},
               "options": {k: v for k, v in vars(opts).items() if k not in ("model",)},
               "inputs": {n: list(d) for n, d in prog.input_dim_names.items()},
               "outputs": prog.outputs, "nodes": prog.node_count(), "fusions": fusion_map(prog)}
-    writer = TraceWriter(trace_path, header)
-    result = RunResult(opts.model, describe(device), trace_path, planned=len(seq),
+    feedback = parse_feedback(opts.feedback, prog, model)
+    declared = dict(prog.input_dim_names)
+    writer, lock = open_trace(trace_path, opts.trace_level, header)
+    result = RunResult(opts.model, describe(device), writer.path, planned=len(seq),
                        nodes=prog.node_count(), folded=prog.folded, fused=prog.fused)
-    feedback = parse_feedback(opts.feedback, prog)
     net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
                   feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
                   impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool,
@@ -207,6 +316,11 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
             feeds = loaded[i] if loaded else random_inputs(rng, inf, dtypes, ranges)
             fed = {inp: out for out, inp in feedback.items()} if i else {}
             for inp, out in fed.items():  # host copies, for --check and --save-inputs
+                try:
+                    shape_spec.check_against_declared({inp: tuple(net.tensors[out].layout.shape)},
+                                                      declared)
+                except shape_spec.ShapeSpecError as e:
+                    raise UsageError(f"--feedback {out}:{inp} after inference {i - 1}: {e}") from None
                 if host_all:
                     feeds[inp] = outs[out]
                 else:
@@ -223,25 +337,31 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
                     writer.event("check", "", "", "pass" if c.ok else "fail", c.detail,
                                  output=name, max_abs=c.max_abs, max_rel=c.max_rel)
                 writer.flush()
-            result.records.append(rec)
+            result.add(rec)
             if opts.save_inputs:
                 saved_in.append(feeds)
             if opts.save_outputs:
                 saved_out.append(outs)
             if progress:
-                progress(i + 1, len(seq))
+                progress(i + 1, len(seq), rec.in_shapes)
     except KeyboardInterrupt:
         result.status = "interrupted"
     except Exception as e:  # engine errors: keep the trace readable, report one line
-        result.status, result.error = "error", f"{type(e).__name__}: {e}"
+        result.status, result.error = "error", error_text(e)
         result.exception = e
     finally:
+        result.device_bytes, result.impl_cache = net.used_bytes, len(net.impls)
+        result.activation_bytes = net.memory.act_bytes
         writer.iter = -1
-        writer.event("run_end", action=result.status, reason=result.error[:200],
-                     inferences=len(result.records))
+        writer.event("run_end", action=result.status, reason=result.error[:500],
+                     inferences=result.inferences)
         writer.close()
-        if saved_in:
-            save_tensors(opts.save_inputs, saved_in)
-        if saved_out:
-            save_tensors(opts.save_outputs, saved_out)
+        if lock is not None:
+            lock.release()
+        for path, tensors in ((opts.save_inputs, saved_in), (opts.save_outputs, saved_out)):
+            if tensors:
+                try:
+                    save_tensors(path, tensors)
+                except OSError as e:
+                    raise UsageError(os_error("write", path, e)) from None
     return result

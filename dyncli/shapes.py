@@ -55,6 +55,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 
+from dyncli.errors import os_error
+
 __all__ = [
     "MAX_INFERENCES",
     "ShapeSpecError",
@@ -329,8 +331,10 @@ def parse_shapes_file(path: str, input_names: Sequence[str]) -> list[Inference]:
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise ShapeSpecError(f"shapes file {path!r} is not valid JSON: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ShapeSpecError(f"cannot read shapes file {path!r}: {e}") from None
+    except OSError as e:
+        raise ShapeSpecError(os_error("read the shapes file", path, e)) from None
+    except UnicodeDecodeError:
+        raise ShapeSpecError(f"cannot read the shapes file {path}: not UTF-8 text") from None
 
     where = f"shapes file {path!r}"
     if isinstance(data, dict):

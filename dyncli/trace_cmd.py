@@ -52,24 +52,27 @@ def report(outcomes: list[dict], console, err_console, quiet: bool) -> bool:
 def trace(
     files: List[str] = typer.Argument(..., metavar="TRACE", help="Trace file (two with --diff)."),
     diff: bool = typer.Option(False, "--diff", help="Compare two traces: the same summary side by side with deltas."),
-    iters: Optional[str] = typer.Option(None, "--iter", help="Only inference N or FIRST..LAST (both included)."),
-    node: Optional[str] = typer.Option(None, "--node", help="Only nodes whose name matches this glob ('MatMul_*')."),
-    op: Optional[str] = typer.Option(None, "--op", help="Only nodes of this ONNX op (graph inputs: Parameter)."),
-    kind: Optional[str] = typer.Option(None, "--kind", help="Only events of this kind (update_shape, update_impl, "
+    iters: Optional[str] = typer.Option(None, "--iter", metavar="N|A..B", help="Only inference N or FIRST..LAST (both included)."),
+    node: Optional[str] = typer.Option(None, "--node", metavar="GLOB", help="Only nodes whose name matches this glob ('MatMul_*')."),
+    op: Optional[str] = typer.Option(None, "--op", metavar="OP", help="Only nodes of this ONNX op (graph inputs: Parameter)."),
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="Only events of this kind (update_shape, update_impl, "
                                        "realloc, set_args, execute, ...; see docs/trace-schema.md)."),
-    action: Optional[str] = typer.Option(None, "--action", help="Only events with this action (alloc, skip, build, ...)."),
-    group_by: Optional[str] = typer.Option(None, "--group-by", help="Counts and times per node|op|kind|action|iter."),
+    action: Optional[str] = typer.Option(None, "--action", metavar="ACTION", help="Only events with this action (alloc, skip, build, ...)."),
+    group_by: Optional[str] = typer.Option(None, "--group-by", metavar="KEY", help="Counts and times per node|op|kind|action|iter."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     events: bool = typer.Option(False, "--events", help="Print the matching raw events (JSON Lines) instead of the summary."),
-    fmt: str = typer.Option("summary", "--format", help="summary, or chrome: Chrome Trace Event Format "
+    fmt: str = typer.Option("summary", "--format", metavar="FORMAT", help="summary, or chrome: Chrome Trace Event Format "
                             "(Perfetto UI, chrome://tracing) written to -o."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output file of --format chrome ('-': stdout)."),
-    expect: List[str] = typer.Option([], "--expect", help="Assert on the summary, e.g. 'reallocs<=10' (repeatable; "
+    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="Output file of --format chrome ('-': stdout)."),
+    expect: List[str] = typer.Option([], "--expect", metavar="EXPR", help="Assert on the summary, e.g. 'reallocs<=10' (repeatable; "
                                      "names in docs/expect.md); exit 1 when one fails."),
-    top: int = typer.Option(10, "--top", help="How many costliest nodes to show."),
-    limit: int = typer.Option(30, "--limit", help="How many changed decisions to list."),
+    top: int = typer.Option(10, "--top", metavar="N", help="How many costliest nodes to show."),
+    wide: bool = typer.Option(False, "--wide", help="Every decision kind and action in the per-inference "
+                              "table (by default it fits the terminal, 80 columns included)."),
+    limit: int = typer.Option(30, "--limit", metavar="N", help="How many changed decisions to list."),
 ):
     from dyncli.cli import console, err_console, fail, state, EXIT_CHECK
+    from dyncli.errors import os_error
     from dyncli.trace_view import diff_rows, diff_table, trace_view
     from traces.chrome import export_chrome
     from traces.query import EventFilter, parse_iters
@@ -111,14 +114,23 @@ def trace(
                     sink(header, tee())
         except FileNotFoundError:
             fail(f"trace file not found: {path}")
-        except (TraceError, OSError, UnicodeDecodeError) as e:
+        except OSError as e:
+            if state["debug"]:
+                raise
+            fail(os_error("read the trace", path, e))
+        except (TraceError, UnicodeDecodeError) as e:
             if state["debug"]:
                 raise
             fail(str(e))
         result = s.result()
         for w in caught:
             err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
-        if result["incomplete_inference"] is not None:
+        if result["status"] == "error":
+            at = result["incomplete_inference"]
+            err_console.print(f"[yellow]warning:[/] {path}: run ended with an error at inference "
+                              f"{result['inferences'] if at is None else at}: {result['error']}; showing the "
+                              f"{result['inferences']} complete inferences", highlight=False)
+        elif result["incomplete_inference"] is not None:
             err_console.print(f"[yellow]warning:[/] {path}: inference {result['incomplete_inference']} never "
                               f"ended (run killed?); showing the {result['inferences']} complete inferences",
                               highlight=False)
@@ -138,7 +150,10 @@ def trace(
 
     if fmt == "chrome":
         def write_chrome(header, evs):
-            out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+            try:
+                out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+            except OSError as e:
+                fail(os_error("write", output, e))
             try:
                 n = export_chrome(header, evs, out, flt)
             finally:
@@ -166,6 +181,6 @@ def trace(
         if as_json:
             print(json.dumps({**s, "expect": outcomes} if exprs else s, indent=1, default=str))
         else:
-            console.print(trace_view(s))
+            console.print(trace_view(s, wide))
     if not report(outcomes, console, err_console, quiet=as_json or events or output == "-"):
         raise typer.Exit(EXIT_CHECK)

@@ -46,19 +46,37 @@ def _kind_actions(rows: list[dict]) -> dict[str, list[str]]:
     return {k: sorted(seen[k]) for k in sorted(seen, key=lambda k: (order.index(k) if k in order else len(order), k))}
 
 
-def inference_table(s: dict) -> Table:
-    t = Table(title="one row per inference (decision counts: kind, actions)", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    for col in ("#", "inputs", "ms"):
-        t.add_column(col, justify="left" if col == "inputs" else "right")
-    kinds = _kind_actions(s["rows"])
-    for k, acts in kinds.items():  # counts never cut: fold onto a second line when narrow
-        t.add_column(f"{k.removeprefix('update_')}\n{'/'.join(acts)}", justify="right", overflow="fold")
-    t.add_column("allocated", justify="right", overflow="fold")
+# Narrow view (the default; fits 80 columns): the decisions that cost, per inference; a legend
+# line spells the headers out. --wide shows every kind with all its actions.
+NARROW_COLUMNS = [("shape", ("update_shape.infer", "update_shape.skip")),
+                  ("impl", ("update_impl.build", "update_impl.switch")),
+                  ("weights", ("update_weights.reorder",)),
+                  ("buffers", ("realloc.reuse", "realloc.from_pool", "realloc.alloc"))]
+NARROW_LEGEND = ("shape: inferred/skipped; impl: kernel builds/switches to static; weights: "
+                 "reorders; buffers: reused/pooled/new; alloc: bytes allocated; --wide: every "
+                 "kind and action")
+
+
+def inference_table(s: dict, wide: bool = False) -> Table:
+    t = Table(title="one row per inference" + (" (decision counts: kind, actions)" if wide else ""),
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+              caption=None if wide else NARROW_LEGEND, caption_justify="left")
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("inputs", overflow="fold")
+    t.add_column("ms", justify="right", no_wrap=True)
+    if wide:
+        kinds = _kind_actions(s["rows"])
+        cols = [(f"{k.removeprefix('update_')}\n{'/'.join(acts)}", tuple(f"{k}.{a}" for a in acts))
+                for k, acts in kinds.items()]
+    else:
+        cols = NARROW_COLUMNS
+    for head, _ in cols:
+        t.add_column(head, justify="right", no_wrap=not wide, overflow="fold")
+    t.add_column("alloc" if not wide else "allocated", justify="right", no_wrap=True)
     for r in s["rows"]:
         d = r["decisions"]
         t.add_row(str(r["iter"]), _shapes(r["inputs"]) if r["inputs"] else "-", f"{r['latency_ms']:.2f}",
-                  *("/".join(str(d.get(f"{k}.{a}", 0)) for a in acts) for k, acts in kinds.items()),
+                  *("/".join(str(d.get(k, 0)) for k in keys) for _, keys in cols),
                   _bytes(r["counters"].get("bytes_allocated", 0)))
     return t
 
@@ -87,39 +105,44 @@ def _decisions(d: dict, n: int = 4) -> str:
     return ", ".join(f"{k} {v}" for k, v in list(d.items())[:n])
 
 
-def cost_table(rows: list[dict], key: str, title: str) -> Table:
+def cost_table(rows: list[dict], key: str, title: str, wide: bool = False) -> Table:
+    """Narrow: the key, op and times; --wide adds the decisions each made."""
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    t.add_column(key)
+    t.add_column(key, overflow="fold")
     if key == "node":
-        t.add_column("op")
-    for col in ("events", "ms", "compile ms", "decisions"):
-        t.add_column(col, justify="left" if col == "decisions" else "right")
+        t.add_column("op", overflow="fold")
+    for col in ("events", "ms", "compile ms") + (("decisions",) if wide else ()):
+        t.add_column(col, justify="left" if col == "decisions" else "right", overflow="fold",
+                     no_wrap=col != "decisions")
     for r in rows:
         t.add_row(str(r[key]) if r[key] != "" else "(run)", *([r["op"]] if key == "node" else []),
-                  str(r["events"]), f"{r['ms']:.2f}", f"{r['compile_ms']:.1f}", _decisions(r["decisions"]))
+                  str(r["events"]), f"{r['ms']:.2f}", f"{r['compile_ms']:.1f}",
+                  *([_decisions(r["decisions"])] if wide else []))
     return t
 
 
-def changes_table(s: dict) -> Table:
+def changes_table(s: dict, wide: bool = False) -> Table:
+    """Narrow: the op goes (node names usually say it) and every cell folds instead of cutting."""
     shown, total = len(s["changes"]), s["changes_total"]
     title = "decisions that changed something" + (f" (first {shown} of {total}; --limit)" if total > shown else "")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("#", "node", "op", "decision", "detail"):
-        t.add_column(col, justify="right" if col == "#" else "left")
+    for col in ("#", "node") + (("op",) if wide else ()) + ("decision", "detail"):
+        t.add_column(col, justify="right" if col == "#" else "left", overflow="fold",
+                     ratio=3 if col == "detail" else None if col == "#" else 2)
     for c in s["changes"]:
         detail = {k: v for k, v in c.items() if k not in ("iter", "node", "op", "kind", "action", "reason")}
         dec = f"{c['kind']}.{c['action']}" + (f" ({c['reason']})" if c["reason"] else "")
-        t.add_row(str(c["iter"]), c["node"], c["op"], dec,
+        t.add_row(str(c["iter"]), c["node"], *([c["op"]] if wide else []), dec,
                   " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in detail.items()))
     return t
 
 
-def trace_view(s: dict) -> Group:
-    parts = [header_panel(s), inference_table(s), counters_table(s),
-             cost_table(s["top_nodes"], "node", "nodes that cost most (time between events, ms)"),
-             changes_table(s)]
+def trace_view(s: dict, wide: bool = False) -> Group:
+    parts = [header_panel(s), inference_table(s, wide), counters_table(s),
+             cost_table(s["top_nodes"], "node", "nodes that cost most (time between events, ms)", wide),
+             changes_table(s, wide)]
     if "groups" in s:
-        parts.append(cost_table(s["groups"], s["group_by"], f"grouped by {s['group_by']}"))
+        parts.append(cost_table(s["groups"], s["group_by"], f"grouped by {s['group_by']}", wide))
     return Group(*parts)
 
 

@@ -8,6 +8,8 @@ binary cache serve later runs.
 """
 from __future__ import annotations
 
+import os
+
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -110,11 +112,17 @@ def impl_name(source: str, jit: tuple) -> str:
         f"{'+prologue' if 'PROLOGUE_OPS_BODY' in d else ''}"
 
 
+def build_options() -> list[str]:
+    """OpenCL's `-w` (no compiler warnings: PoCL prints "N warnings generated." on stderr and
+    pyopencl a CompilerWarning per build) unless DYNCLI_KERNEL_WARNINGS is set (`dyncli --debug`)."""
+    return [] if os.environ.get("DYNCLI_KERNEL_WARNINGS") else ["-w"]
+
+
 def build_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:
     """Static builds (dynamic=False) need SHAPE_INFO_INIT among the JIT constants."""
     src = jit_header(jit, dynamic) + load_source("common") + load_source(source)
     t0 = time.perf_counter()
-    prg = cl.Program(ctx, src).build()
+    prg = cl.Program(ctx, src).build(options=build_options())
     return prg, (time.perf_counter() - t0) * 1e3
 
 

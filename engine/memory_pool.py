@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
+from engine.diagnose import DeviceMemoryError, nbytes_text, too_large
+
 END = 1 << 30   # the lifetime end of graph outputs: read after the last step
 
 
@@ -74,6 +76,7 @@ class MemoryPool:
         self.peak_bytes = 0                     # max act_bytes since begin_inference
         self._live: dict[str, int] = {}         # tensor -> bytes it occupies in this inference
         self.changes = 0                        # buffers made, freed or shared (engine/plan.py)
+        self.limits: tuple[int, int] | None = None   # (global_mem_size, max_mem_alloc_size)
 
     def add_scratch(self, name: str, step: int) -> None:
         """An impl's internal buffer: live during its node's step only."""
@@ -83,8 +86,18 @@ class MemoryPool:
 
     # ---- buffers ------------------------------------------------------------------------
     def alloc(self, ctx: cl.Context, nbytes: int, holder: str, constant: bool = False) -> cl.Buffer:
+        """A new buffer, refused (DeviceMemoryError, the reason only) when the device's limits
+        (`limits`: global_mem_size, max_mem_alloc_size) say it cannot be had, or it fails."""
+        if self.limits is not None:
+            why = too_large(nbytes, self.used_bytes, *self.limits)
+            if why:
+                raise DeviceMemoryError(why)
         self.changes += 1
-        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        try:
+            buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        except (cl.Error, MemoryError) as e:
+            raise DeviceMemoryError(f"the device could not allocate it ({getattr(e, 'what', e)}) "
+                                    f"with {nbytes_text(self.used_bytes)} held") from None
         self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
         self.used_bytes += nbytes
         if not constant:

@@ -10,6 +10,7 @@ import numpy as np
 import pyopencl as cl
 
 from engine.device import describe, select_device
+from engine.diagnose import DeviceMemoryError, nbytes_text
 from engine.compile_queue import CompileQueue
 from engine.impls import IMPL_MODES, ImplCache, static_worth
 from engine.kernels import Impl, ImplParams, StaticVariant, build_program, dynamic_key, impl_name
@@ -124,6 +125,7 @@ class Network:
         self.prebuilt: dict = {}
         self.prebuild_workers = prebuild_workers
         self._prebuilt_for: set = set()     # input shapes prebuild walked already
+        self.memory.limits = (self.device.global_mem_size, self.device.max_mem_alloc_size)
 
     def _inst(self, node, unfused: bool = False) -> PrimitiveInst:
         inst = PrimitiveInst(node, self)
@@ -183,19 +185,37 @@ class Network:
             self.memory.release(t.buf, t.name)
         t.buf, t.capacity = None, 0
 
-    def give_buffer(self, t: Tensor, nbytes: int) -> str:
+    def give_buffer(self, t: Tensor, nbytes: int, exact: int | None = None) -> str:
         """Point `t` at a buffer of at least `nbytes` (its old one released): a dead tensor's
         from the memory pool (`from_pool`; only for tensors the pool serves) or a new one
-        (`alloc`)."""
+        (`alloc`). A new buffer the device cannot give is tried again at `exact` bytes (the
+        need without the predictor's extra) before failing with a DeviceMemoryError that names
+        the tensor and its node."""
         self.release(t)
         taken = self.memory.take(t.name, nbytes)
         if taken is not None:
             t.buf, t.capacity = taken
         else:
-            t.buf = self.memory.alloc(self.ctx, nbytes, t.name, constant=t.constant)
+            try:
+                t.buf = self.memory.alloc(self.ctx, nbytes, t.name, constant=t.constant)
+            except DeviceMemoryError as e:
+                if exact is None or exact >= nbytes:
+                    raise self._memory_error(t, nbytes, e) from None
+                try:
+                    t.buf = self.memory.alloc(self.ctx, exact, t.name, constant=t.constant)
+                except DeviceMemoryError as e2:
+                    raise self._memory_error(t, exact, e2) from None
+                nbytes = exact
             t.capacity = nbytes
         t.offset = 0
         return "alloc" if taken is None else "from_pool"
+
+    def _memory_error(self, t: Tensor, nbytes: int, why: Exception) -> DeviceMemoryError:
+        prod = self.program.producers.get(t.name)
+        by = f"output of node {prod[0].name} ({prod[0].op})" if prod else (
+            "graph input" if t.name in self.program.inputs else "constant" if t.constant else "buffer")
+        shape = f" ({'x'.join(map(str, t.layout.shape))} {t.layout.dtype})" if t.layout is not None else ""
+        return DeviceMemoryError(f"tensor {t.name} ({by}) needs {nbytes_text(nbytes)}{shape}: {why}")
 
     def keep(self, obj) -> None:
         """Host arrays of non-blocking copies must outlive the copy: kept until the inference ends."""

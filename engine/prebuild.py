@@ -22,7 +22,17 @@ from engine.ops.shape_ops import shape_value
 
 
 def _walk(net, feeds: dict) -> list:
-    """The kernel calls of every node up to the first data-dependent shape."""
+    """The kernel calls of every node up to the first data-dependent shape, or up to the
+    first node whose shapes fail (the flow will report that one, with its context)."""
+    calls: list = []
+    try:
+        _walk_into(net, feeds, calls)
+    except Exception:
+        pass
+    return calls
+
+
+def _walk_into(net, feeds: dict, calls: list) -> None:
     env = {}   # tensor name -> (layout, host value or None)
     for name, t in net.tensors.items():
         if t.constant:
@@ -30,7 +40,6 @@ def _walk(net, feeds: dict) -> list:
     for name, v in feeds.items():
         v = np.asarray(v)
         env[name] = (Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype)), v)
-    calls = []
     for inst in net.insts:
         if any(t is not None and t.name not in env for t in inst.inputs):
             break
@@ -52,15 +61,11 @@ def _walk(net, feeds: dict) -> list:
                 deps[i] = env[inst.inputs[i].name][1]
         if any(v is None for v in deps.values()):
             break                          # computed on the device: known only when it runs
-        try:
-            outs, _ = inst._infer(ins, deps)
-            if inst.kv_past is None and not inst.opdef.view:
-                calls += inst._kernel_calls(ins, outs, deps)[0]
-        except Exception:                  # the flow will raise it, with its context
-            break
+        outs, _ = inst._infer(ins, deps)
+        if inst.kv_past is None and not inst.opdef.view:
+            calls += inst._kernel_calls(ins, outs, deps)[0]
         for t, l in zip(inst.outputs, outs):
             env[t.name] = (l, None)
-    return calls
 
 
 def start_builds(net, feeds: dict) -> int:

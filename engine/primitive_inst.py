@@ -259,7 +259,11 @@ class PrimitiveInst:
                 if t is not None and t.host is None:
                     net.read_to_host(t)
                 args.append(None if t is None else t.host)
-            vals = node.run_host(args)
+            try:
+                vals = node.run_host(args)
+            except Exception as e:  # numpy's words name no node: say which, and what limits it
+                from engine.diagnose import node_failure
+                raise node_failure(self, net, args, e) from e
         self.in_layouts = in_layouts
         for t, v in zip(self.outputs, vals):
             if t.host is not None and (t.host is v or (t.host.dtype == v.dtype and
@@ -606,7 +610,9 @@ class PrimitiveInst:
                       dtype=l.dtype, **label)
             return False
         nbytes = max(d.alloc_elems, l.count) * l.itemsize
-        how = net.give_buffer(t, nbytes)
+        how = net.give_buffer(t, nbytes, exact=l.count * l.itemsize)
+        if how == "alloc" and t.capacity < nbytes:   # the extra was dropped to fit the device
+            nbytes, d.predicted = t.capacity, False
         t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
         self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
                   capacity=t.capacity, predicted=d.predicted, mode=d.mode, shape=l.shape,

@@ -160,18 +160,15 @@ def _toposort(nodes: list, available: set) -> list:
 
 def load_program(path: str | os.PathLike) -> Program:
     path = str(path)
-    try:
-        model = onnx.load(path)
-    except FileNotFoundError:
-        raise ModelError(f"model file not found: {path}") from None
-    except Exception as e:  # protobuf errors have no common base worth naming
-        raise ModelError(f"cannot parse {path} as ONNX: {e}") from None
-    return build_program(model, path)
+    from engine.model_file import load_model
+    return build_program(load_model(path), path)
 
 
 def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True,
                   attention: bool = True) -> Program:
     """`attention=False` keeps the attention chain as separate nodes (engine/attention.py)."""
+    from engine.model_file import check_graph
+    check_graph(model.graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or opset < MIN_OPSET:
         raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")

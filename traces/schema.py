@@ -177,7 +177,9 @@ KINDS: dict[str, dict] = {
     "run_end": {
         "actions": {"ok", "error", "interrupted"},
         "fields": ("inferences", "summary"),
-        "doc": "Last line of a run that ended (however it ended).",
+        "doc": "Last line of a run that ended (however it ended). With `error`, `reason` is the "
+               "one-line message `dyncli run` printed (e.g. the node that could not run and why), "
+               "and `dyncli trace` repeats it.",
     },
 }
 
@@ -211,6 +213,21 @@ def render_markdown() -> str:
         reasons = ", ".join(f"`{r}`" for r in sorted(spec.get("reasons", ())) if r) or "-"
         fields = ", ".join(f"`{f}`" for f in spec.get("fields", ())) or "-"
         out.append(f"| `{kind}` | {acts} | {reasons} | {fields} | {spec['doc']} |")
+    from traces.sinks import DECISION_KINDS
+    dropped = [k for k in KINDS if k not in DECISION_KINDS]
+    out += [
+        "",
+        "## Trace levels",
+        "",
+        "`dyncli run --trace-level all` (the default) writes every event above. `--trace-level "
+        "decisions` writes the decisions and the per-inference records only: "
+        + ", ".join(f"`{k}`" for k in KINDS if k in DECISION_KINDS)
+        + "; it leaves out " + ", ".join(f"`{k}`" for k in dropped)
+        + " (per node and per inference, they say that arguments were bound and kernels enqueued, "
+        "which the counters of each `infer_end` still count). The header's `options.trace_level` "
+        "says which level a trace has; `dyncli trace` reads both (its per-node times then span "
+        "the decisions only). `--trace none` writes no file.",
+    ]
     return "\n".join(out) + "\n"
 
 

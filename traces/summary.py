@@ -117,6 +117,8 @@ class TraceSummary:
         if kind == "infer_start":
             self._pending = [ev]
             self._open = True
+        elif kind == "run_end":   # may follow an inference that failed half-way
+            self.run_end = ev
         elif self._open:
             self._pending.append(ev)
             if kind == "infer_end":
@@ -127,8 +129,6 @@ class TraceSummary:
                 self.check_ok[ev["iter"]] = self.check_ok.get(ev["iter"], True) and ev["action"] == "pass"
                 for k in ("max_abs", "max_rel"):
                     self.check_err[k] = max(self.check_err[k], ev.get(k, 0) or 0)
-        elif kind == "run_end":
-            self.run_end = ev
 
     def _close_inference(self, evs: list[dict]) -> None:
         start, end = evs[0], evs[-1]
@@ -186,6 +186,7 @@ class TraceSummary:
             "filters": self.flt.describe(),
             "status": self.run_end["action"] if self.run_end else "incomplete",
             "incomplete_inference": self.incomplete,
+            "error": self.run_end.get("reason", "") if self.run_end and self.run_end["action"] == "error" else "",
             "events": self.events,
             "inferences": self.totals.inferences,
             "latency_ms": self.totals.latency(),

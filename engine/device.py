@@ -39,7 +39,26 @@ def list_devices() -> list[DeviceInfo]:
     return out
 
 
+# The kind ("cpu" | "gpu") of the device select_device() last returned: ops whose kernel
+# parameters differ per device kind (engine/ops/conv.py) read it when they make their kernel
+# calls (one device per process is the norm; a Network on another device still runs correctly,
+# with the other kind's parameters).
+_kind = {"last": "cpu"}
+
+
+def device_kind(dev: cl.Device | None = None) -> str:
+    if dev is None:
+        return _kind["last"]
+    return "cpu" if dev.type & cl.device_type.CPU else "gpu"
+
+
 def select_device(spec: str | None = None) -> cl.Device:
+    dev = _select_device(spec)
+    _kind["last"] = device_kind(dev)
+    return dev
+
+
+def _select_device(spec: str | None = None) -> cl.Device:
     spec = spec or os.environ.get("PYOPENCL_CTX") or None
     plats = _platforms()
     if spec:

@@ -8,7 +8,7 @@
 // [2 B [OC]], then Y [N, OC, OH, OW].
 // JIT: TM, TP (4, 8 or 16), SY, SX, DY, DX, HAS_BIAS, W_BLOCKED, ROWS (1: a work-item's pixels
 //      lie in one output row, any window; 0: pixels over the flattened image, 1x1 windows with
-//      no pads only, so every tap is in bounds).
+//      stride 1 and no pads only, so every tap is in bounds).
 // PARAM(0) pad top, (1) pad left, (2) output channels per group, (3) TM-blocks per group,
 // (4) TP-blocks per output row (ROWS) or per image, (5) ICg, (6) KH, (7) KW.
 // Work: gws = (OH * blocks per row or blocks per image, group * blocks per group, N).
@@ -29,6 +29,22 @@
 #define LANES8(M) LANES4(M) M(4) M(5) M(6) M(7)
 #define LANES16(M) LANES8(M) M(8) M(9) M(a) M(b) M(c) M(d) M(e) M(f)
 #define LANES(M) CAT(LANES, TP)(M)
+
+// XLOAD(v, p): v = p[0], p[SX], ... p[(TP - 1) * SX], reading XSPAN floats from p (XGATHER:
+// lane by lane)
+#if SX == 1
+#define XSPAN TP
+#define XLOAD(v, p) v = VLOAD(p)
+#elif SX == 2 && TP == 4
+#define XSPAN 8
+#define XLOAD(v, p) v = vload8(0, p).even
+#elif SX == 2 && TP == 8
+#define XSPAN 16
+#define XLOAD(v, p) v = vload16(0, p).even
+#else
+#define XSPAN ((TP - 1) * SX + 1)
+#define XGATHER 1
+#endif
 
 KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const float* Wt,
 #if HAS_BIAS
@@ -82,32 +98,23 @@ KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
 #endif
     }
     const __global float* xn = X + T_OFF(0) + (n * C + g * ICg) * HW;
+    const int x_end = (T_DIM(0, 2) * C - n * C - g * ICg) * HW;   // X's end, from xn
 
 #if !ROWS
-    // 1x1, no pads: tap k = ic reads pixel p's input at ic * HW + off(p)
-#if SX == 1 && SY == 1
-    if (nvalid == TP) {
+    // 1x1, stride 1, no pads: tap k = ic reads pixel p's input at ic * HW + p; a tail block's
+    // lanes past the image read on into the next channel (never stored), not past X's end
+    if ((ICg - 1) * HW + p0 + TP <= x_end) {
         const __global float* xp = xn + p0;
         for (int ic = 0; ic < ICg; ++ic) {
             const VT xv = VLOAD(xp + ic * HW);
 #pragma unroll
             for (int j = 0; j < TM; ++j) acc[j] = mad((VT)(WGT(ic, j)), xv, acc[j]);
         }
-    } else
-#endif
-    {
-        // per-lane input offsets, computed once (tail lanes repeat the last pixel)
-        int off[TP];
-#pragma unroll
-        for (int l = 0; l < TP; ++l) {
-            const int p = min(p0 + l, P - 1);
-            const int y = p / OW;
-            off[l] = y * SY * W + (p - y * OW) * SX;
-        }
+    } else {
         for (int ic = 0; ic < ICg; ++ic) {
-            const __global float* xc = xn + ic * HW;
+            const __global float* xp = xn + ic * HW + p0;
             VT xv;
-#define GATHER(i) xv.s##i = xc[off[0x##i]];
+#define GATHER(i) xv.s##i = xp[min(0x##i, nvalid - 1)];
             LANES(GATHER)
 #undef GATHER
 #pragma unroll
@@ -116,30 +123,29 @@ KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
     }
 #else
     const int ixs = ox0 * SX - pad_l;
-    // every lane of every tap in bounds along x (lanes past OW read real input, never stored)
-    const bool x_in = ixs >= 0 && ixs + (TP - 1) * SX + (KW - 1) * DX < W;
     const int iy0 = oy * SY - pad_t;
     const int ky_lo = iy0 >= 0 ? 0 : (-iy0 + DY - 1) / DY;
     const int ky_hi = min(KH, (H - iy0 + DY - 1) / DY);   // exclusive
     for (int ic = 0; ic < ICg; ++ic) {
-        const __global float* xc = xn + ic * HW;
         for (int ky = ky_lo; ky < ky_hi; ++ky) {
-            const __global float* xr = xc + (iy0 + ky * DY) * W + ixs;
+            const int r = ic * HW + (iy0 + ky * DY) * W;   // this input row, from xn
             const int k0 = (ic * KH + ky) * KW;
             for (int kx = 0; kx < KW; ++kx) {
-                const __global float* xp = xr + kx * DX;
+                const int lo = ixs + kx * DX;
+                const __global float* xp = xn + r + lo;
                 VT xv;
-                if (x_in) {
-#if SX == 1
-                    xv = VLOAD(xp);
-#else
+                // vector load when the real lanes' taps lie inside the row; lanes past OW may
+                // read on into the next rows (never stored), not past the end of X
+                if (lo >= 0 && lo + (nvalid - 1) * SX < W && r + lo + XSPAN <= x_end) {
+#if XGATHER
 #define GATHER(i) xv.s##i = xp[0x##i * SX];
                     LANES(GATHER)
 #undef GATHER
+#else
+                    XLOAD(xv, xp);
 #endif
                 } else {
-                    const int ix = ixs + kx * DX;
-#define GATHER(i) xv.s##i = (ix + 0x##i * SX >= 0 && ix + 0x##i * SX < W) ? xp[0x##i * SX] : 0.0f;
+#define GATHER(i) xv.s##i = (lo + 0x##i * SX >= 0 && lo + 0x##i * SX < W) ? xp[0x##i * SX] : 0.0f;
                     LANES(GATHER)
 #undef GATHER
                 }

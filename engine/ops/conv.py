@@ -157,10 +157,10 @@ def _conv_kernels(node, ins, outs, deps, pw=PW):
 
 
 def _pointwise(g) -> bool:
-    """A 1x1 window with no pads: every tap of every output pixel is inside the input, so the
-    tiled kernel may walk pixels over the flattened image (any stride)."""
-    return (g["KH"], g["KW"]) == (1, 1) and g["pads"] == [0, 0] and \
-        (g["OH"] - 1) * g["strides"][0] < g["H"] and (g["OW"] - 1) * g["strides"][1] < g["W"]
+    """A 1x1 window, stride 1, no pads: output pixel p reads input pixel p, so the tiled kernel
+    walks pixels over the flattened image (no ragged row tails)."""
+    return (g["KH"], g["KW"]) == (1, 1) and g["pads"] == [0, 0] and g["strides"] == [1, 1] and \
+        (g["OH"], g["OW"]) == (g["H"], g["W"])
 
 
 def _pow2_at_least(x: int) -> int:

@@ -2,10 +2,72 @@
 the first GPU, else the first device of any kind (the PoCL CPU device on a machine with no GPU)."""
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass
 
-import pyopencl as cl
+INTEL_CPU_PLATFORM = "Intel(R) OpenCL"
+
+
+def _intel_cpu_runtime() -> str | None:
+    """Path of Intel's CPU OpenCL runtime (libintelocl.so) when the `intel-opencl-rt` wheel is
+    installed (pip install 'dyncli[intel]'), else None."""
+    from importlib import metadata
+    try:
+        files = metadata.files("intel-opencl-rt") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == "libintelocl.so":
+            path = os.path.realpath(f.locate())
+            return path if os.path.exists(path) else None
+    return None
+
+
+def register_intel_cpu_runtime() -> str | None:
+    """Make Intel's CPU runtime an OpenCL platform. Its wheel installs libintelocl.so under
+    <prefix>/lib but registers it nowhere the ICD loader looks (the .icd file it ships names a
+    build-machine path), so we point the loader (ocl-icd, pyopencl's own) at a vendors folder of
+    ours: the .icd files it would have read (OCL_ICD_VENDORS, else /etc/OpenCL/vendors: GPU
+    drivers, the distribution's PoCL) plus one naming libintelocl.so. pyopencl's PoCL stays
+    listed (the loader adds it by itself). Must run before the first OpenCL call (the loader
+    reads OCL_ICD_VENDORS then); returns the folder, or None when there is nothing to do."""
+    lib = _intel_cpu_runtime()
+    if lib is None or os.environ.get("DYNCLI_NO_INTEL_OPENCL"):
+        return None
+    prev = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    icds = sorted(glob.glob(os.path.join(prev, "*.icd"))) if os.path.isdir(prev) else [prev]
+    entries = {}
+    for f in icds:
+        try:
+            with open(f) as fh:
+                entries[os.path.basename(f)] = fh.read().strip()
+        except OSError:
+            continue
+    if any(os.path.basename(v) == "libintelocl.so" or v == lib for v in entries.values()):
+        return None    # already registered
+    entries["intel-cpu-dyncli.icd"] = lib
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "dyncli", "opencl-vendors")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for name in set(os.listdir(folder)) - set(entries):
+            if name.endswith(".icd"):
+                os.remove(os.path.join(folder, name))
+        for name, target in entries.items():
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}")
+            with open(tmp, "w") as fh:
+                fh.write(target + "\n")
+            os.replace(tmp, os.path.join(folder, name))   # atomic: other processes may read it
+    except OSError:
+        return None
+    os.environ["OCL_ICD_VENDORS"] = folder
+    return folder
+
+
+register_intel_cpu_runtime()
+
+import pyopencl as cl  # noqa: E402  (after the loader's environment is set)
 
 
 class DeviceError(RuntimeError):

@@ -214,7 +214,7 @@ def _conv_static(node, ins, outs, deps, consts):
         if blocked:
             # cl/reorder.cl's GEMM B reorder: W [OC, KK] is B^T [N=OC, K=KK]
             wl = WeightsLayout(f"conv_w_blk{tm}", ((g["OC"] + tm - 1) // tm, kk, tm),
-                               (("TN", tm), ("TRANS_B", 1)), (kk, g["OC"]), compatible=g["OC"] == tm)
+                               (("TN", tm), ("TRANS_B", 1)), (kk, g["OC"]))
         return StaticVariant(call, {}, call.params, f"{'x'.join(map(str, outs[0].shape))} "
                              f"tm{tm}tp{dict(call.jit)['TP']}{' blk' if blocked else ''}", wl)
     call = _conv_kernels(node, ins, outs, deps)[0]

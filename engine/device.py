@@ -114,7 +114,21 @@ def device_kind(dev: cl.Device | None = None) -> str:
     return "cpu" if dev.type & cl.device_type.CPU else "gpu"
 
 
+# CPU platforms in the default order (lower first; unlisted: 0). PoCL stays the default CPU
+# device and Intel's runtime (pip install 'dyncli[intel]') is opt-in: `--device intel`.
+# Measured on a shared 2-core AMD EPYC (Zen 5), scripts/bench_models.py, same runs as
+# onnxruntime (README "Devices" has the table): Intel's runtime was faster on the transformer
+# encoder (1x128: 4.3 vs 21.0 ms) and densenet121 (601 vs 1531 ms) but slower on squeezenet
+# (222 vs 70 ms; 316 vs 45 ms with the tiled conv, whose tiles were measured on PoCL), and its
+# worker threads fell apart when the cores were oversubscribed (encoder 1x16: 28 vs 1.8 ms);
+# its wheels also weigh about 0.6 GB. Cold kernel builds were faster on Intel's (README).
+CPU_PLATFORM_ORDER = {INTEL_CPU_PLATFORM: 1}
+
+
 def select_device(spec: str | None = None) -> cl.Device:
+    """`spec`: "P:D" (pyopencl's PYOPENCL_CTX form), a platform or device name substring
+    ("intel", "pocl"), or None: the first GPU, else the first CPU device that builds kernels
+    (CPU_PLATFORM_ORDER)."""
     dev = _select_device(spec)
     _kind["last"] = device_kind(dev)
     return dev
@@ -123,6 +137,16 @@ def select_device(spec: str | None = None) -> cl.Device:
 def _select_device(spec: str | None = None) -> cl.Device:
     spec = spec or os.environ.get("PYOPENCL_CTX") or None
     plats = _platforms()
+    if spec and not spec.replace(":", "").isdigit():
+        # a name: the first device whose platform or device name contains it ("intel", "pocl")
+        for p in plats:
+            for d in p.get_devices():
+                if spec.lower() in f"{p.name} {d.name}".lower() or \
+                        (spec.lower() == "pocl" and "portable computing" in p.name.lower()):
+                    if probe(d) is None:
+                        return d
+        known = ", ".join(f"{d.index} {d.platform}" for d in list_devices())
+        raise DeviceError(f"no working OpenCL device matches {spec!r} (known: {known})")
     if spec:
         try:
             parts = [int(x) for x in spec.split(":")]
@@ -137,7 +161,8 @@ def _select_device(spec: str | None = None) -> cl.Device:
         raise DeviceError("no OpenCL device found")
     # GPUs first; then the first device whose compiler works. (The PyPI PoCL is built on LLVM
     # 14, which cannot target CPUs newer than it, e.g. AMD Zen 5: "unknown target CPU".)
-    devs.sort(key=lambda d: 0 if d.type & cl.device_type.GPU else 1)
+    devs.sort(key=lambda d: (0 if d.type & cl.device_type.GPU else 1,
+                             CPU_PLATFORM_ORDER.get(d.platform.name.strip(), 0)))
     errors = []
     for d in devs:
         err = probe(d)

@@ -18,8 +18,17 @@ from engine.ops.common import ShapeInferenceError
 
 PW = 8          # output pixels along x per work-item (float8 accumulators)
 
-# cl/conv_tiled.cl tiles per device kind: (TM output channels, TP output pixels) per work-item.
-TILES = {"cpu": (16, 8), "gpu": (8, 4)}
+# cl/conv_tiled.cl tiles per device kind and pixel walk ("flat": 1x1 stride 1 over the
+# flattened image; "rows": any other window, pixels within a row): (TM output channels, TP
+# output pixels) per work-item. CPU, by scripts/bench_conv.py-style static kernel times on PoCL
+# (2 shared Zen 5 cores, geomean GFLOP/s over 64->256 56x56, 512->1000 13x13, 1024->256 14x14,
+# 64->64 56x56 1x1; two rounds): flat (16, 16) 165 / 152, (8, 16) 137 / 135, (4, 16) 100 / 100,
+# (16, 8) 90 / 93. Rows (64->256 1x1, 256 14x14 3x3, 128 28x28 3x3, 512->1000 1x1, 256->512
+# 1x1 s2): (16, 8) 75, (8, 16) 62 (ragged rows and stride 2 lose), (8, 8) 49, (16, 4) 33;
+# 3x3 pad 1 at 56/28/14/7 and the 7x7 s2 stem: (16, 8) 72, (16, 16) 44, (8, 8) 27, (32, 8) 23.
+# GPU: not measured here (no GPU); 8 x 4 keeps 32 accumulators per work-item, work-groups of
+# 64-128 (_tiled_call): to be confirmed on the H100 with scripts/bench_conv.py.
+TILES = {"cpu": {"flat": (16, 16), "rows": (16, 8)}, "gpu": {"flat": (8, 4), "rows": (8, 4)}}
 # Fewer output channels per group than this (depthwise): the direct kernel (cl/conv.cl).
 TILED_MIN_OCG = 4
 
@@ -167,8 +176,12 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
 
-def _tiled_call(g, has_bias: bool, kind: str, blocked: bool = False, tiles=None) -> KernelCall:
-    tm, tp = tiles or TILES[kind]
+def conv_tiles(g, kind: str) -> tuple[int, int]:
+    return TILES[kind]["rows" if not _pointwise(g) else "flat"]
+
+
+def _tiled_call(g, has_bias: bool, kind: str, blocked: bool = False) -> KernelCall:
+    tm, tp = conv_tiles(g, kind)
     ocg = g["OC"] // g["group"]
     bpg = (ocg + tm - 1) // tm
     rows = not _pointwise(g)
@@ -206,7 +219,7 @@ def _conv_static(node, ins, outs, deps, consts):
     ocg = g["OC"] // g["group"]
     if ocg >= TILED_MIN_OCG:
         kind = device_kind()
-        tm = TILES[kind][0]
+        tm = conv_tiles(g, kind)[0]
         blocked = g["group"] == 1 or ocg % tm == 0
         call = _tiled_call(g, len(ins) > 2 and ins[2] is not None, kind, blocked)
         kk = g["ICg"] * g["KH"] * g["KW"]

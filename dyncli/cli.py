@@ -62,7 +62,7 @@ def run(
     rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance of --check."),
     atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance of --check."),
     trace: Optional[str] = typer.Option(None, "--trace", help="Trace file (default: ./<model>.trace.jsonl)."),
-    device: Optional[str] = typer.Option(None, "--device", help="OpenCL device 'P:D' (see `dyncli devices`); "
+    device: Optional[str] = typer.Option(None, "--device", help="OpenCL device 'P:D' or a name ('intel', 'pocl'; see `dyncli devices`); "
                                          "default PYOPENCL_CTX, else the first GPU, else the first working device."),
     feedback: List[str] = typer.Option([], "--feedback", help="OUT:IN[,OUT:IN...]: output OUT of "
                                        "each inference is input IN of the next, without leaving "

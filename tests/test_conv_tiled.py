@@ -118,3 +118,18 @@ def test_conv_fused_bn_residual_relu(device, monkeypatch, kind, impls):
         inst = _run(m, feeds(C, [(1, 11, 13), (2, 8, 8), (1, 5, 19)]), device, impls)
         assert inst.node.fusion is not None and len(inst.node.fusion.ops) == 4
         assert inst.bound[0].impl.name.startswith("conv_tiled:Conv+fused"), inst.bound[0].impl.name
+
+
+def test_conv_fused_depthwise(device):
+    """The direct kernel's epilogue (depthwise): BN + Relu, dynamic and static."""
+    C = 12
+    inits = {"w": RNG.standard_normal((C, 1, 3, 3)) / 3, "s": RNG.standard_normal(C),
+             "bb": RNG.standard_normal(C), "m": RNG.standard_normal(C),
+             "v": np.abs(RNG.standard_normal(C)) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=C, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["y"])]
+    m = _model(nodes, inits)
+    for impls in ("dynamic", "static"):
+        inst = _run(m, feeds(C, [(1, 13, 11), (2, 9, 9)]), device, impls)
+        assert inst.bound[0].impl.name.startswith("conv:Conv+fused"), inst.bound[0].impl.name

@@ -159,6 +159,8 @@ def _conv_kernels(node, ins, outs, deps, pw=PW):
         # pointwise: the image is one row of H*W pixels (x-blocks cross rows, no ragged tails)
         oh, ow = 1, oh * ow
         dims = {0: (g["N"], g["C"], 1, ow), len(args) - 1: (g["N"], g["OC"], 1, ow)}
+    else:
+        jit += (("FUSED_COORDS", 1),)   # fused operands indexed by (n, c, y, x): no divisions
     xb = (ow + pw - 1) // pw
     params = (g["pads"][0], g["pads"][1], ocg, bpg, xb)
     return [KernelCall("conv", "conv2d", jit, args, params=params,

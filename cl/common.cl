@@ -93,11 +93,29 @@ inline float erf_f32(float x) {
 // offset) and ends its parameter list with FUSED_ARGS (the fused inputs' buffers). The engine
 // defines FUSED_OPS_BODY / FUSED_PARAMS / FUSED_CALL when it fuses ops into the node; by
 // default the hooks are no-ops.
+//
+// A kernel that knows its output element's coordinates in a rank <= 4 output (e.g. a conv's
+// n, c, y, x) defines FUSED_COORDS 1 and calls FUSED_OPS_AT(v, o, (int4)(n, c, y, x)): the
+// operands' broadcast offsets (FUSED_OFF) then need no division per element (bcast_off4);
+// with FUSED_OPS(v, o) they come from the linear index (bcast_off: a division per dim).
 #ifdef FUSED_OPS_BODY
 #define HAS_FUSED_OPS 1
 #define FUSED_ARGS FUSED_PARAMS
-inline float fused_ops(float v0, int o, SHAPE_INFO_PTR si FUSED_PARAMS) { FUSED_OPS_BODY }
-#define FUSED_OPS(v, o) fused_ops((v), (o), shape_info FUSED_CALL)
+// Offset of the element at coordinates c4 of a rank <= 4 output in tensor `in_t` broadcast to it.
+inline int bcast_off4(SHAPE_INFO_PTR si, int in_t, int4 c4) {
+    const int b = in_t * TBLOCK + 1 + MAX_RANK - 4;
+    const int n = si[b], c = si[b + 1], h = si[b + 2], w = si[b + 3];
+    return (((n != 1 ? c4.s0 : 0) * c + (c != 1 ? c4.s1 : 0)) * h + (h != 1 ? c4.s2 : 0)) * w +
+           (w != 1 ? c4.s3 : 0);
+}
+#if FUSED_COORDS
+#define FUSED_OFF(si, out_t, in_t, o) bcast_off4(si, in_t, c4)
+#else
+#define FUSED_OFF(si, out_t, in_t, o) bcast_off(si, out_t, in_t, o)
+#endif
+inline float fused_ops(float v0, int o, int4 c4, SHAPE_INFO_PTR si FUSED_PARAMS) { FUSED_OPS_BODY }
+#define FUSED_OPS(v, o) fused_ops((v), (o), (int4)(0), shape_info FUSED_CALL)
+#define FUSED_OPS_AT(v, o, c4) fused_ops((v), (o), (c4), shape_info FUSED_CALL)
 #else
 #define HAS_FUSED_OPS 0
 #define FUSED_OPS(v, o) (v)

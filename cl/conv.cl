@@ -115,7 +115,9 @@ KERNEL(conv2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const f
         if (oc0 + j < oc_end) {
 #if HAS_FUSED_OPS
             const int o = (yp - Y - T_OFF(Y_T)) + j * OH * OW;
-            for (int l = 0; l < nvalid; ++l) set_lane(&acc[j], l, FUSED_OPS(get_lane(acc[j], l), o + l));
+            // FUSED_COORDS (not in the pointwise one-row view): operand offsets from coordinates
+            for (int l = 0; l < nvalid; ++l)
+                set_lane(&acc[j], l, FUSED_OPS_AT(get_lane(acc[j], l), o + l, (int4)(n, oc0 + j, oy, ox0 + l)));
 #endif
             if (nvalid == PW) {
                 VSTORE(acc[j], yp + j * OH * OW);

@@ -90,7 +90,7 @@ def run(
                                     "holds: 'all' (every event) or 'decisions' (the decisions and per-inference "
                                     "records, without per-node set_args/execute/compile events: for long runs; "
                                     "docs/trace-schema.md)."),
-    device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device 'P:D', e.g. 0:1 (see `dyncli devices`); "
+    device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device 'P:D', e.g. 0:1, or a name ('intel', 'pocl'; see `dyncli devices`); "
                                          "default PYOPENCL_CTX, else the first GPU, else the first working device."),
     feedback: List[str] = typer.Option([], "--feedback", metavar="OUT:IN", help="OUT:IN[,OUT:IN...]: output OUT of "
                                        "each inference is input IN of the next, without leaving "

@@ -271,7 +271,7 @@ def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
             else:
                 j = f.extra.index(x)
                 at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
-                    f"bcast_off(si, {ref_t}, {first_extra_t + j}, o)"
+                    f"FUSED_OFF(si, {ref_t}, {first_extra_t + j}, o)"
                 vals.append(f"F{j}[{at}]")
         decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
         expr = re.sub(r"\bTOUT\b", "float", op.expr)

@@ -1,17 +1,36 @@
-"""Conv (2-D, NCHW): a direct, register-blocked kernel (cl/conv.cl).
+"""Conv (2-D, NCHW): a register-tiled implicit GEMM (cl/conv_tiled.cl) for convs with enough
+output channels per group, a direct register-blocked kernel (cl/conv.cl) for the others
+(depthwise, a few channels per group).
 
-Strides, dilations and the presence of a bias are JIT constants (attributes); the pads (computed
-from the input shape for auto_pad SAME_*), the channel blocking and the output sizes go through
-shape_info, so one build serves every input shape.
+Strides, dilations, the presence of a bias and the tiles are JIT constants (attributes and the
+weight's shape, constant for a model); the pads (computed from the input shape for auto_pad
+SAME_*), the blocking and the output sizes go through shape_info, so one build serves every
+input shape. The static impl reorders the weights to [ceil(OC/TM), ICg*KH*KW, TM] blocks
+(update_weights), so one k step reads one contiguous TM-vector of weights.
 """
 from __future__ import annotations
 
-from engine.kernels import KernelCall, StaticVariant
+from engine.device import device_kind
+from engine.kernels import KernelCall, StaticVariant, WeightsLayout
 from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError
 
 PW = 8          # output pixels along x per work-item (float8 accumulators)
+
+# cl/conv_tiled.cl tiles per device kind and pixel walk ("flat": 1x1 stride 1 over the
+# flattened image; "rows": any other window, pixels within a row): (TM output channels, TP
+# output pixels) per work-item. CPU, by scripts/bench_conv.py-style static kernel times on PoCL
+# (2 shared Zen 5 cores, geomean GFLOP/s over 64->256 56x56, 512->1000 13x13, 1024->256 14x14,
+# 64->64 56x56 1x1; two rounds): flat (16, 16) 165 / 152, (8, 16) 137 / 135, (4, 16) 100 / 100,
+# (16, 8) 90 / 93. Rows (64->256 1x1, 256 14x14 3x3, 128 28x28 3x3, 512->1000 1x1, 256->512
+# 1x1 s2): (16, 8) 75, (8, 16) 62 (ragged rows and stride 2 lose), (8, 8) 49, (16, 4) 33;
+# 3x3 pad 1 at 56/28/14/7 and the 7x7 s2 stem: (16, 8) 72, (16, 16) 44, (8, 8) 27, (32, 8) 23.
+# GPU: not measured here (no GPU); 8 x 4 keeps 32 accumulators per work-item, work-groups of
+# 64-128 (_tiled_call): to be confirmed on the H100 with scripts/bench_conv.py.
+TILES = {"cpu": {"flat": (16, 16), "rows": (16, 8)}, "gpu": {"flat": (8, 4), "rows": (8, 4)}}
+# Fewer output channels per group than this (depthwise): the direct kernel (cl/conv.cl).
+TILED_MIN_OCG = 4
 
 
 def _ints(node, name, n, default):
@@ -124,6 +143,8 @@ def _ocb(ocg: int) -> int:
 
 def _conv_kernels(node, ins, outs, deps, pw=PW):
     g = _conv_geometry(node, ins)
+    if g["OC"] // g["group"] >= TILED_MIN_OCG:
+        return [_tiled_call(g, len(ins) > 2 and ins[2] is not None, device_kind())]
     has_bias = len(ins) > 2 and ins[2] is not None
     ocg = g["OC"] // g["group"]
     ocb = _ocb(ocg)
@@ -138,10 +159,53 @@ def _conv_kernels(node, ins, outs, deps, pw=PW):
         # pointwise: the image is one row of H*W pixels (x-blocks cross rows, no ragged tails)
         oh, ow = 1, oh * ow
         dims = {0: (g["N"], g["C"], 1, ow), len(args) - 1: (g["N"], g["OC"], 1, ow)}
+    else:
+        jit += (("FUSED_COORDS", 1),)   # fused operands indexed by (n, c, y, x): no divisions
     xb = (ow + pw - 1) // pw
     params = (g["pads"][0], g["pads"][1], ocg, bpg, xb)
     return [KernelCall("conv", "conv2d", jit, args, params=params,
                        gws=(max(oh * xb, 1), g["group"] * bpg, max(g["N"], 1)), dims=dims)]
+
+
+def _pointwise(g) -> bool:
+    """A 1x1 window, stride 1, no pads: output pixel p reads input pixel p, so the tiled kernel
+    walks pixels over the flattened image (no ragged row tails)."""
+    return (g["KH"], g["KW"]) == (1, 1) and g["pads"] == [0, 0] and g["strides"] == [1, 1] and \
+        (g["OH"], g["OW"]) == (g["H"], g["W"])
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(x - 1, 0).bit_length()
+
+
+def conv_tiles(g, kind: str) -> tuple[int, int]:
+    return TILES[kind]["rows" if not _pointwise(g) else "flat"]
+
+
+def _tiled_call(g, has_bias: bool, kind: str, blocked: bool = False) -> KernelCall:
+    tm, tp = conv_tiles(g, kind)
+    ocg = g["OC"] // g["group"]
+    bpg = (ocg + tm - 1) // tm
+    rows = not _pointwise(g)
+    if rows:
+        xb = (g["OW"] + tp - 1) // tp
+        gws0 = g["OH"] * xb
+    else:
+        xb = gws0 = (g["OH"] * g["OW"] + tp - 1) // tp
+    jit = (("TM", tm), ("TP", tp), ("SY", g["strides"][0]), ("SX", g["strides"][1]),
+           ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
+           ("W_BLOCKED", int(blocked)), ("ROWS", int(rows)), ("FUSED_COORDS", 1),
+           ("IMPL_TAG", "Conv"))
+    args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
+    params = (g["pads"][0], g["pads"][1], ocg, bpg, xb, g["ICg"], g["KH"], g["KW"])
+    gws = (max(gws0, 1), g["group"] * bpg, max(g["N"], 1))
+    lws = None   # CPUs: the runtime's choice
+    if kind == "gpu":
+        # 64..128 work-items: pixels along dim 0 (coalesced loads), channel blocks along dim 1
+        l0 = min(64, _pow2_at_least(gws[0]))
+        lws = (l0, min(max(128 // l0, 1), _pow2_at_least(gws[1])), 1)
+        gws = tuple((x + l - 1) // l * l for x, l in zip(gws, lws))
+    return KernelCall("conv_tiled", "conv_tiled", jit, args, params=params, gws=gws, lws=lws)
 
 
 def _static_pw(ow: int) -> int:
@@ -153,6 +217,21 @@ def _static_pw(ow: int) -> int:
 def _conv_static(node, ins, outs, deps, consts):
     """Static Conv: the same kernel with every dim constant (loop bounds fold, the tap loops
     unroll) and the pixel blocking fitted to the output width. Weights keep their layout."""
+    g = _conv_geometry(node, ins)
+    ocg = g["OC"] // g["group"]
+    if ocg >= TILED_MIN_OCG:
+        kind = device_kind()
+        tm = conv_tiles(g, kind)[0]
+        blocked = g["group"] == 1 or ocg % tm == 0
+        call = _tiled_call(g, len(ins) > 2 and ins[2] is not None, kind, blocked)
+        kk = g["ICg"] * g["KH"] * g["KW"]
+        wl = None
+        if blocked:
+            # cl/reorder.cl's GEMM B reorder: W [OC, KK] is B^T [N=OC, K=KK]
+            wl = WeightsLayout(f"conv_w_blk{tm}", ((g["OC"] + tm - 1) // tm, kk, tm),
+                               (("TN", tm), ("TRANS_B", 1)), (kk, g["OC"]))
+        return StaticVariant(call, {}, call.params, f"{'x'.join(map(str, outs[0].shape))} "
+                             f"tm{tm}tp{dict(call.jit)['TP']}{' blk' if blocked else ''}", wl)
     call = _conv_kernels(node, ins, outs, deps)[0]
     ow = dict(call.dims).get(len(call.args) - 1, outs[0].shape)[3]
     pw = _static_pw(ow)

@@ -26,7 +26,7 @@ from onnx.reference import ReferenceEvaluator
 from engine.layout import Layout, dtype_from_onnx
 from engine.ops import OPS
 
-from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops  # noqa: E402
+from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops
 
 
 class ModelError(ValueError):

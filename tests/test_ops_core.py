@@ -116,3 +116,16 @@ def test_reductions_scatter_cumsum_over_shapes(device):
                     "cax": np.array(1, np.int64), "ind": ind, "upd": _randn(rng, 3, b, c),
                     "eind": rng.random((a, b, c)).argsort(axis=1)[:, :2, :].astype(np.int64), "eupd": _randn(rng, a, 2, c)})
     run_vs_ort(model, seq, device, check_nonconstant=False)
+
+
+def test_old_opsets_run_unless_an_op_schema_differs(device):
+    """Opset 1 Not runs (its schema is the one opset 7 selects); opset 6 Add (the `broadcast`
+    attribute era) is refused naming Add."""
+    from engine import ModelError, build_program
+    from tests.conftest import run_vs_ort as check
+    not_model = _model([helper.make_node("Not", ["x"], ["y"])], [("x", B, ["n"])], [("y", B, None)], opset=1)
+    not_model.ir_version = 3
+    check(not_model, [{"x": np.array([True, False, True])}, {"x": np.array([False] * 5)}], device)
+    add6 = _model([helper.make_node("Add", ["x", "x"], ["y"])], [("x", F, ["n"])], [("y", F, None)], opset=6)
+    with pytest.raises(ModelError, match=r"opset 6: the versions of Add .* older"):
+        build_program(add6)

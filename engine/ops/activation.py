@@ -25,7 +25,7 @@ def lit(v, dtype="f32") -> str:
         return "(TOUT)NAN"
     if math.isinf(v):
         return "(TOUT)INFINITY" if v > 0 else "(TOUT)(-INFINITY)"
-    return f"(TOUT){v!r}" + ("f" if dtype == "f32" else "")
+    return f"(TOUT){v!r}" + ("" if dtype == "f64" else "f")   # a float literal unless double
 
 
 def _check(node, ins, allowed):

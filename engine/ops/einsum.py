@@ -133,7 +133,7 @@ def _einsum_kernels(node, ins, outs, deps):
     strides += [0] * (MAX_LETTERS * (3 - len(ins)))
     extents = [ext[c] for c in letters] + [1] * (MAX_LETTERS - len(letters))
     dt = outs[0].dtype
-    tacc = "double" if dt == "f64" else "float" if dt == "f32" else cl_type(dt)
+    tacc = "double" if dt == "f64" else "float" if dt in ("f32", "f16") else cl_type(dt)
     jit = (("T", cl_type(dt)), ("TACC", tacc), ("NUM_OPS", len(ins)), ("IMPL_TAG", "Einsum"))
     args = tuple(("in", i) for i in range(len(ins))) + (("out", 0),)
     return [KernelCall("einsum", "einsum", jit, args,

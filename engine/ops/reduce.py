@@ -26,7 +26,7 @@ REDUCE = {
     "ReduceMin": ("acc = HIGHEST", "acc = (ISNAN(v) || v < acc) ? v : acc", "acc"),
 }
 # empty reductions give -inf / +inf for floats (onnx.reference), the type's limits for ints
-LIMITS = {"f32": ("-INFINITY", "INFINITY"), "f64": ("-INFINITY", "INFINITY"),
+LIMITS = {"f32": ("-INFINITY", "INFINITY"), "f64": ("-INFINITY", "INFINITY"), "f16": ("-INFINITY", "INFINITY"),
           "i8": ("CHAR_MIN", "CHAR_MAX"), "u8": ("0", "UCHAR_MAX"), "bool": ("0", "1"),
           "i16": ("SHRT_MIN", "SHRT_MAX"), "u16": ("0", "USHRT_MAX"), "i32": ("INT_MIN", "INT_MAX"),
           "u32": ("0", "UINT_MAX"), "i64": ("LONG_MIN", "LONG_MAX"), "u64": ("0", "ULONG_MAX")}
@@ -53,7 +53,7 @@ def _reduce_kernels(node, ins, outs, deps):
     dt = ins[0].dtype
     init, acc, final = REDUCE[node.op]
     lo, hi = LIMITS[dt]
-    tacc = "double" if dt == "f64" else "float" if dt == "f32" else cl_type(dt)
+    tacc = "double" if dt == "f64" else "float" if dt in ("f32", "f16") else cl_type(dt)
     jit = (("REDUCE", 1), ("T", cl_type(dt)), ("TOUT", cl_type(outs[0].dtype)), ("TACC", tacc),
            ("LOWEST", f"({lo})"), ("HIGHEST", f"({hi})"),
            ("ISNAN(v)", "isnan(v)" if dt in FLOATS else "0"),

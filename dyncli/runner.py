@@ -301,10 +301,16 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     writer, lock = open_trace(trace_path, opts.trace_level, header)
     result = RunResult(opts.model, describe(device), writer.path, planned=len(seq),
                        nodes=prog.node_count(), folded=prog.folded, fused=prog.fused)
-    net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
-                  feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
-                  impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool,
-                  fast_path=opts.fast_path)
+    try:
+        net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
+                      feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
+                      impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool,
+                      fast_path=opts.fast_path)
+    except BaseException:
+        writer.close()
+        if lock is not None:
+            lock.release()
+        raise
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
     saved_in, saved_out = [], []

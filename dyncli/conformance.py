@@ -25,7 +25,6 @@ NODE_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_te
 # feature, never a wrong result we chose to hide.
 EXCLUDED = {
     # element types the engine does not run
-    r"(?i)_(float16|fp16)": "float16: comes with the ops-vision branch (excluded for now)",
     r"(?i)bfloat16|_bf16": "bfloat16 is not a device type",
     r"(?i)float8|e4m3|e5m2|float4|_u?int4|_u?int2|e8m0": "sub-byte / 8-bit float types are not device types",
     r"(?i)_string": "string tensors are not device types",
@@ -41,6 +40,18 @@ EXCLUDED = {
     r"^test_batchnorm_.*training_mode": "BatchNormalization training_mode=1 is not supported",
     r"^test_(training_)?dropout.*mask": "Dropout's mask output is not supported",
     r"^test_training_dropout(_default)?$": "Dropout training_mode=1 with a ratio (random) is not an inference",
+    r"^test_convtranspose_(1d|3d)$": "1-D and 3-D ConvTranspose are not supported (2-D only)",
+    r"^test_convtranspose_output_shape$": "ConvTranspose output_shape larger than the full output is not supported",
+    r"^test_top_k_uint64$": "TopK on uint64 is not supported",
+}
+
+# Cases that run and fail today: counted as failures in the figure, each with what is known. A
+# test asserts that each still fails, so a fix shows up (and the entry must go).
+KNOWN_FAILURES = {
+    "test_resize_downsample_scales_linear_align_corners": "wrong values: align_corners downsampling",
+    "test_resize_downsample_scales_cubic_align_corners": "wrong values: align_corners downsampling",
+    "test_spacetodepth_crd_mode_example": "wrong values",
+    "test_range_float16_type_positive_delta": "Range's float16 kernel does not build",
 }
 
 

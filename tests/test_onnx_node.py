@@ -29,6 +29,10 @@ def _type_exclusion(name):
 
 @pytest.mark.parametrize("case", RUN, ids=[c.name for c in RUN])
 def test_node(case):
+    if case.name in conformance.KNOWN_FAILURES:   # counted as failed in the figure
+        with pytest.raises(Exception):
+            conformance.run_case(case)
+        return
     conformance.run_case(case)
 
 

@@ -12,7 +12,7 @@ from engine.layout import Layout
 from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
 
-FLOATS = ("f32", "f64")
+FLOATS = ("f32", "f64", "f16")
 SIGNED = ("i8", "i16", "i32", "i64")
 UNSIGNED = ("u8", "u16", "u32", "u64")
 NUMERIC = FLOATS + SIGNED + UNSIGNED

@@ -27,6 +27,8 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #endif
 
 #define KERNEL(name) __kernel void name
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)   // paste after expanding: CAT(float, 8) -> float8
 #if IS_DYNAMIC
 #define T_OFF(t) (shape_info[(t) * TBLOCK])
 #define RT_PARAM(i) PARAM(i)

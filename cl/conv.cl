@@ -13,8 +13,6 @@
 #define Y_T 2
 #endif
 
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
 #if PW == 1
 #define VT float
 #define VLOAD(p) (*(p))

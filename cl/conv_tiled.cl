@@ -12,14 +12,7 @@
 // PARAM(0) pad top, (1) pad left, (2) output channels per group, (3) TM-blocks per group,
 // (4) TP-blocks per output row (ROWS) or per image, (5) ICg, (6) KH, (7) KW.
 // Work: gws = (OH * blocks per row or blocks per image, group * blocks per group, N).
-#if HAS_BIAS
-#define Y_T 3
-#else
-#define Y_T 2
-#endif
-
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
+#define Y_T (2 + HAS_BIAS)   // Y's tensor argument
 #define VT CAT(float, TP)
 #define VLOAD(p) CAT(vload, TP)(0, p)
 #define VSTORE(v, p) CAT(vstore, TP)(v, 0, p)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ sys.path.insert(0, ROOT)
 
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
+from scripts.bench_impls import kernel_us  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -111,15 +111,6 @@ def conv_model(g: ConvGeom, seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def _kernel_us(net, inst, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        evs = [cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws) for b in inst.bound]
-        evs[-1].wait()
-        times.append(sum(e.profile.end - e.profile.start for e in evs) / 1e3)
-    return statistics.median(times)
-
-
 def conv_times(geoms, modes=("dynamic", "static"), repeat: int = 20, device=None) -> list[dict]:
     """Per geometry and mode: {"geom", "mode", "impl", "us", "gflops"} (median kernel time of
     `repeat` runs from OpenCL profiling events)."""
@@ -133,7 +124,7 @@ def conv_times(geoms, modes=("dynamic", "static"), repeat: int = 20, device=None
             net = Network(prog, dev, impls=mode, profile=True)
             net.infer(x)
             inst = next(i for i in net.insts if i.node.op == "Conv")
-            us = _kernel_us(net, inst, repeat)
+            us = kernel_us(net, inst, repeat)
             res.append(dict(geom=g, mode=mode, impl=inst.bound[0].impl.name, us=us,
                             gflops=g.flops / us / 1e3))
     return res

@@ -63,7 +63,8 @@ def test_results_file_matches_the_selection():
     assert doc is not None, "run `python -m dyncli.conformance` to write dyncli/node_tests.json"
     assert set(doc["cases"]) == {c.name for c in CASES}
     for c in CASES:
-        want = "excluded" if conformance.excluded_reason(c.name) else "passed"
+        want = "excluded" if conformance.excluded_reason(c.name) else \
+            "failed" if c.name in conformance.KNOWN_FAILURES else "passed"
         assert doc["cases"][c.name]["status"] == want, c.name
 
 

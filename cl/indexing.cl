@@ -1,4 +1,4 @@
-// Element indexing: GatherElements, ScatterElements, ScatterND. JIT: T data type, TIDX index
+// Element indexing: GatherElements, GatherND, ScatterElements, ScatterND. JIT: T data type, TIDX index
 // type. Negative indices count from the end; out-of-range ones are an error in ONNX and are
 // clamped here so that a bad model cannot touch memory outside its tensors.
 
@@ -30,6 +30,26 @@ KERNEL(gather_elements)(OPTIONAL_SHAPE_INFO_ARG __global const T* data,
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(1)) return;
     const int off = axis_replaced(shape_info, 1, 0, PARAM(0), gid, indices[T_OFF(1) + gid]);
+    out[T_OFF(2) + gid] = data[T_OFF(0) + off];
+}
+#endif
+
+// ---- GatherND: out[r, ...] = data[batch of r, indices[r, :k], ...] ----------------------------
+// Tensors: 0 data, 1 indices [batch..., rows..., k] (flattened), 2 out [index rows, slice].
+// PARAM(0): k, PARAM(1): slice (elements per index row), PARAM(2): index rows per batch entry,
+// PARAM(3): data elements per batch entry (0 without batch_dims), PARAM(4..9): element strides
+// of data's k indexed dims, PARAM(10..15): those dims.
+#ifdef GATHER_ND
+KERNEL(gather_nd)(OPTIONAL_SHAPE_INFO_ARG __global const T* data, __global const TIDX* indices,
+                  __global T* out)
+{
+    const int gid = get_global_id(0);
+    if (gid >= T_COUNT(2)) return;
+    const int k = PARAM(0), slice = PARAM(1);
+    const int r = gid / slice;
+    int off = gid - r * slice + (r / PARAM(2)) * PARAM(3);
+    for (int j = 0; j < k; ++j)
+        off += fix_index(indices[T_OFF(1) + r * k + j], PARAM(10 + j)) * PARAM(4 + j);
     out[T_OFF(2) + gid] = data[T_OFF(0) + off];
 }
 #endif

@@ -56,7 +56,18 @@ class Reference:
         return dict(zip(self.outputs, self.sess.run(None, feeds)))
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Comparison:
+# default (rtol, atol) of --check by the output's element type: a half has an 11-bit
+# significand and both engines round intermediates to it at different points
+TOLERANCE = {"float16": (1e-2, 1e-2)}
+DEFAULT_TOLERANCE = (1e-3, 1e-4)
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = None,
+            atol: float | None = None) -> Comparison:
+    """got vs the reference; a tolerance left None takes the output type's default."""
+    d_rtol, d_atol = TOLERANCE.get(want.dtype.name, DEFAULT_TOLERANCE)
+    rtol = d_rtol if rtol is None else rtol
+    atol = d_atol if atol is None else atol
     if got.shape != want.shape:
         return Comparison(name, False, float("inf"), float("inf"),
                           f"shape {got.shape} != reference {want.shape}")

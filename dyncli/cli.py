@@ -82,8 +82,10 @@ def run(
     save_inputs: Optional[str] = typer.Option(None, "--save-inputs", metavar="FILE", help="Write every inference's inputs to .npz."),
     save_outputs: Optional[str] = typer.Option(None, "--save-outputs", metavar="FILE", help="Write every inference's outputs to .npz."),
     check: bool = typer.Option(False, "--check", help="Compare every output with onnxruntime; exit 1 on mismatch."),
-    rtol: float = typer.Option(1e-3, "--rtol", metavar="X", help="Relative tolerance of --check."),
-    atol: float = typer.Option(1e-4, "--atol", metavar="X", help="Absolute tolerance of --check."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", metavar="X", help="Relative tolerance of --check "
+                                         "[default: 1e-3; 1e-2 for a float16 output]."),
+    atol: Optional[float] = typer.Option(None, "--atol", metavar="X", help="Absolute tolerance of --check "
+                                         "[default: 1e-4; 1e-2 for a float16 output]."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE|none", help="Trace file, e.g. run.trace.jsonl "
                                     "(default: ./<model>.trace.jsonl); 'none' writes no trace."),
     trace_level: str = typer.Option("all", "--trace-level", metavar="LEVEL", help="What the trace "

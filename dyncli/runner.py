@@ -51,8 +51,8 @@ class RunOptions:
     save_inputs: str | None = None
     save_outputs: str | None = None
     check: bool = False
-    rtol: float = 1e-3
-    atol: float = 1e-4
+    rtol: float | None = None      # None: by output type (dyncli/check.py TOLERANCE)
+    atol: float | None = None
     trace: str | None = None
     device: str | None = None
     prealloc: str = "10 16384 2 1.1"

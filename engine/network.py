@@ -539,11 +539,12 @@ class _InputNode:
 
 def _kv_append_ok(prog, node, past: str) -> bool:
     """A KV-cache concat: Concat(past, new) along an axis that is not the last, past read by
-    nothing else, every reader of the result able to take a padded layout (so the buffer can
-    keep room along the sequence axis and later steps append in place)."""
+    nothing else (a Shape of it reads only its layout: exporters take the past length so), every
+    reader of the result able to take a padded layout (so the buffer can keep room along the
+    sequence axis and later steps append in place)."""
     if node.op != "Concat" or len(node.inputs) != 2 or node.inputs[0] != past:
         return False
-    if [n.name for n in prog.users.get(past, [])] != [node.name]:
+    if [n.name for n in prog.users.get(past, []) if n.op != "Shape"] != [node.name]:
         return False
     axis = node.attrs.get("axis")
     rank = len(prog.inputs[past].shape)

@@ -47,6 +47,12 @@ CHECKED = {
     "ConvTranspose": 22, "DepthToSpace": 13, "GroupNormalization": 21,
     "InstanceNormalization": 22, "Resize": 19, "SpaceToDepth": 13, "TopK": 11, "Unique": 11,
     "Upsample": 10,
+    # exporter survey (scripts/export_models.py): rotary embeddings, GatherND of dynamo exports,
+    # Mod of shape math; the 22/28 versions add types only (Mod-28 clarifies its text)
+    "Sin": 22, "Cos": 22, "Tan": 22, "Asin": 22, "Acos": 22, "Atan": 22, "Sinh": 22, "Cosh": 22,
+    "Asinh": 22, "Acosh": 22, "Atanh": 22, "Floor": 13, "Ceil": 13, "Round": 22, "Sign": 13,
+    "Mod": 28, "Mish": 22, "Selu": 22, "Celu": 28, "ThresholdedRelu": 22, "Softsign": 22,
+    "GatherND": 13,
 }
 DEFAULT_CHECKED = 21
 

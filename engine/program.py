@@ -23,6 +23,8 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from engine.host_ops import HOST_OPS
+
 from engine.layout import Layout, dtype_from_onnx
 from engine.ops import OPS
 
@@ -69,7 +71,7 @@ class Node:
             g = helper.make_graph([p], "host", [helper.make_tensor_value_info(n, 0, None) for n in names if n],
                                   [helper.make_tensor_value_info(o, 0, None) for o in outs])
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
-            self._host_impl = (ReferenceEvaluator(m), [n for n in names if n])
+            self._host_impl = (ReferenceEvaluator(m, new_ops=HOST_OPS), [n for n in names if n])
         ev, names = self._host_impl
         vals = [v for v, name in zip(values, self.inputs) if name]
         # shape math sees the same few small values again and again (one per sequence length):

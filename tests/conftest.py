@@ -33,6 +33,17 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol=1e-4, atol=1e-5, what="
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
+def assert_close_for(got: np.ndarray, want: np.ndarray, what=""):
+    """assert_close with the tolerance of the output's type. float32: 2e-4 relative. float16:
+    1e-2 relative and absolute 1e-2 or 4e-3 of the output's largest magnitude (a few ulps of
+    it: a dot product's rounding error scales with its terms, not with its result; both
+    engines round intermediates to half, at different points, see tests/test_f16_models.py)."""
+    if want.dtype != np.float16:
+        return assert_close(got, want, 2e-4, 3e-5, what)
+    scale = float(np.abs(want.astype(np.float32)).max(initial=0.0))
+    assert_close(got, want, 1e-2, max(1e-2, 4e-3 * scale), what)
+
+
 def run_vs_ort(model: onnx.ModelProto, feed_seq, device=None, rtol=1e-4, atol=1e-5, net=None,
                check_nonconstant=True) -> Network:
     """Run each feeds dict through one Network (the dynamic-shape path) and onnxruntime."""

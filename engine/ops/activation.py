@@ -1,5 +1,7 @@
 """Elementwise math and activations on the eltwise kernel (cl/eltwise.cl): Neg, Abs, Exp, Log,
-Reciprocal, Gelu, Softplus, HardSigmoid, HardSwish, LeakyRelu, Elu, PRelu, Clip, Min, Max.
+Reciprocal, trigonometry (Sin, Cos, ... : rotary embeddings), Floor, Ceil, Round, Sign, Mod,
+Gelu, Softplus, Softsign, Mish, HardSigmoid, HardSwish, LeakyRelu, Elu, Selu, Celu,
+ThresholdedRelu, PRelu, Clip, Min, Max.
 
 Attributes become literals of the expression (JIT), so each attribute value is its own build.
 Not fusable into producers (engine/fusion.py fuses the float-only BINARY/UNARY of eltwise.py).
@@ -66,11 +68,36 @@ _op("Exp", lambda n, dt, k: "exp(a)")
 _op("Log", lambda n, dt, k: "log(a)")
 _op("Reciprocal", lambda n, dt, k: "(TOUT)1 / a")
 _op("Softplus", lambda n, dt, k: "log(exp(a) + (TOUT)1)")
+_op("Softsign", lambda n, dt, k: "a / ((TOUT)1 + fabs(a))")
+_op("Mish", lambda n, dt, k: "a * tanh(log(exp(a) + (TOUT)1))")
+for _name, _fn in (("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("Asin", "asin"), ("Acos", "acos"),
+                   ("Atan", "atan"), ("Sinh", "sinh"), ("Cosh", "cosh"), ("Asinh", "asinh"),
+                   ("Acosh", "acosh"), ("Atanh", "atanh"), ("Floor", "floor"), ("Ceil", "ceil"),
+                   ("Round", "rint")):   # rint: to nearest, ties to even (the default rounding mode)
+    _op(_name, lambda n, dt, k, f=_fn: f"{f}(a)")
+_op("Sign", lambda n, dt, k: "(a > 0 ? (TOUT)1 : a < 0 ? (TOUT)-1 : a)" if dt in FLOATS
+    else "(TOUT)((a > 0) - (a < 0))", NUMERIC)
+
+
+def _mod(node, dt, k):
+    """fmod=1: C's remainder (sign of a); fmod=0: numpy's (sign of b)."""
+    r = "fmod(a, b)" if dt in FLOATS else "(a % b)"
+    if node.attrs.get("fmod", 0) or dt in UNSIGNED:
+        return r
+    return f"(({r} != 0 && ({r} < 0) != (b < 0)) ? {r} + b : {r})"
+
+
+_op("Mod", _mod, NUMERIC)
 _op("HardSigmoid", lambda n, dt, k: f"fmax((TOUT)0, fmin((TOUT)1, {lit(_a(n, 'alpha', 0.2), dt)} * a + "
                                     f"{lit(_a(n, 'beta', 0.5), dt)}))")
 _op("HardSwish", lambda n, dt, k: "a * fmax((TOUT)0, fmin((TOUT)1, a / (TOUT)6 + (TOUT)0.5))")
 _op("LeakyRelu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 0.01), dt)} * a : a)")
 _op("Elu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 1.0), dt)} * (exp(a) - (TOUT)1) : a)")
+_op("Selu", lambda n, dt, k: f"{lit(_a(n, 'gamma', 1.0507009873554805), dt)} * (a <= 0 ? "
+                             f"{lit(_a(n, 'alpha', 1.6732632423543772), dt)} * (exp(a) - (TOUT)1) : a)")
+_op("Celu", lambda n, dt, k: f"(fmax((TOUT)0, a) + fmin((TOUT)0, {lit(_a(n, 'alpha', 1.0), dt)} * "
+                             f"(exp(a / {lit(_a(n, 'alpha', 1.0), dt)}) - (TOUT)1)))")
+_op("ThresholdedRelu", lambda n, dt, k: f"(a > {lit(_a(n, 'alpha', 1.0), dt)} ? a : (TOUT)0)")
 # slope b broadcasts to x (unidirectional in ONNX; numpy broadcasting is the superset)
 _op("PRelu", lambda n, dt, k: "(a < 0 ? (TOUT)(b * a) : a)", FLOATS + SIGNED + UNSIGNED)
 

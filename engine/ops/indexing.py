@@ -1,4 +1,4 @@
-"""Element indexing: GatherElements, ScatterElements, ScatterND (cl/indexing.cl).
+"""Element indexing: GatherElements, GatherND, ScatterElements, ScatterND (cl/indexing.cl).
 
 A scatter is two kernels: a copy of data into the output (movement.cl), then the updates. With
 a reduction (add/mul/max/min) the update kernel runs as one work-item, so duplicate indices
@@ -45,6 +45,48 @@ def _gather_elements(node, ins, deps):
         raise ShapeInferenceError(f"GatherElements {node.name}: indices {idx} and data {data} "
                                   "differ in rank")
     return [Layout(idx.shape, data.dtype)]
+
+
+# ---- GatherND --------------------------------------------------------------------------------
+def _gnd_geometry(node, data, idx):
+    """(batch_dims, k, rows per batch, slice, output shape) of GatherND(data, idx)."""
+    b = int(node.attrs.get("batch_dims", 0))
+    if idx.rank < 1 or not 0 <= b < min(data.rank, idx.rank):
+        raise ShapeInferenceError(f"GatherND {node.name}: batch_dims {b} for data {data}, indices {idx}")
+    k = idx.shape[-1]
+    if b + k > data.rank:
+        raise ShapeInferenceError(f"GatherND {node.name}: index rows of {k} for data {data} "
+                                  f"after {b} batch dims")
+    if tuple(idx.shape[:b]) != tuple(data.shape[:b]):
+        raise ShapeInferenceError(f"GatherND {node.name}: batch dims of indices {idx} and data {data} differ")
+    rows = 1
+    for d in idx.shape[b:-1]:
+        rows *= d
+    slice_ = 1
+    for d in data.shape[b + k:]:
+        slice_ *= d
+    return b, k, rows, slice_, tuple(idx.shape[:-1]) + tuple(data.shape[b + k:])
+
+
+def _gnd_kernels(node, ins, outs, deps):
+    data, idx = ins
+    b, k, rows, slice_, _ = _gnd_geometry(node, data, idx)
+    st = contiguous_strides(data.shape)
+    batch_elems = st[b - 1] if b else 0          # data elements per batch entry
+    pad = [0] * (MAX_RANK - k)
+    params = (k, slice_, rows, batch_elems) + tuple(st[b:b + k]) + tuple(pad) + \
+        tuple(data.shape[b:b + k]) + tuple(pad)
+    jit = (("GATHER_ND", 1), ("T", cl_type(data.dtype)), ("TIDX", cl_type(idx.dtype)),
+           ("IMPL_TAG", "GatherND"))
+    return [KernelCall("indexing", "gather_nd", jit, (("in", 0), ("in", 1), ("out", 0)),
+                       params=params, gws=(max(outs[0].count, 1),))]
+
+
+@register("GatherND", kernels=_gnd_kernels, host_ok=True)
+def _gather_nd(node, ins, deps):
+    data, idx = ins
+    _index_type(node, idx)
+    return [Layout(_gnd_geometry(node, data, idx)[4], data.dtype)]
 
 
 # ---- scatters --------------------------------------------------------------------------------

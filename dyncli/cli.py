@@ -24,9 +24,11 @@ EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
                        "follows OpenVINO GPU's dynamic-shape flow, and trace every decision.")
-# Typer prints an argument's type after its name ('MODEL <str>'): the metavar says enough.
-_display_type = typer.core.TyperArgument.display_type
-typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
+# Typer (0.2x) prints an argument's type after its name ('MODEL <str>'): the metavar says
+# enough. Older Typers have no display_type (and print no type): nothing to change there.
+_display_type = getattr(typer.core.TyperArgument, "display_type", None)
+if _display_type is not None:
+    typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
 
 console = Console()
 err_console = Console(stderr=True)

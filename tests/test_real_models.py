@@ -146,13 +146,15 @@ def test_gpt2_kv_cache_decode_with_feedback(device, dtype):
     assert {"Range", "Trilu", "ConstantOfShape"} <= host and {"Not", "And", "Where", "Split"} <= dev
 
 
-def test_gpt2_decode_through_the_cli(tmp_path):
-    """`dyncli run --feedback present:past --check` over prompt and decode steps."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_gpt2_decode_through_the_cli(tmp_path, dtype):
+    """`dyncli run --feedback present:past --check` over prompt and decode steps (float16 with
+    --check's default half tolerance)."""
     from typer.testing import CliRunner
     from dyncli.cli import app
     layers = 1
     path = tmp_path / "gpt2.onnx"
-    onnx.save(gpt2_decoder_step(layers=layers), path)
+    onnx.save(gpt2_decoder_step(layers=layers, dtype=dtype), path)
     fb = ",".join(f"present_{kv}_0:past_{kv}_0" for kv in ("key", "value"))
     shapes = ("input_ids:1x4,attention_mask:1x4,past_key_0:1x2x0x16,past_value_0:1x2x0x16",
               "input_ids:1x1,attention_mask:1x{5..8},past_key_0:1x2x{4..7}x16,past_value_0:1x2x{4..7}x16")
@@ -162,6 +164,7 @@ def test_gpt2_decode_through_the_cli(tmp_path):
         args += ["--shapes", s]
     res = CliRunner().invoke(app, args + ["--input-range", "attention_mask:1..2"])
     assert res.exit_code == 0, res.output
+    assert "5 passed, 0 failed" in res.output
 
 
 def test_torch_export_of_a_transformers_style_module(device):

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.ops.activation import gelu_expr
 from engine.ops.common import broadcast
 from engine.ops.eltwise import BINARY, UNARY
 
-# Ops that may be fused into a producer, with their C expression over a, b.
-FUSABLE = {**BINARY, **UNARY, "BatchNormalization": "a * b + c"}
+# Ops that may be fused into a producer, with their C expression over a, b (or a function of
+# the node giving it: Gelu's depends on its `approximate`; exporters at opset 20 emit Gelu).
+FUSABLE = {**BINARY, **UNARY, "BatchNormalization": "a * b + c",
+           "Gelu": lambda n: gelu_expr(n, "f32", 1)}
 PRODUCERS = {"MatMul", "Gemm", "Conv", *BINARY, *UNARY}
 # Consumers whose kernel reads its input 0 through the PROLOGUE_OPS hook, and the longest chain
 # of binary eltwise ops they take (attention needs two: scale and mask).
@@ -166,7 +169,8 @@ def _grow(prog, p) -> Fusion:
             operands = _operands(step, n.inputs[:1]) + _operands(step, _bn_constants(prog, n))
         else:
             operands = _operands(step, n.inputs)
-        _append(f, step, n, FUSABLE[n.op], operands)
+        expr = FUSABLE[n.op]
+        _append(f, step, n, expr(n) if callable(expr) else expr, operands)
     return f
 
 

@@ -94,6 +94,8 @@ def bench_bert(device, out):
 def gpt2_feeds(prog, past=0):
     import onnx  # noqa: F401
     f = {"input_ids": np.array([[1]], np.int64)}
+    if "attention_mask" in prog.inputs:     # exported decoders take it ([1, past + 1])
+        f["attention_mask"] = np.ones((1, past + 1), np.int64)
     for name, l in prog.inputs.items():
         if name.startswith("past_"):
             f[name] = np.zeros((1, l.shape[1], past, l.shape[3]), np.float32)
@@ -111,6 +113,8 @@ def bench_gpt2(device, out, tokens=256):
         fed = {}
         for t in range(tokens):
             feeds = gpt2_feeds(prog) if t == 0 else {"input_ids": np.array([[t % 50000]], np.int64)}
+            if t and "attention_mask" in prog.inputs:
+                feeds["attention_mask"] = np.ones((1, t + 1), np.int64)
             t0 = time.perf_counter()
             net.infer(feeds, fed_back={} if t == 0 else {v: k for k, v in fb.items()}, outputs=["logits"])
             lat.append((time.perf_counter() - t0) * 1e3)
@@ -241,7 +245,13 @@ def main():
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--device")
     ap.add_argument("--json")
+    ap.add_argument("--bert-model", help="another BERT-style ONNX file (input_ids, attention_mask), "
+                    "e.g. a transformers export from scripts/export_models.py --size bench")
+    ap.add_argument("--gpt2-model", help="another GPT-2 decode-step ONNX file (past_*/present_* KV "
+                    "inputs/outputs, optional attention_mask)")
     a = ap.parse_args()
+    global BERT, GPT2
+    BERT, GPT2 = a.bert_model or BERT, a.gpt2_model or GPT2
     dev = select_device(a.device)
     out = {"device": describe(dev)}
     print(f"device: {out['device']}", flush=True)

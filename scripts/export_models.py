@@ -3,11 +3,13 @@ surveys of real exporter output (issue 13). Needs torch, transformers (and onnxs
 dynamo exporter); the engine does not.
 
     python scripts/export_models.py OUT_DIR [--exporter legacy|dynamo|both] [--only NAME ...]
-        [--dtype f32|f16|both]
+        [--dtype f32|f16|both] [--size tiny|bench]
 
 Each model is a tiny random-weight configuration of a real architecture (the graph is what the
 exporter writes for the full-size model, with smaller dimensions); each file records the torch
 and transformers versions in its metadata. Names: {model}.{exporter}.{dtype}.onnx.
+`--size bench` exports BERT at all-MiniLM-L6-v2's size and GPT-2 small instead (for
+`dyncli bench` on real exporter output; the other models keep their tiny size).
 """
 from __future__ import annotations
 
@@ -77,11 +79,17 @@ def _decoder(model, layers, kv_heads, d_head, vocab=100):
     return _DecoderStep(model, layers), (ids, mask, *past), names, axes, outs
 
 
-def build(name: str):
+def build(name: str, size: str = "tiny"):
     """(module, example args, input names, dynamic axes, output names) of a tiny `name`."""
     import transformers as tf
     torch.manual_seed(0)
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    if name == "bert" and size == "bench":   # all-MiniLM-L6-v2's shape
+        m = tf.BertModel(tf.BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                       intermediate_size=1536))
+        return (_Encoder(m), *_encoder_inputs(), ["last_hidden_state"])
+    if name == "gpt2" and size == "bench":   # GPT-2 small
+        return (*_decoder(tf.GPT2LMHeadModel(tf.GPT2Config()), 12, 12, 64), )
     if name in ("bert", "roberta"):
         cfg_cls, model_cls = ((tf.BertConfig, tf.BertModel) if name == "bert"
                               else (tf.RobertaConfig, tf.RobertaModel))
@@ -164,9 +172,9 @@ _CONV = {"convnet": _ConvNet, "unet": _UNet}
 MODELS = ["bert", "roberta", "distilbert", "t5", "vit", "gpt2", "llama", "convnet", "unet"]
 
 
-def export(name: str, exporter: str, dtype: str, out_dir: str) -> str:
+def export(name: str, exporter: str, dtype: str, out_dir: str, size: str = "tiny") -> str:
     import transformers
-    module, args, names, axes, outs = build(name)
+    module, args, names, axes, outs = build(name, size)
     module = module.eval()
     if dtype == "f16":
         module = module.half()
@@ -201,6 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("--exporter", choices=["legacy", "dynamo", "both"], default="both")
     ap.add_argument("--dtype", choices=["f32", "f16", "both"], default="f32")
     ap.add_argument("--only", nargs="*", default=MODELS)
+    ap.add_argument("--size", choices=["tiny", "bench"], default="tiny")
     a = ap.parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
     exporters = ["legacy", "dynamo"] if a.exporter == "both" else [a.exporter]
@@ -210,7 +219,7 @@ def main(argv=None) -> int:
         for ex in exporters:
             for dt in dtypes:
                 try:
-                    print(export(name, ex, dt, a.out_dir), flush=True)
+                    print(export(name, ex, dt, a.out_dir, a.size), flush=True)
                 except Exception as e:   # noqa: BLE001 - a survey: report and go on
                     failed += 1
                     print(f"{name} {ex} {dt}: export failed: {type(e).__name__}: {str(e)[:300]}",

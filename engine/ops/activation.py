@@ -102,14 +102,14 @@ _op("ThresholdedRelu", lambda n, dt, k: f"(a > {lit(_a(n, 'alpha', 1.0), dt)} ? 
 _op("PRelu", lambda n, dt, k: "(a < 0 ? (TOUT)(b * a) : a)", FLOATS + SIGNED + UNSIGNED)
 
 
-def _gelu(node, dt, k):
+def gelu_expr(node, dt, k):
     if _a(node, "approximate", "none") == "tanh":
         return (f"(TOUT)0.5 * a * ((TOUT)1 + tanh({lit(math.sqrt(2 / math.pi), dt)} * "
                 f"(a + {lit(0.044715, dt)} * a * a * a)))")
     return f"(TOUT)0.5 * a * ((TOUT)1 + erf(a * {lit(math.sqrt(0.5), dt)}))"
 
 
-_op("Gelu", _gelu)
+_op("Gelu", gelu_expr)
 
 
 # ---- Min / Max: variadic, broadcasting; NaN propagates as numpy's minimum/maximum -------------

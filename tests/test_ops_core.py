@@ -76,6 +76,21 @@ def test_sdpa_mask_ops_on_device_inputs(device):
     run_vs_ort(model, seq, device)
 
 
+def test_range_float16_over_lengths(device):
+    """Range-27's float16: start + i * delta computed in float32, rounded once to half (as
+    onnxruntime); lengths change between inferences, a descending range among them; the result
+    feeds a float16 Mul."""
+    H = TensorProto.FLOAT16
+    model = _model([helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+                    helper.make_node("Mul", ["r", "r"], ["sq"])],
+                   [(n, H, []) for n in ("start", "limit", "delta")], [("r", H, None), ("sq", H, None)],
+                   opset=27)
+    seq = [{"start": np.array(a, np.float16), "limit": np.array(b, np.float16),
+            "delta": np.array(c, np.float16)}
+           for a, b, c in [(0.5, 60, 0.3), (1, 5, 2), (-3.25, 7.5, 0.125), (10, -2, -0.7), (1, 5, 2)]]
+    run_vs_ort(model, seq, device, rtol=4e-3, atol=1e-3)   # a few half ulps (the Mul)
+
+
 def test_split_tile_pad_trilu_over_shapes(device):
     model = _model([
         helper.make_node("Split", ["x", "sizes"], ["p0", "p1", "p2"], axis=1),

@@ -235,6 +235,17 @@ def test_space_to_depth():
         rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+def test_space_to_depth_mode_opset28(mode, dt):
+    """SpaceToDepth-28's `mode`: CRD puts a channel's block of b*b pixels together."""
+    np_dt, elem = (np.float16, FLOAT16) if dt == "f16" else (np.float32, FLOAT)
+    m = model([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, mode=mode)],
+              [("x", elem, 4)], opset=28)
+    run(m, [{"x": randn(s, np_dt)} for s in [(1, 2, 4, 6), (2, 3, 8, 10), (1, 1, 2, 2)]],
+        rtol=0, atol=0)
+
+
 # ---------------------------------------------------------------- a small U-Net
 def unet(dt=np.float32, opset=13):
     """down: Conv s2 + InstanceNorm + Relu; up: ConvTranspose s2 + skip Concat; Resize x2 nearest

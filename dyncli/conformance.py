@@ -33,7 +33,6 @@ EXCLUDED = {
     r"NCd1d2d3d4d5": "rank 7 tensors (the kernels take rank <= 6)",
     # features of ops the engine had before (other branches rewrite norm/conv/pool kernels)
     r"^test_(average|max)pool_(1d|3d)": "1-D and 3-D pooling are not supported (2-D only)",
-    r"^test_causal_conv_with_state": "1-D Conv is not supported (2-D only)",
     r"^test_maxpool_with_argmax": "MaxPool's Indices output is not supported",
     r"^test_maxpool_2d_uint8": "MaxPool runs float32 only",
     r"^test_flexattention_double": "MatMul runs float32 only (float64 here)",

@@ -87,13 +87,13 @@ def test_conv_wide_blocks():
     run_vs_ort(m, x_feeds([(1, C, 20, 29), (2, C, 8, 8), (1, C, 20, 29)]))
 
 
-def test_conv_refuses_1d():
-    inits = {"w": randn(4, 3, 3)}
+def test_conv_refuses_3d():
+    inits = {"w": randn(4, 3, 3, 3, 3)}
     node = helper.make_node("Conv", ["x", "w"], ["y"])
-    m = make_model([node], [("x", FLOAT, 3)], inits=inits)
+    m = make_model([node], [("x", FLOAT, 5)], inits=inits)
     net = Network(build_program(m))
-    with pytest.raises(ShapeInferenceError, match="2-D"):
-        net.infer({"x": randn(1, 3, 10)})
+    with pytest.raises(ShapeInferenceError, match="1-D .* and 2-D"):
+        net.infer({"x": randn(1, 3, 6, 6, 6)})
 
 
 # ---------------------------------------------------------------- pooling

@@ -32,9 +32,6 @@ EXCLUDED = {
     r"^test_constant$": "a graph with no inputs (all constant) is refused by the program",
     r"NCd1d2d3d4d5": "rank 7 tensors (the kernels take rank <= 6)",
     # features of ops the engine had before (other branches rewrite norm/conv/pool kernels)
-    r"^test_(average|max)pool_(1d|3d)": "1-D and 3-D pooling are not supported (2-D only)",
-    r"^test_maxpool_with_argmax": "MaxPool's Indices output is not supported",
-    r"^test_maxpool_2d_uint8": "MaxPool runs float32 only",
     r"^test_flexattention_double": "MatMul runs float32 only (float64 here)",
     r"^test_batchnorm_.*training_mode": "BatchNormalization training_mode=1 is not supported",
     r"^test_(training_)?dropout.*mask": "Dropout's mask output is not supported",

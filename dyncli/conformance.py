@@ -38,7 +38,6 @@ EXCLUDED = {
     r"^test_training_dropout(_default)?$": "Dropout training_mode=1 with a ratio (random) is not an inference",
     r"^test_convtranspose_3d$": "3-D ConvTranspose is not supported (1-D and 2-D only)",
     r"^test_convtranspose_output_shape$": "ConvTranspose output_shape larger than the full output is not supported",
-    r"^test_top_k_uint64$": "TopK on uint64 is not supported",
 }
 
 # Cases that run and fail today: counted as failures in the figure, each with what is known. A

@@ -34,8 +34,7 @@ EXCLUDED = {
     # features of ops the engine had before (other branches rewrite norm/conv/pool kernels)
     r"^test_flexattention_double": "MatMul runs float32 only (float64 here)",
     r"^test_batchnorm_.*training_mode": "BatchNormalization training_mode=1 is not supported",
-    r"^test_(training_)?dropout.*mask": "Dropout's mask output is not supported",
-    r"^test_training_dropout(_default)?$": "Dropout training_mode=1 with a ratio (random) is not an inference",
+    r"^test_training_dropout(_default)?(_mask)?$": "Dropout training_mode=1 with a ratio (random) is not an inference",
     r"^test_convtranspose_3d$": "3-D ConvTranspose is not supported (1-D and 2-D only)",
     r"^test_convtranspose_output_shape$": "ConvTranspose output_shape larger than the full output is not supported",
 }

@@ -1,13 +1,15 @@
 // Tensors built or rearranged element by element: Range, Trilu, Tile, Pad. JIT: T element type.
 
 // ---- Range: out[i] = start + i * delta (start and delta: one-element tensors 0 and 2) --------
+// JIT: T's macros (T_C, LOAD_T, STORE_T; engine/f16.py type_jit).
 #ifdef RANGE
 KERNEL(range)(OPTIONAL_SHAPE_INFO_ARG __global const T* start, __global const T* limit,
               __global const T* delta, __global T* out)
 {
     const int gid = get_global_id(0);
     if (gid >= T_COUNT(3)) return;
-    out[T_OFF(3) + gid] = (T)(start[T_OFF(0)] + (T)gid * delta[T_OFF(2)]);
+    // computed in T_C (float for half: the one rounding is the store's)
+    STORE_T(out, T_OFF(3) + gid, LOAD_T(start, T_OFF(0)) + (T_C)gid * LOAD_T(delta, T_OFF(2)));
 }
 #endif
 

@@ -7,6 +7,13 @@
 // Work: gws = (OH * x-blocks, group * blocks per group, N); every work-item computes OCB output
 // channels of one group for PW consecutive output pixels of one row. Pointwise convs (1x1,
 // stride 1, no pads) are given X and Y viewed as one row of H*W pixels (engine/ops/conv.py).
+// a 1-D conv (CONV1D) runs as 2-D with a unit height: its output [N, OC, L] and the fused
+// operands (rank <= 3) index as [1, N, OC, L], so their coordinates are (0, n, c, x)
+#if CONV1D
+#define OUT_COORDS(n, c, y, x) (int4)(0, (n), (c), (x))
+#else
+#define OUT_COORDS(n, c, y, x) (int4)((n), (c), (y), (x))
+#endif
 #if HAS_BIAS
 #define Y_T 3
 #else
@@ -115,7 +122,7 @@ KERNEL(conv2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const f
             const int o = (yp - Y - T_OFF(Y_T)) + j * OH * OW;
             // FUSED_COORDS (not in the pointwise one-row view): operand offsets from coordinates
             for (int l = 0; l < nvalid; ++l)
-                set_lane(&acc[j], l, FUSED_OPS_AT(get_lane(acc[j], l), o + l, (int4)(n, oc0 + j, oy, ox0 + l)));
+                set_lane(&acc[j], l, FUSED_OPS_AT(get_lane(acc[j], l), o + l, OUT_COORDS(n, oc0 + j, oy, ox0 + l)));
 #endif
             if (nvalid == PW) {
                 VSTORE(acc[j], yp + j * OH * OW);

@@ -12,6 +12,13 @@
 // PARAM(0) pad top, (1) pad left, (2) output channels per group, (3) TM-blocks per group,
 // (4) TP-blocks per output row (ROWS) or per image, (5) ICg, (6) KH, (7) KW.
 // Work: gws = (OH * blocks per row or blocks per image, group * blocks per group, N).
+// a 1-D conv (CONV1D) runs as 2-D with a unit height: its output [N, OC, L] and the fused
+// operands (rank <= 3) index as [1, N, OC, L], so their coordinates are (0, n, c, x)
+#if CONV1D
+#define OUT_COORDS(n, c, y, x) (int4)(0, (n), (c), (x))
+#else
+#define OUT_COORDS(n, c, y, x) (int4)((n), (c), (y), (x))
+#endif
 #define Y_T (2 + HAS_BIAS)   // Y's tensor argument
 #define VT CAT(float, TP)
 #define VLOAD(p) CAT(vload, TP)(0, p)
@@ -173,10 +180,10 @@ KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
             const int o = o0 + j * ostep, oc = oc0 + j;
 #if ROWS
 #define EPI(i) if (0x##i < nvalid) \
-                v.s##i = FUSED_OPS_AT(v.s##i, o + 0x##i, (int4)(n, oc, oy, ox0 + 0x##i));
+                v.s##i = FUSED_OPS_AT(v.s##i, o + 0x##i, OUT_COORDS(n, oc, oy, ox0 + 0x##i));
 #else
 #define EPI(i) if (0x##i < nvalid) \
-                v.s##i = FUSED_OPS_AT(v.s##i, o + 0x##i, (int4)(n, oc, py[0x##i], px[0x##i]));
+                v.s##i = FUSED_OPS_AT(v.s##i, o + 0x##i, OUT_COORDS(n, oc, py[0x##i], px[0x##i]));
 #endif
             LANES(EPI)
 #undef EPI

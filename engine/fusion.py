@@ -166,7 +166,7 @@ def _grow(prog, p) -> Fusion:
     step = {p.outputs[0]: 0}
     for n in order:
         if n.op == "BatchNormalization":
-            operands = _operands(step, n.inputs[:1]) + _operands(step, _bn_constants(prog, n))
+            operands = _operands(step, n.inputs[:1]) + _operands(step, _bn_constants(prog, n, p))
         else:
             operands = _operands(step, n.inputs)
         expr = FUSABLE[n.op]
@@ -249,14 +249,17 @@ def _data_rank(prog, name: str) -> int:
     return src[0].index
 
 
-def _bn_constants(prog, n) -> list[str]:
-    """BatchNormalization (inference) as y = x * k + c per channel: k, c as [C, 1, 1] constants."""
+def _bn_constants(prog, n, conv) -> list[str]:
+    """BatchNormalization (inference) as y = x * k + c per channel: k, c as [C, 1, 1] constants
+    ([C, 1] after a 1-D Conv, whose weight is [OC, C/group, K])."""
+    w = prog.constants.get(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    spatial = w.ndim - 2 if w is not None else 2
     scale, bias, mean, var = (prog.constants[i].astype(np.float64) for i in n.inputs[1:5])
     k = scale / np.sqrt(var + float(n.attrs.get("epsilon", 1e-5)))
     c = bias - mean * k
     names = [f"{n.name}::k", f"{n.name}::c"]
     for name, v in zip(names, (k, c)):
-        prog.constants[name] = v.astype(np.float32).reshape(-1, 1, 1)
+        prog.constants[name] = v.astype(np.float32).reshape(-1, *[1] * spatial)
     return names
 
 

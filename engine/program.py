@@ -268,9 +268,9 @@ def _decompose(prog: Program) -> None:
 
 def _check_outputs(prog: Program) -> None:
     for n in prog.nodes:
-        if n.op == "Dropout" and len(n.outputs) > 1 and n.outputs[1] and (
+        if n.op == "Dropout" and len(n.outputs) > 1 and n.outputs[1] and not (
                 n.outputs[1] in prog.users or n.outputs[1] in prog.outputs):
-            raise ModelError(f"Dropout node {n.name}: its mask output is used, which is not supported")
+            n.outputs = n.outputs[:1]   # a mask nothing reads is not computed (split_dropout)
     for o in prog.outputs:
         if o not in prog.producers and o not in prog.inputs and o not in prog.constants:
             raise ModelError(f"graph output {o!r} is produced by no node")

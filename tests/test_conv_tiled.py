@@ -3,7 +3,8 @@
 channel counts around the tile and prime, odd and prime images, strides, pads, dilations,
 groups, depthwise (the direct kernel), 1x1 / 3x3 / 7x7 windows; one Network per case over a
 sequence of shapes, with the shape-agnostic (dynamic) impls and with the static ones (weights
-reordered to TM-blocks); and fused epilogues (BatchNormalization, residual Add, Relu).
+reordered to TM-blocks); and fused epilogues (BatchNormalization, residual Add, Relu). 1-D convs
+([N, C, L], run as 2-D with a unit height) through every kernel and epilogue.
 (1x1 stride-1 convs walk the flattened image with their own tiles: 16 x 16 on CPUs.)"""
 import numpy as np
 import pytest
@@ -18,8 +19,8 @@ FLOAT = TensorProto.FLOAT
 RNG = np.random.default_rng(12)
 
 
-def _model(nodes, inits, opset=13):
-    x = helper.make_tensor_value_info("x", FLOAT, ["n", "c", "h", "w"])
+def _model(nodes, inits, opset=13, x_dims=("n", "c", "h", "w")):
+    x = helper.make_tensor_value_info("x", FLOAT, list(x_dims))
     y = helper.make_tensor_value_info("y", FLOAT, None)
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()]
     g = helper.make_graph(nodes, "t", [x], [y], inits)
@@ -133,3 +134,39 @@ def test_conv_fused_depthwise(device):
     for impls in ("dynamic", "static"):
         inst = _run(m, feeds(C, [(1, 13, 11), (2, 9, 9)]), device, impls)
         assert inst.bound[0].impl.name.startswith("conv:Conv+fused"), inst.bound[0].impl.name
+
+
+# 1-D: name: (C, OC, K, attrs, static too); the kernel each takes: tiled rows, tiled flat (1x1),
+# direct (depthwise). Few cases: a cold build of a fused tiled conv takes ~14 s on PoCL.
+CASES_1D = {
+    "k5_s2_dil2_asym": (4, 17, 5, dict(strides=[2], dilations=[2], pads=[3, 1]), True),
+    "pointwise": (17, 17, 1, {}, False),
+    "depthwise_same_upper": (6, 6, 4, dict(group=6, auto_pad="SAME_UPPER", strides=[2]), True),
+}
+
+
+@pytest.mark.parametrize("case", CASES_1D)
+def test_conv_1d_fused(device, case):
+    """Relu(BN(Conv1d(x)) + cb): the [OC, 1] BN constants and the [OC, 1] operand index the
+    rank-3 output through the epilogue; dynamic impls over lengths that change (a tiny one
+    among them), static ones over two for a tiled and a direct case (builds cost)."""
+    C, OC, K, attrs, static = CASES_1D[case]
+    group = attrs.get("group", 1)
+    inits = {"w": RNG.standard_normal((OC, C // group, K)) / np.sqrt(C // group * K),
+             "s": RNG.standard_normal(OC), "bb": RNG.standard_normal(OC),
+             "m": RNG.standard_normal(OC), "v": np.abs(RNG.standard_normal(OC)) + 0.5,
+             "cb": RNG.standard_normal((OC, 1))}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], **attrs),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
+             helper.make_node("Add", ["bn", "cb"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    m = _model(nodes, inits, x_dims=("n", "c", "l"))
+    seq = [{"x": RNG.standard_normal((n, C, L)).astype(np.float32)}
+           for n, L in [(1, 37), (2, 16), (1, 1 if K == 1 else 5), (3, 29), (1, 37)]]
+    tiled = OC // group >= conv_mod.TILED_MIN_OCG
+    for impls, sq in (("dynamic", seq), ("static", seq[:2])) if static else (("dynamic", seq),):
+        inst = _run(m, sq, device, impls)
+        assert inst.node.fusion is not None and len(inst.node.fusion.ops) == 3
+        name = inst.bound[0].impl.name
+        assert name.startswith("conv_tiled:Conv+fused" if tiled else "conv:Conv+fused"), name
+        assert inst.unfuse_reason == ""

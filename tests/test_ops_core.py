@@ -76,6 +76,55 @@ def test_sdpa_mask_ops_on_device_inputs(device):
     run_vs_ort(model, seq, device)
 
 
+def test_range_float16_over_lengths(device):
+    """Range-27's float16: start + i * delta computed in float32, rounded once to half (as
+    onnxruntime); lengths change between inferences, a descending range among them; the result
+    feeds a float16 Mul."""
+    H = TensorProto.FLOAT16
+    model = _model([helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+                    helper.make_node("Mul", ["r", "r"], ["sq"])],
+                   [(n, H, []) for n in ("start", "limit", "delta")], [("r", H, None), ("sq", H, None)],
+                   opset=27)
+    seq = [{"start": np.array(a, np.float16), "limit": np.array(b, np.float16),
+            "delta": np.array(c, np.float16)}
+           for a, b, c in [(0.5, 60, 0.3), (1, 5, 2), (-3.25, 7.5, 0.125), (10, -2, -0.7), (1, 5, 2)]]
+    run_vs_ort(model, seq, device, rtol=4e-3, atol=1e-3)   # a few half ulps (the Mul)
+
+
+@pytest.mark.parametrize("elem,opset", [(F, 12), (F, 13), (TensorProto.FLOAT16, 13)])
+def test_dropout_mask_output(device, elem, opset):
+    """Dropout's mask (inference, and training_mode=1 with ratio 0): all true, as a graph output
+    and read by another node; an unread mask is not computed (no kernel)."""
+    from engine import Network, build_program
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["d", "mask"]),
+             helper.make_node("Dropout", ["x"], ["d2", "unread"]),
+             helper.make_node("Cast", ["mask"], ["mf"], to=elem),
+             helper.make_node("Mul", ["d", "mf"], ["m"]),
+             helper.make_node("Add", ["m", "d2"], ["y"])]
+    inputs = [("x", elem, ["a", "b"]), ("ratio", F, []), ("training", B, [])]
+    model = _model(nodes, inputs, [("y", elem, None), ("mask", B, None)], opset=opset)
+    rng = np.random.default_rng(3)
+    dt = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+    seq = []
+    for (a, b), train in [((2, 5), False), ((3, 70), True), ((1, 1), False), ((2, 5), True)]:
+        # training_mode=1 drops at random unless the ratio is 0
+        seq.append({"x": rng.standard_normal((a, b)).astype(dt),
+                    "ratio": np.array(0.0 if train else 0.3, np.float32), "training": np.array(train)})
+    net = run_vs_ort(model, seq, device, rtol=1e-3, atol=1e-3)
+    assert [i.node.op for i in net.insts].count("dropout_mask") == 1   # not for "unread"
+    assert Network(build_program(model)).infer(seq[1])["mask"].all()
+
+
+def test_dropout_refuses_mask_before_opset12(device):
+    """Before Dropout-12 onnxruntime's inference mask is all false, ONNX's reference all true."""
+    from engine import Network, build_program
+    from engine.ops.common import ShapeInferenceError
+    model = _model([helper.make_node("Dropout", ["x"], ["d", "mask"])], [("x", F, ["a"])],
+                   [("d", F, None), ("mask", B, None)], opset=11)
+    with pytest.raises(ShapeInferenceError, match="before opset 12"):
+        Network(build_program(model), device).infer({"x": np.ones(3, np.float32)})
+
+
 def test_split_tile_pad_trilu_over_shapes(device):
     model = _model([
         helper.make_node("Split", ["x", "sizes"], ["p0", "p1", "p2"], axis=1),

@@ -87,13 +87,13 @@ def test_conv_wide_blocks():
     run_vs_ort(m, x_feeds([(1, C, 20, 29), (2, C, 8, 8), (1, C, 20, 29)]))
 
 
-def test_conv_refuses_1d():
-    inits = {"w": randn(4, 3, 3)}
+def test_conv_refuses_3d():
+    inits = {"w": randn(4, 3, 3, 3, 3)}
     node = helper.make_node("Conv", ["x", "w"], ["y"])
-    m = make_model([node], [("x", FLOAT, 3)], inits=inits)
+    m = make_model([node], [("x", FLOAT, 5)], inits=inits)
     net = Network(build_program(m))
-    with pytest.raises(ShapeInferenceError, match="2-D"):
-        net.infer({"x": randn(1, 3, 10)})
+    with pytest.raises(ShapeInferenceError, match="1-D .* and 2-D"):
+        net.infer({"x": randn(1, 3, 6, 6, 6)})
 
 
 # ---------------------------------------------------------------- pooling
@@ -126,15 +126,68 @@ def test_pool(case):
     run_vs_ort(m, x_feeds(POOL_SHAPES))
 
 
-def test_maxpool_refuses_indices():
-    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2])
-    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", FLOAT, None)],
+# 1-D and 3-D: name: (op, attrs, opset, shapes)
+POOL_ND_CASES = {
+    "max_1d_k3s2p1": ("MaxPool", dict(kernel_shape=[3], strides=[2], pads=[1, 1]), 12,
+                      [(1, 3, 10), (2, 2, 37), (1, 1, 2), (1, 3, 10)]),
+    "avg_1d_ceil_incl_pad": ("AveragePool", dict(kernel_shape=[4], strides=[3], pads=[2, 1], ceil_mode=1,
+                                                 count_include_pad=1), 19, [(1, 3, 10), (2, 4, 23), (1, 1, 3)]),
+    "max_3d_dilated": ("MaxPool", dict(kernel_shape=[2, 2, 3], dilations=[2, 1, 1], pads=[0, 1, 1, 1, 0, 1]), 12,
+                       [(1, 2, 5, 6, 7), (2, 3, 4, 9, 5), (1, 2, 5, 6, 7)]),
+    "avg_3d_same_upper_s2": ("AveragePool", dict(kernel_shape=[3, 2, 3], strides=[2, 2, 1],
+                                                 auto_pad="SAME_UPPER"), 11, [(1, 2, 5, 6, 7), (2, 1, 8, 3, 4)]),
+}
+
+
+@pytest.mark.parametrize("case", POOL_ND_CASES)
+def test_pool_1d_3d(case):
+    op, attrs, opset, shapes = POOL_ND_CASES[case]
+    m = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", FLOAT, len(shapes[0]))],
+                   opset=opset)
+    run_vs_ort(m, x_feeds(shapes))
+
+
+@pytest.mark.parametrize("rank,attrs", [
+    (4, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    (4, dict(kernel_shape=[2, 3], strides=[1, 2], storage_order=1)),
+    (3, dict(kernel_shape=[3], pads=[1, 1], dilations=[2])),
+    (5, dict(kernel_shape=[2, 2, 2], strides=[2, 1, 2], storage_order=1)),
+    (5, dict(kernel_shape=[3, 1, 2], pads=[1, 0, 0, 1, 0, 1], ceil_mode=1, strides=[2, 2, 2])),
+])
+def test_maxpool_indices(rank, attrs):
+    """The Indices output (int64, N and C offsets included, row- or column-major); inputs of
+    few distinct values make ties, which take the first max in row-major scan order."""
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], **attrs)
+    dims = [f"d{k}" for k in range(rank)]
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", FLOAT, dims)],
                           [helper.make_tensor_value_info("y", FLOAT, None),
                            helper.make_tensor_value_info("idx", INT64, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
+    shapes = {3: [(1, 3, 10), (2, 2, 31), (1, 3, 10)], 4: [(1, 3, 10, 10), (2, 2, 7, 9), (1, 1, 5, 6)],
+              5: [(1, 2, 4, 6, 5), (2, 3, 7, 4, 6)]}[rank]
+    seq = [{"x": RNG.integers(-3, 4, s).astype(np.float32)} for s in shapes]
+    seq.append({"x": randn(*shapes[1])})
+    run_vs_ort(m, seq)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_maxpool_8bit(dt):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", elem, ["n", "c", "h", "w"])],
+                          [helper.make_tensor_value_info("y", elem, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
+    info = np.iinfo(dt)
+    run_vs_ort(m, [{"x": RNG.integers(info.min, info.max + 1, s).astype(dt)}
+                   for s in [(1, 3, 10, 10), (2, 2, 7, 9), (1, 1, 1, 1)]], rtol=0, atol=0)
+
+
+def test_pool_refuses_4d_spatial():
+    m = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2, 2, 2])], [("x", FLOAT, 6)],
+                   opset=12)
     net = Network(build_program(m))
-    with pytest.raises(ShapeInferenceError, match="Indices"):
-        net.infer({"x": randn(1, 1, 4, 4)})
+    with pytest.raises(ShapeInferenceError, match="1-D, 2-D and 3-D"):
+        net.infer({"x": randn(1, 1, 3, 3, 3, 3)})
 
 
 def test_global_average_pool():

@@ -62,6 +62,31 @@ def test_conv_transpose(case):
     run(m, [{"x": randn((n, C, h, w))} for n, h, w in CT_SHAPES])
 
 
+CT1_CASES = {
+    # name: (C, OC, K, attrs, bias, float16)
+    "s2_p1_op1_bias": (3, 4, 3, dict(strides=[2], pads=[1, 1], output_padding=[1]), True, False),
+    "g2_dil2_asym": (4, 6, 3, dict(group=2, dilations=[2], pads=[0, 2]), False, False),
+    "same_lower_s3_f16": (2, 3, 4, dict(auto_pad="SAME_LOWER", strides=[3]), True, True),
+    "output_shape_s2": (3, 2, 3, dict(strides=[2], output_shape=[10]), True, False),
+}
+
+
+@pytest.mark.parametrize("case", CT1_CASES)
+def test_conv_transpose_1d(case):
+    """1-D (NCL, as 2-D with a unit height) over changing lengths (output_shape: fixed output)."""
+    C, OC, K, attrs, bias, f16 = CT1_CASES[case]
+    dt, elem = (np.float16, FLOAT16) if f16 else (np.float32, FLOAT)
+    g = attrs.get("group", 1)
+    inits = {"w": randn((C, OC // g, K), dt, 0.5)}
+    ins = ["x", "w"]
+    if bias:
+        inits["b"] = randn((OC,), dt)
+        ins.append("b")
+    m = model([helper.make_node("ConvTranspose", ins, ["y"], **attrs)], [("x", elem, 3)], inits)
+    lengths = [5, 6, 8, 5] if "output_shape" in attrs else [5, 17, 1, 40, 5]
+    run(m, [{"x": randn((n, C, L), dt)} for n, L in zip([1, 2, 1, 3, 1], lengths)], f16=f16)
+
+
 def test_conv_transpose_output_shape_and_f16():
     inits = {"w": randn((2, 3, 3, 3), np.float16, 0.5), "b": randn((3,), np.float16)}
     node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
@@ -232,6 +257,17 @@ def test_depth_to_space(mode, dt):
 def test_space_to_depth():
     m = model([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=3)], [("x", FLOAT, 4)])
     run(m, [{"x": randn(s)} for s in [(1, 2, 3, 6), (2, 3, 9, 12), (1, 2, 3, 6), (1, 1, 3, 3)]],
+        rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+def test_space_to_depth_mode_opset28(mode, dt):
+    """SpaceToDepth-28's `mode`: CRD puts a channel's block of b*b pixels together."""
+    np_dt, elem = (np.float16, FLOAT16) if dt == "f16" else (np.float32, FLOAT)
+    m = model([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, mode=mode)],
+              [("x", elem, 4)], opset=28)
+    run(m, [{"x": randn(s, np_dt)} for s in [(1, 2, 4, 6), (2, 3, 8, 10), (1, 1, 2, 2)]],
         rtol=0, atol=0)
 
 

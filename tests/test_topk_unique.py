@@ -62,6 +62,38 @@ def test_topk_ties_lower_index_first():
     run_vs_ort(topk_model(largest=0), [{"x": x, "k": np.array([3], np.int64)}], check_nonconstant=False)
 
 
+@pytest.mark.parametrize("dt", [np.int8, np.uint8, np.int16])
+def test_topk_small_int_types(dt):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dt)
+    seq = [{"x": rng.integers(info.min, info.max + 1, s).astype(dt), "k": np.array([k], np.int64)}
+           for s, k in [((2, 70, 3), 4), ((1, 9, 2), 9), ((3, 130, 1), 1)]]   # ties among them
+    for largest in (1, 0):
+        run_vs_ort(topk_model(elem, 1, largest), seq, check_nonconstant=False)
+
+
+def test_topk_uint64_orders_unsigned():
+    """uint64 (onnxruntime has no uint64 TopK): values above 2^63 must rank above the others;
+    the reference is onnxruntime's int64 TopK of the values with the top bit flipped (an
+    order-preserving map), flipped back."""
+    model = topk_model(TensorProto.UINT64, 1)
+    ref = ort_session(topk_model(INT64, 1))
+    net = Network(build_program(model))
+    rng = np.random.default_rng(6)
+    top = np.uint64(1 << 63)
+    for shape, k in [((2, 70, 3), 5), ((1, 9, 2), 9), ((3, 130, 1), 2)]:
+        x = rng.integers(0, 1 << 63, shape, dtype=np.uint64) ^ (rng.random(shape) < 0.5) * top
+        x[0, :3] = 7   # a tie
+        feeds = {"x": x, "k": np.array([k], np.int64)}
+        outs = net.infer(feeds)
+        v, i = outs["v"], outs["i"]
+        rv, ri = ref.run(None, {"x": (x ^ top).view(np.int64), "k": feeds["k"]})
+        np.testing.assert_array_equal(v, rv.view(np.uint64) ^ top)
+        np.testing.assert_array_equal(i, ri)
+        assert v.dtype == np.uint64 and (v[:, 0] >= top).all()
+
+
 def test_topk_same_shapes_new_k_is_dynamic_output():
     """Same input layouts, new K: update_shape infers with reason dynamic_output (never skipped);
     K computed on the device costs one 8-byte read; K = 0 gives empty outputs and no kernel."""

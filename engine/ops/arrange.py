@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout, cl_type
 from engine.ops import register
@@ -24,12 +25,13 @@ def _scalar(node, deps, i, what):
 
 # ---- Range -----------------------------------------------------------------------------------
 def _range_kernels(node, ins, outs, deps):
-    jit = (("RANGE", 1), ("T", cl_type(outs[0].dtype)), ("IMPL_TAG", "Range"))
+    jit = (("RANGE", 1), *type_jit("T", outs[0].dtype), ("IMPL_TAG", "Range"))
     return [KernelCall("arrange", "range", jit, (("in", 0), ("in", 1), ("in", 2), ("out", 0)),
                        gws=(max(outs[0].count, 1),))]
 
 
-@register("Range", kernels=_range_kernels, shape_deps=(0, 1, 2), host_ok=True)
+# f16: its inputs are shape deps (host values, never Cast), so the kernel reads and writes half
+@register("Range", kernels=_range_kernels, shape_deps=(0, 1, 2), host_ok=True, f16=True)
 def _range(node, ins, deps):
     dts = {l.dtype for l in ins}
     if len(dts) != 1:

@@ -1,4 +1,4 @@
-"""Conv (2-D, NCHW): a register-tiled implicit GEMM (cl/conv_tiled.cl) for convs with enough
+"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): a register-tiled implicit GEMM (cl/conv_tiled.cl) for convs with enough
 output channels per group, a direct register-blocked kernel (cl/conv.cl) for the others
 (depthwise, a few channels per group).
 
@@ -101,32 +101,50 @@ def spatial_out(node, in_sizes, kernel, strides, dilations, ceil_mode=False):
 
 
 def _conv_geometry(node, ins):
+    """The window geometry of a 2-D Conv, or of a 1-D one ([N, C, L]) seen as 2-D with a unit
+    height ([N, C, 1, L], weights [OC, C/group, 1, K]): `one_d` says which."""
     if len(ins) < 2 or ins[0] is None or ins[1] is None:
         raise ShapeInferenceError(f"Conv {node.name}: needs X and W")
     x, w = ins[0], ins[1]
-    if x.rank != 4:
-        raise ShapeInferenceError(f"Conv {node.name}: only 2-D (NCHW) convolution is supported, "
-                                  f"got input {x}")
-    if w.rank != 4:
-        raise ShapeInferenceError(f"Conv {node.name}: weight {w} must be [OC, C/group, KH, KW]")
+    if x.rank not in (3, 4):
+        raise ShapeInferenceError(f"Conv {node.name}: only 1-D (NCL) and 2-D (NCHW) convolution "
+                                  f"are supported, got input {x}")
+    one_d = x.rank == 3
+    if w.rank != x.rank:
+        raise ShapeInferenceError(f"Conv {node.name}: weight {w} must be "
+                                  f"{'[OC, C/group, K]' if one_d else '[OC, C/group, KH, KW]'}")
     if any(l is not None and l.dtype != "f32" for l in ins):
         raise ShapeInferenceError(f"Conv {node.name}: float32 only")
-    N, C, H, W = x.shape
-    OC, ICg, KH, KW = w.shape
+    N, C, H, W = (x.shape[0], x.shape[1], 1, x.shape[2]) if one_d else x.shape
+    OC, ICg, KH, KW = (w.shape[0], w.shape[1], 1, w.shape[2]) if one_d else w.shape
     group = int(node.attrs.get("group", 1))
     if group < 1 or C % group or OC % group or C // group != ICg:
         raise ShapeInferenceError(
             f"Conv {node.name}: input {x} and weight {w} do not match group={group}")
     ks = node.attrs.get("kernel_shape")
-    if ks is not None and [int(k) for k in ks] != [KH, KW]:
+    if ks is not None and [int(k) for k in ks] != list(w.shape[2:]):
         raise ShapeInferenceError(f"Conv {node.name}: kernel_shape {list(ks)} != weight {w}")
     if len(ins) > 2 and ins[2] is not None and tuple(ins[2].shape) != (OC,):
         raise ShapeInferenceError(f"Conv {node.name}: bias {ins[2]} must be [{OC}]")
-    strides = _ints(node, "strides", 2, 1)
-    dil = _ints(node, "dilations", 2, 1)
-    (OH, OW), pb, pe = spatial_out(node, (H, W), (KH, KW), strides, dil)
+    nsp = x.rank - 2
+    strides = _ints(node, "strides", nsp, 1)
+    dil = _ints(node, "dilations", nsp, 1)
+    outs, pb, pe = spatial_out(node, x.shape[2:], w.shape[2:], strides, dil)
+    if one_d:   # the unit height: stride, dilation 1, no pads
+        strides, dil, outs, pb = [1] + strides, [1] + dil, [1] + outs, [0] + pb
+    OH, OW = outs
     return dict(N=N, C=C, H=H, W=W, OC=OC, ICg=ICg, KH=KH, KW=KW, group=group,
-                strides=strides, dil=dil, OH=OH, OW=OW, pads=pb)
+                strides=strides, dil=dil, OH=OH, OW=OW, pads=pb, one_d=one_d)
+
+
+def _dims_2d(g, args, weights=True) -> dict:
+    """A 1-D conv's tensors as the kernels see them: X, (W,) Y with a unit height."""
+    if not g["one_d"]:
+        return {}
+    dims = {0: (g["N"], g["C"], 1, g["W"]), len(args) - 1: (g["N"], g["OC"], 1, g["OW"])}
+    if weights:
+        dims[1] = (g["OC"], g["ICg"], 1, g["KW"])
+    return dims
 
 
 def _ocb(ocg: int) -> int:
@@ -153,8 +171,12 @@ def _conv_kernels(node, ins, outs, deps, pw=PW):
            ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
            ("IMPL_TAG", "Conv"))
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
-    oh, ow, dims = g["OH"], g["OW"], {}
-    if (g["KH"], g["KW"]) == (1, 1) and g["strides"] == [1, 1] and g["pads"] == [0, 0] \
+    oh, ow, dims = g["OH"], g["OW"], _dims_2d(g, args)
+    if g["one_d"]:
+        # [N, OC, L] seen as [N, OC, 1, L]: fused operands (rank <= 3) take coordinates
+        # (0, n, c, x) (cl/conv.cl OUT_COORDS)
+        jit += (("CONV1D", 1), ("FUSED_COORDS", 1))
+    elif (g["KH"], g["KW"]) == (1, 1) and g["strides"] == [1, 1] and g["pads"] == [0, 0] \
             and (oh, ow) == (g["H"], g["W"]):
         # pointwise: the image is one row of H*W pixels (x-blocks cross rows, no ragged tails)
         oh, ow = 1, oh * ow
@@ -196,6 +218,8 @@ def _tiled_call(g, has_bias: bool, kind: str, blocked: bool = False) -> KernelCa
            ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
            ("W_BLOCKED", int(blocked)), ("ROWS", int(rows)), ("FUSED_COORDS", 1),
            ("IMPL_TAG", "Conv"))
+    if g["one_d"]:   # see _conv_kernels
+        jit += (("CONV1D", 1),)
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
     params = (g["pads"][0], g["pads"][1], ocg, bpg, xb, g["ICg"], g["KH"], g["KW"])
     gws = (max(gws0, 1), g["group"] * bpg, max(g["N"], 1))
@@ -205,7 +229,9 @@ def _tiled_call(g, has_bias: bool, kind: str, blocked: bool = False) -> KernelCa
         l0 = min(64, _pow2_at_least(gws[0]))
         lws = (l0, min(max(128 // l0, 1), _pow2_at_least(gws[1])), 1)
         gws = tuple((x + l - 1) // l * l for x, l in zip(gws, lws))
-    return KernelCall("conv_tiled", "conv_tiled", jit, args, params=params, gws=gws, lws=lws)
+    # the weights' dims are not read (PARAMs; W_BLOCKED reorders them)
+    return KernelCall("conv_tiled", "conv_tiled", jit, args, params=params, gws=gws, lws=lws,
+                      dims=_dims_2d(g, args, weights=False))
 
 
 def _static_pw(ow: int) -> int:
@@ -243,4 +269,6 @@ def _conv_static(node, ins, outs, deps, consts):
 @register("Conv", kernels=_conv_kernels, static=_conv_static, weights=1)
 def _conv(node, ins, deps):
     g = _conv_geometry(node, ins)
+    if g["one_d"]:
+        return [Layout((g["N"], g["OC"], g["OW"]), "f32")]
     return [Layout((g["N"], g["OC"], g["OH"], g["OW"]), "f32")]

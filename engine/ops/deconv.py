@@ -1,4 +1,4 @@
-"""ConvTranspose (2-D, NCHW) on the device (cl/deconv.cl): strides, dilations, pads,
+"""ConvTranspose (2-D, NCHW; 1-D, NCL, as 2-D with a unit height) on the device (cl/deconv.cl): strides, dilations, pads,
 output_padding, output_shape, group and auto_pad. Strides and dilations are JIT constants
 (attributes); pads are computed per input shape (auto_pad, output_shape) and go through
 shape_info, so one build serves every shape. float32 and float16 (stored half)."""
@@ -13,40 +13,46 @@ from engine.ops.conv import _ints
 
 
 def _geometry(node, ins):
+    """The geometry of a 2-D ConvTranspose, or of a 1-D one ([N, C, L]) seen as 2-D with a unit
+    height (X [N, C, 1, L], W [C, OC/group, 1, K]): `dims` holds those views (empty for 2-D)."""
     name = f"ConvTranspose {node.name}"
     if len(ins) < 2 or ins[0] is None or ins[1] is None:
         raise ShapeInferenceError(f"{name}: needs X and W")
     x, w = ins[0], ins[1]
-    if x.rank != 4 or w.rank != 4:
-        raise ShapeInferenceError(f"{name}: only 2-D (NCHW) is supported, got X {x}, W {w}")
+    if x.rank not in (3, 4) or w.rank != x.rank:
+        raise ShapeInferenceError(f"{name}: only 1-D (NCL) and 2-D (NCHW) are supported, "
+                                  f"got X {x}, W {w}")
     if any(l is not None and l.dtype != x.dtype for l in ins) or x.dtype not in ("f32", "f16"):
         raise ShapeInferenceError(f"{name}: X, W, B must all be float32 or all float16")
-    N, C, H, W = x.shape
-    Cw, OCg, KH, KW = w.shape
+    n = x.rank - 2
+    N, C, sizes = x.shape[0], x.shape[1], list(x.shape[2:])
+    Cw, OCg, ks = w.shape[0], w.shape[1], list(w.shape[2:])
     group = int(node.attrs.get("group", 1))
     if group < 1 or C % group or Cw != C:
         raise ShapeInferenceError(f"{name}: input {x} and weight {w} do not match group={group}")
-    ks = node.attrs.get("kernel_shape")
-    if ks is not None and [int(k) for k in ks] != [KH, KW]:
-        raise ShapeInferenceError(f"{name}: kernel_shape {list(ks)} != weight {w}")
+    kshape = node.attrs.get("kernel_shape")
+    if kshape is not None and [int(k) for k in kshape] != ks:
+        raise ShapeInferenceError(f"{name}: kernel_shape {list(kshape)} != weight {w}")
     OC = OCg * group
     if len(ins) > 2 and ins[2] is not None and tuple(ins[2].shape) != (OC,):
         raise ShapeInferenceError(f"{name}: bias {ins[2]} must be [{OC}]")
-    s = _ints(node, "strides", 2, 1)
-    d = _ints(node, "dilations", 2, 1)
-    op = _ints(node, "output_padding", 2, 0)
+    s = _ints(node, "strides", n, 1)
+    d = _ints(node, "dilations", n, 1)
+    op = _ints(node, "output_padding", n, 0)
     if any(v < 1 for v in s + d) or any(v < 0 for v in op):
         raise ShapeInferenceError(f"{name}: bad strides {s}, dilations {d} or output_padding {op}")
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
-    full = [s[i] * ((H, W)[i] - 1) + op[i] + (((KH, KW)[i] - 1) * d[i] + 1) for i in range(2)]
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    full = [s[i] * (sizes[i] - 1) + op[i] + ((ks[i] - 1) * d[i] + 1) for i in range(n)]
     out_shape = node.attrs.get("output_shape")
     if out_shape is not None:
-        out_shape = [int(v) for v in out_shape][-2:]
+        out_shape = [int(v) for v in out_shape][-n:]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out_shape = [(H, W)[i] * s[i] for i in range(2)]
+        out_shape = [sizes[i] * s[i] for i in range(n)]
     if out_shape is not None:
         # the padding that gives the asked output size, split as the ONNX reference does
-        total = [full[i] - out_shape[i] for i in range(2)]
+        total = [full[i] - out_shape[i] for i in range(n)]
         if any(t < 0 for t in total):
             raise ShapeInferenceError(f"{name}: output_shape {out_shape} larger than the full "
                                       f"output {full} (input {x})")
@@ -54,16 +60,22 @@ def _geometry(node, ins):
         pb = [t // 2 if upper else t - t // 2 for t in total]
         pe = [t - b for t, b in zip(total, pb)]
     elif auto_pad in ("NOTSET", "VALID"):
-        pads = _ints(node, "pads", 4, 0) if auto_pad == "NOTSET" else [0, 0, 0, 0]
+        pads = _ints(node, "pads", 2 * n, 0) if auto_pad == "NOTSET" else [0] * (2 * n)
         if any(p < 0 for p in pads):
             raise ShapeInferenceError(f"{name}: negative pads {pads}")
-        pb, pe = pads[:2], pads[2:]
+        pb, pe = pads[:n], pads[n:]
     else:
         raise ShapeInferenceError(f"{name}: unknown auto_pad {auto_pad!r}")
-    OH, OW = (full[i] - pb[i] - pe[i] for i in range(2))
-    if OH < 0 or OW < 0:
+    out = [full[i] - pb[i] - pe[i] for i in range(n)]
+    if any(o < 0 for o in out):
         raise ShapeInferenceError(f"{name}: pads {pb + pe} exceed the output of input {x}")
-    return dict(N=N, OC=OC, OH=OH, OW=OW, s=s, d=d, pb=pb, group=group)
+    dims = {}
+    if n == 1:   # the unit height: stride, dilation 1, no pad
+        s, d, pb = [1] + s, [1] + d, [0] + pb
+        has_bias = len(ins) > 2 and ins[2] is not None
+        dims = {0: (N, C, 1, sizes[0]), 1: (Cw, OCg, 1, ks[0]),
+                2 + has_bias: (N, OC, 1, out[0])}
+    return dict(N=N, OC=OC, out=out, s=s, d=d, pb=pb, group=group, dims=dims)
 
 
 def _kernels(node, ins, outs, deps):
@@ -74,10 +86,11 @@ def _kernels(node, ins, outs, deps):
            ("IMPL_TAG", "ConvTranspose"))
     args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
     return [KernelCall("deconv", "conv_transpose2d", jit, args,
-                       params=(g["pb"][0], g["pb"][1], g["group"]), gws=(max(outs[0].count, 1),))]
+                       params=(g["pb"][0], g["pb"][1], g["group"]), gws=(max(outs[0].count, 1),),
+                       dims=g["dims"])]
 
 
 @register("ConvTranspose", kernels=_kernels, f16=True)
 def _conv_transpose(node, ins, deps):
     g = _geometry(node, ins)
-    return [Layout((g["N"], g["OC"], g["OH"], g["OW"]), ins[0].dtype)]
+    return [Layout((g["N"], g["OC"], *g["out"]), ins[0].dtype)]

@@ -2,13 +2,15 @@
 copies (Transpose, Slice, Expand, Concat) and Gather."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from engine.kernels import KernelCall, MAX_RANK
 from engine.f16 import bits_type, type_jit
 from engine.layout import Layout, cl_type
 from engine.ops import register
-from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides, norm_axis
+from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides, eltwise_call, norm_axis
 
 
 def _pad(vals, fill):
@@ -97,16 +99,46 @@ def _identity(node, ins, deps):
     return [Layout(ins[0].shape, ins[0].dtype)]
 
 
-@_view("Dropout", deps=(1, 2))
-def _dropout(node, ins, deps):
+def _dropout_check(node, deps):
     # training_mode (opset 12+ input) with a ratio drops at random: not an inference
     t, r = deps.get(2), deps.get(1)
     ratio = 0.5 if r is None else float(r.reshape(-1)[0])
     if t is not None and bool(t.reshape(-1)[0]) and ratio != 0:
         raise ShapeInferenceError(f"Dropout {node.name}: training_mode=1 is not supported")
-    # Inference mode: output = input. The optional mask output is refused at import when
-    # anything reads it (engine/program.py), so only the data output gets a layout.
+
+
+def split_dropout(node) -> list:
+    """A Dropout whose mask is read (engine/program.py drops an unread one): the data output
+    stays a view, the mask comes from `dropout_mask`."""
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return [node]
+    return [replace(node, outputs=[node.outputs[0]]),
+            replace(node, name=f"{node.name}_mask", op="dropout_mask", outputs=[node.outputs[1]])]
+
+
+@register("Dropout", view=True, shape_deps=(1, 2), host_ok=True, decompose=split_dropout)
+def _dropout(node, ins, deps):
+    # Inference (or a ratio of 0): output = input, a view. The mask output, when read, is
+    # dropout_mask's (split at program build).
+    _dropout_check(node, deps)
     return [Layout(ins[0].shape, ins[0].dtype)]
+
+
+def _mask_kernels(node, ins, outs, deps):
+    return [eltwise_call(node, [], outs[0], "(TOUT)1", inputs=())]
+
+
+# nothing is dropped: the mask is all true (f16: the kernel never reads the data)
+@register("dropout_mask", kernels=_mask_kernels, shape_deps=(1, 2), internal=True, f16=True)
+def _dropout_mask(node, ins, deps):
+    _dropout_check(node, deps)
+    if node.opset < 12:
+        # before Dropout-12 the mask's values in inference are not stated: onnxruntime writes
+        # zeros (false), ONNX's reference true (and Dropout-7's mask has the data's type)
+        raise ShapeInferenceError(f"Dropout {node.name}: the mask output of Dropout before "
+                                  f"opset 12 is not supported (onnxruntime and ONNX's reference "
+                                  f"disagree on its values)")
+    return [Layout(ins[0].shape, "bool")]
 
 
 # ---- strided copies ----------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Pooling: MaxPool and AveragePool (2-D, cl/pool.cl) and GlobalAveragePool (a mean reduction
-over the spatial dims, cl/norm.cl's reduce kernel).
+"""Pooling: MaxPool and AveragePool over 1, 2 or 3 spatial dims (cl/pool.cl; 1-D and 2-D run as
+3-D with unit leading spatial dims), MaxPool's Indices output included, and GlobalAveragePool (a
+mean reduction over the spatial dims, cl/norm.cl's reduce kernel).
 
 The window geometry (kernel, strides, dilations, pads) goes through shape_info, so one build
-per (op, count_include_pad) serves every pooling node and shape.
+per (op, dtype, count_include_pad, indices) serves every pooling node and shape.
 """
 from __future__ import annotations
 
@@ -14,43 +15,62 @@ from engine.ops.common import ShapeInferenceError
 from engine.ops.conv import _ints, spatial_out
 from engine.ops.norm import reduce_call
 
+# MaxPool also takes 8-bit integers (opset 12): the kernel's float max is exact for them
+DTYPES = {"MaxPool": ("f32", "f16", "i8", "u8"), "AveragePool": ("f32", "f16")}
+
+
+def _indices(node) -> bool:
+    return node.op == "MaxPool" and len(node.outputs) > 1 and bool(node.outputs[1])
+
 
 def _pool_geometry(node, ins):
     x = ins[0]
     if x is None:
         raise ShapeInferenceError(f"{node.op} {node.name}: missing input")
-    if x.dtype not in ("f32", "f16"):
-        raise ShapeInferenceError(f"{node.op} {node.name}: float32 or float16 only, got {x}")
-    if x.rank != 4:
-        raise ShapeInferenceError(f"{node.op} {node.name}: only 2-D (NCHW) pooling is supported, "
-                                  f"got input {x}")
+    if x.dtype not in DTYPES[node.op]:
+        raise ShapeInferenceError(f"{node.op} {node.name}: {', '.join(DTYPES[node.op])} only, "
+                                  f"got {x}")
+    if x.rank not in (3, 4, 5):
+        raise ShapeInferenceError(f"{node.op} {node.name}: only 1-D, 2-D and 3-D pooling are "
+                                  f"supported, got input {x}")
+    n = x.rank - 2
     ks = node.attrs.get("kernel_shape")
-    if ks is None or len(ks) != 2:
-        raise ShapeInferenceError(f"{node.op} {node.name}: kernel_shape must have 2 values, got {ks}")
+    if ks is None or len(ks) != n:
+        raise ShapeInferenceError(f"{node.op} {node.name}: kernel_shape must have {n} values "
+                                  f"for input {x}, got {ks}")
     ks = [int(k) for k in ks]
-    strides = _ints(node, "strides", 2, 1)
-    dil = _ints(node, "dilations", 2, 1)
+    strides = _ints(node, "strides", n, 1)
+    dil = _ints(node, "dilations", n, 1)
     ceil_mode = bool(node.attrs.get("ceil_mode", 0))
-    N, C, H, W = x.shape
-    (OH, OW), pb, pe = spatial_out(node, (H, W), ks, strides, dil, ceil_mode)
-    return dict(N=N, C=C, OH=OH, OW=OW, ks=ks, strides=strides, dil=dil, pb=pb, pe=pe)
+    if _indices(node) and int(node.attrs.get("storage_order", 0)) not in (0, 1):
+        raise ShapeInferenceError(f"MaxPool {node.name}: storage_order must be 0 or 1")
+    out, pb, pe = spatial_out(node, x.shape[2:], ks, strides, dil, ceil_mode)
+    lead = [1] * (3 - n)      # the unit leading spatial dims of the 3-D view
+    return dict(N=x.shape[0], C=x.shape[1], out=out, in3=lead + list(x.shape[2:]),
+                out3=lead + out, ks=lead + ks, strides=lead + strides, dil=lead + dil,
+                pb=[0] * (3 - n) + pb, pe=[0] * (3 - n) + pe)
 
 
 def _pool_kernels(node, ins, outs, deps):
     g = _pool_geometry(node, ins)
     is_max = node.op == "MaxPool"
     cip = 0 if is_max else int(node.attrs.get("count_include_pad", 0))
-    jit = (*type_jit("T", ins[0].dtype), ("POOL_MAX", int(is_max)), ("COUNT_INCLUDE_PAD", cip), ("IMPL_TAG", node.op))
+    jit = (*type_jit("T", ins[0].dtype), ("POOL_MAX", int(is_max)), ("COUNT_INCLUDE_PAD", cip),
+           ("IMPL_TAG", node.op))
+    args = (("in", 0), ("out", 0))
+    if _indices(node):
+        jit += (("WITH_INDICES", 1), ("STORAGE_ORDER", int(node.attrs.get("storage_order", 0))))
+        args += (("out", 1),)
     params = (*g["ks"], *g["strides"], *g["dil"], *g["pb"], *g["pe"])
-    return [KernelCall("pool", "pool2d", jit, (("in", 0), ("out", 0)), params=params,
-                       gws=(max(outs[0].count, 1),))]
+    dims = {0: (g["N"], g["C"], *g["in3"]), 1: (g["N"], g["C"], *g["out3"])}
+    return [KernelCall("pool", "pool", jit, args, params=params, gws=(max(outs[0].count, 1),),
+                       dims=dims)]
 
 
 def _pool_infer(node, ins, deps):
-    if node.op == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
-        raise ShapeInferenceError(f"MaxPool {node.name}: the Indices output is not supported")
     g = _pool_geometry(node, ins)
-    return [Layout((g["N"], g["C"], g["OH"], g["OW"]), ins[0].dtype)]
+    y = Layout((g["N"], g["C"], *g["out"]), ins[0].dtype)
+    return [y, Layout(y.shape, "i64")] if _indices(node) else [y]
 
 
 register("MaxPool", kernels=_pool_kernels, f16=True)(_pool_infer)

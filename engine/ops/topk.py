@@ -11,12 +11,17 @@ from engine.ops import register
 from engine.ops.common import ShapeInferenceError, norm_axis
 
 
+# the kernel compares in the element type itself (T_C; float for half): unsigned types order as
+# unsigned
+DTYPES = ("f32", "f16", "i64", "i32", "i16", "i8", "u64", "u8")
+
+
 def _geometry(node, ins, deps):
     name = f"TopK {node.name}"
     x = ins[0]
     if x.rank == 0:
         raise ShapeInferenceError(f"{name}: scalar input")
-    if x.dtype not in ("f32", "f16", "i64", "i32"):
+    if x.dtype not in DTYPES:
         raise ShapeInferenceError(f"{name}: element type {x.dtype} is not supported")
     axis = norm_axis(int(node.attrs.get("axis", -1)), x.rank)
     if "k" in node.attrs:

@@ -15,25 +15,34 @@
 // computes them.
 #pragma OPENCL FP_CONTRACT OFF
 
+// a / b correctly rounded: OpenCL lets a float division be off by 2.5 ulp (NVIDIA's is), and
+// a nearest-neighbour coordinate that should land exactly on .5 (7 rows from 6) would round
+// the other way. One residual step (the residual is exact with fma) restores the rounding.
+inline float div_rn(float a, float b)
+{
+    const float q = a / b;
+    return q + fma(-q, b, a) / b;
+}
+
 // input coordinate of output index x along a dim (in, out: the dim's sizes; start, end: its roi)
 inline float in_coord(int x, float scale, int in, int out, float start, float end)
 {
 #if COORD == 0
-    return ((float)x + 0.5f) / scale - 0.5f;
+    return div_rn((float)x + 0.5f, scale) - 0.5f;
 #elif COORD == 1
-    return (float)x / scale;
+    return div_rn((float)x, scale);
 #elif COORD == 2
-    return out == 1 ? 0.0f : (float)x * (float)(in - 1) / (float)(out - 1);
+    return out == 1 ? 0.0f : div_rn((float)x * (float)(in - 1), (float)(out - 1));
 #elif COORD == 3
-    return out > 1 ? ((float)x + 0.5f) / scale - 0.5f : 0.0f;
+    return out > 1 ? div_rn((float)x + 0.5f, scale) - 0.5f : 0.0f;
 #elif COORD == 4
-    return ((float)x + 0.5f) / scale;
+    return div_rn((float)x + 0.5f, scale);
 #elif COORD == 6
     return out > 1 ? start * (float)(in - 1) + (float)x * (end - start) * (float)(in - 1) / (float)(out - 1)
                    : 0.5f * (start + end) * (float)(in - 1);
 #else
     const float adjust = (float)out / (scale * (float)in);
-    return (float)in * 0.5f * (1.0f - adjust) + ((float)x + 0.5f) / scale - 0.5f;
+    return (float)in * 0.5f * (1.0f - adjust) + div_rn((float)x + 0.5f, scale) - 0.5f;
 #endif
 }
 

@@ -1,6 +1,6 @@
-"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): a register-tiled implicit GEMM (cl/conv_tiled.cl) for convs with enough
-output channels per group, a direct register-blocked kernel (cl/conv.cl) for the others
-(depthwise, a few channels per group).
+"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): a register-tiled implicit GEMM
+(cl/conv_tiled.cl) for convs with enough output channels per group, a direct register-blocked
+kernel (cl/conv.cl) for the others (depthwise, a few channels per group).
 
 Strides, dilations, the presence of a bias and the tiles are JIT constants (attributes and the
 weight's shape, constant for a model); the pads (computed from the input shape for auto_pad

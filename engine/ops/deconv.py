@@ -1,7 +1,8 @@
-"""ConvTranspose (2-D, NCHW; 1-D, NCL, as 2-D with a unit height) on the device (cl/deconv.cl): strides, dilations, pads,
-output_padding, output_shape, group and auto_pad. Strides and dilations are JIT constants
-(attributes); pads are computed per input shape (auto_pad, output_shape) and go through
-shape_info, so one build serves every shape. float32 and float16 (stored half)."""
+"""ConvTranspose (2-D, NCHW; 1-D, NCL, as 2-D with a unit height) on the device (cl/deconv.cl):
+strides, dilations, pads, output_padding, output_shape, group and auto_pad. Strides and
+dilations are JIT constants (attributes); pads are computed per input shape (auto_pad,
+output_shape) and go through shape_info, so one build serves every shape. float32 and float16
+(stored half)."""
 from __future__ import annotations
 
 from engine.f16 import type_jit

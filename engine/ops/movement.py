@@ -10,7 +10,8 @@ from engine.kernels import KernelCall, MAX_RANK
 from engine.f16 import bits_type, type_jit
 from engine.layout import Layout, cl_type
 from engine.ops import register
-from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides, eltwise_call, norm_axis
+from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
+                               norm_axis)
 
 
 def _pad(vals, fill):
@@ -134,7 +135,7 @@ def _dropout_mask(node, ins, deps):
     _dropout_check(node, deps)
     if node.opset < 12:
         # before Dropout-12 the mask's values in inference are not stated: onnxruntime writes
-        # zeros (false), ONNX's reference true (and Dropout-7's mask has the data's type)
+        # zeros (false), ONNX's reference true; Dropout-7's mask has the data's type
         raise ShapeInferenceError(f"Dropout {node.name}: the mask output of Dropout before "
                                   f"opset 12 is not supported (onnxruntime and ONNX's reference "
                                   f"disagree on its values)")

@@ -8,6 +8,22 @@
 // work-group (GPU), PARAM(19..22) Y strides (b, h, s, d) (a heads merge absorbed: [b, s, h, d]).
 // Row r = (b * H + h) * s + i.
 
+// ATT_SCALE: a factor of the dot products (q and k's scalar Muls folded, torch.export's sdpa).
+// NAN_GUARD: the graph zeroes NaN probabilities (Where(IsNaN(p), 0, p)): a row whose every
+// score is -inf (softmax NaN) gets a context of 0.
+#ifdef ATT_SCALE
+#define SCALED(s) ((s) * ATT_SCALE)
+#else
+#define SCALED(s) (s)
+#endif
+#ifdef NAN_GUARD
+#define ROW_MAX(m) ((m) == -INFINITY ? 0.0f : (m))
+#define INV_SUM(s) ((s) > 0.0f ? 1.0f / (s) : 0.0f)
+#else
+#define ROW_MAX(m) (m)
+#define INV_SUM(s) (1.0f / (s))
+#endif
+
 #define ATT_ARGS OPTIONAL_SHAPE_INFO_ARG __global const float* Q, __global const float* K, \
     __global const float* V, __global float* Y, __global const float* scores_dims PROLOGUE_ARGS
 
@@ -43,10 +59,11 @@ KERNEL(attention_row)(ATT_ARGS)
             float8 s8 = 0.0f;
             for (int c = 0; c < Dk / 8; ++c) s8 += qv[c] * vload8(c, kj);
             float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
-            s = PROLOGUE_AT(s, j, base + j);
+            s = PROLOGUE_AT(SCALED(s), j, base + j);
             sc[j] = s;
             m = fmax(m, s);
         }
+        m = ROW_MAX(m);
         float sum = 0.0f;
         for (int c = 0; c < Dv / 8; ++c) acc[c] = 0.0f;
         for (int j = 0; j < L; ++j) {
@@ -55,7 +72,7 @@ KERNEL(attention_row)(ATT_ARGS)
             const __global float* vj = v + j * vl;
             for (int c = 0; c < Dv / 8; ++c) acc[c] += e * vload8(c, vj);
         }
-        const float inv = 1.0f / sum;
+        const float inv = INV_SUM(sum);
         for (int c = 0; c < Dv / 8; ++c) vstore8(acc[c] * inv, c, y);
         return;
     }
@@ -63,17 +80,18 @@ KERNEL(attention_row)(ATT_ARGS)
         const __global float* kj = k + j * kl;
         float s = 0.0f;
         for (int d = 0; d < Dk; ++d) s += q[d * qd] * kj[d * kd];
-        s = PROLOGUE_AT(s, j, base + j);
+        s = PROLOGUE_AT(SCALED(s), j, base + j);
         sc[j] = s;
         m = fmax(m, s);
     }
+    m = ROW_MAX(m);
     float sum = 0.0f;
     for (int j = 0; j < L; ++j) {
         const float e = exp(sc[j] - m);
         sc[j] = e;
         sum += e;
     }
-    const float inv = 1.0f / sum;
+    const float inv = INV_SUM(sum);
     for (int d = 0; d < Dv; ++d) {
         float acc = 0.0f;
         for (int j = 0; j < L; ++j) acc += sc[j] * v[j * vl + d * vd];
@@ -131,11 +149,11 @@ KERNEL(attention_wg)(ATT_ARGS)
         __local float* s = sc + r * MAX_L;
         float m = -INFINITY;
         for (int j = sub; j < L; j += n) {
-            const float x = PROLOGUE_AT(s[j], j, base + j);
+            const float x = PROLOGUE_AT(SCALED(s[j]), j, base + j);
             s[j] = x;
             m = fmax(m, x);
         }
-        m = lanes_reduce(red, lid, sub, n, m, 1);
+        m = ROW_MAX(lanes_reduce(red, lid, sub, n, m, 1));
         float sum = 0.0f;
         for (int j = sub; j < L; j += n) {
             const float e = exp(s[j] - m);
@@ -143,7 +161,7 @@ KERNEL(attention_wg)(ATT_ARGS)
             sum += e;
         }
         sum = lanes_reduce(red, lid, sub, n, sum, 0);   // its barriers publish sc[]
-        if (sub == 0) invs[r] = 1.0f / sum;
+        if (sub == 0) invs[r] = INV_SUM(sum);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int dn = min(Dv, ATTENTION_WG);     // output elements per pass

@@ -1,14 +1,17 @@
 """Attention as one kernel (program-level fusion, after the Softmax prologues).
 
-    MatMul(q, Transpose(k)) -> [scale, mask: the Softmax's prologue] -> Softmax(axis -1)
-    -> MatMul(probs, v) [-> Transpose]
+    MatMul([q * c1], [Transpose(k) * c2]) -> [scale, mask: the Softmax's prologue]
+    -> Softmax(axis -1) [-> Where(IsNaN(p), 0, p)] -> MatMul(probs, v) [-> Transpose]
 
 becomes one internal `attention` node (engine/ops/attention.py, cl/attention.cl) reading q, k, v
 and the prologue's operands: the scores and probabilities are never written to global memory.
 Transposes feeding q, k^T and v (the heads split [0, 2, 1, 3], k's [0, 1, 3, 2]) and the one
 after the context (the heads merge) are absorbed when nothing else reads their outputs: the
-kernel reads and writes with the strides they imply (and with a padded KV-cache layout's). The
-replaced nodes keep `fused_into` = the attention node and run as its unfused subgraph (the
+kernel reads and writes with the strides they imply (and with a padded KV-cache layout's).
+torch.export writes scaled_dot_product_attention so: q and k^T each multiplied by sqrt(scale)
+(scalar constants, folded into one factor applied to the dot products: attr `scale`), and the
+probabilities guarded against rows whose every score is -inf (attr `nan_guard`: such a row's
+context is 0, as the Where makes it). The replaced nodes keep `fused_into` = the attention node and run as its unfused subgraph (the
 Softmax with its own prologue) for shapes the kernel does not take: key sequence longer than
 what fits (`seq_too_long`), head size too large, ranks other than 3 or 4 ([b, s, d] is one
 head), a Softmax not over the keys, or a prologue broadcast that grows the scores.
@@ -30,7 +33,8 @@ def fuse_attention(prog) -> int:
         last = max(m["nodes"], key=lambda n: n.index)
         node = Node(f"{m['softmax'].name}_attention", "attention", m["sources"] + extra, [m["out"]],
                     {"perms": m["perms"], "out_perm": m["out_perm"], "prologue": f,
-                     "axis": _axis(m["softmax"])}, last.proto, last.opset)
+                     "axis": _axis(m["softmax"]), "scale": m["scale"], "nan_guard": m["nan_guard"]},
+                    last.proto, last.opset)
         replaced = sorted(m["nodes"], key=lambda n: n.index)   # the unfused subgraph's order
         node.fusion = Fusion(ops=[FusedOp(n, "", []) for n in replaced], out=m["out"],
                              subgraph=True, check=lambda own, n=node: check(n, own))
@@ -67,6 +71,44 @@ def _transposes(prog, name: str, user, nodes: list):
         name, user = t.inputs[0], t
 
 
+def _scalar(prog, name):
+    """The value of a float32 scalar constant (one element), else None."""
+    v = prog.constants.get(name)
+    return float(v.reshape(-1)[0]) if v is not None and v.size == 1 and v.dtype == "float32" else None
+
+
+def _scaled(prog, name: str, user, nodes: list):
+    """Walk back from operand `name` of `user` through one Mul by a scalar constant read by
+    nothing else: (the other operand, the Mul as its user, the factor: 1.0 without one)."""
+    src = prog.producers.get(name)
+    mul = src[0] if src else None
+    if mul is None or mul.op != "Mul" or mul.host or mul.fused_into is not None or \
+            mul.fusion is not None or not _only_user(prog, name, user):
+        return name, user, 1.0
+    for i in (0, 1):
+        c = _scalar(prog, mul.inputs[1 - i])
+        if c is not None and mul.inputs[i] not in prog.constants:
+            nodes.append(mul)
+            return mul.inputs[i], mul, c
+    return name, user, 1.0
+
+
+def _nan_guard(prog, probs: str, nodes: list) -> str:
+    """Where(IsNaN(p), 0, p) reading the probabilities `probs` (and nothing else reading them):
+    the guard's output, its nodes appended to `nodes`; else `probs`."""
+    users = prog.users.get(probs, [])
+    isnan = next((u for u in users if u.op == "IsNaN"), None)
+    where = next((u for u in users if u.op == "Where"), None)
+    if len(users) != 2 or isnan is None or where is None or probs in prog.outputs or \
+            any(n.host or n.fused_into is not None or n.fusion is not None for n in (isnan, where)):
+        return probs
+    if where.inputs[0] != isnan.outputs[0] or where.inputs[2] != probs or \
+            _scalar(prog, where.inputs[1]) != 0.0 or not _only_user(prog, isnan.outputs[0], where):
+        return probs
+    nodes += [isnan, where]
+    return where.outputs[0]
+
+
 def _match(prog, sm) -> dict | None:
     """The attention chain around Softmax `sm`: its nodes, the tensors the kernel reads (q, k^T,
     v before any Transposes it absorbs) with their perms, and its output (after the context's
@@ -83,16 +125,20 @@ def _match(prog, sm) -> dict | None:
     if mm is None or mm.op != "MatMul" or mm.host or mm.fused_into is not None or \
             mm.fusion is not None or not _only_user(prog, base, first):
         return None
-    probs = sm.outputs[0]
+    guard_nodes = []
+    probs = _nan_guard(prog, sm.outputs[0], guard_nodes)
     users = prog.users.get(probs, [])
     mm2 = users[0] if len(users) == 1 else None
     if mm2 is None or mm2.op != "MatMul" or mm2.host or mm2.fused_into is not None or \
             mm2.fusion is not None or probs in prog.outputs or mm2.inputs[0] != probs or \
             mm2.inputs[1] == probs:
         return None
-    nodes = [mm, sm, mm2]
-    sources, perms = [], []
-    for name, user in ((mm.inputs[0], mm), (mm.inputs[1], mm), (mm2.inputs[1], mm2)):
+    nodes = [mm, sm, mm2] + guard_nodes
+    sources, perms, scale = [], [], 1.0
+    for k, (name, user) in enumerate(((mm.inputs[0], mm), (mm.inputs[1], mm), (mm2.inputs[1], mm2))):
+        if k < 2:                        # q * c1, k^T * c2
+            name, user, c = _scaled(prog, name, user, nodes)
+            scale *= c
         t, p = _transposes(prog, name, user, nodes)
         sources.append(t)
         perms.append(p)
@@ -104,7 +150,8 @@ def _match(prog, sm) -> dict | None:
         out, out_perm = t.outputs[0], tuple(int(a) for a in t.attrs["perm"])
         nodes.append(t)
     return {"softmax": sm, "nodes": nodes, "sources": sources, "perms": tuple(perms),
-            "out": out, "out_perm": out_perm}
+            "out": out, "out_perm": out_perm, "scale": None if scale == 1.0 else scale,
+            "nan_guard": bool(guard_nodes)}
 
 
 def check(node, own) -> str:

@@ -259,3 +259,45 @@ def test_absorbed_transposes_any_perm(device):
         net, trace = _net(model, device, kind)
         run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
         assert all(_enqueued(trace, i) == {att.name} for i in range(2))
+
+
+def _sdpa_export_pattern():
+    """torch.export's scaled_dot_product_attention: q and k^T each times sqrt(scale), the mask
+    added, softmax, Where(IsNaN(p), 0, p), times v (q, k, v, mask: graph inputs)."""
+    from onnx import TensorProto, helper, numpy_helper
+    c = numpy_helper.from_array(np.array(0.5, np.float32), "c")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("Mul", ["q", "c"], ["qs"]), helper.make_node("Mul", ["kt", "c"], ["ks"]),
+             helper.make_node("MatMul", ["qs", "ks"], ["scores"]),
+             helper.make_node("Add", ["scores", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+             helper.make_node("MatMul", ["pg", "v"], ["y"])]
+    vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    g = helper.make_graph(nodes, "sdpa", [vi("q", ["b", H, "s", 8]), vi("k", ["b", H, "l", 8]),
+                                          vi("v", ["b", H, "l", 8]), vi("mask", ["b", 1, "s", "l"])],
+                          [vi("y", ["b", H, "s", 8])], [c, zero])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_torch_export_sdpa_pattern_fuses_with_scale_and_nan_guard(device, kind):
+    """The operand scales fold into one factor (0.5 * 0.5) and the NaN guard runs in the kernel:
+    a query row whose keys are all masked with -inf (softmax NaN) gets a context of 0, as the
+    unfused Where makes it; onnxruntime agrees across shapes."""
+    model = _sdpa_export_pattern()
+    net, trace = _net(model, device, kind)
+    att = next(n for n in net.program.nodes if n.op == "attention")
+    assert att.attrs["scale"] == 0.25 and att.attrs["nan_guard"]
+    assert {"Mul", "IsNaN", "Where"} <= {o.node.op for o in att.fusion.ops}
+    rng = np.random.default_rng(3)
+    seq = []
+    for b, s, l in [(1, 4, 6), (2, 3, 70), (1, 4, 6), (2, 1, 9)]:
+        f = _feeds(rng, b, s, l, 8, (b, 1, s, l))
+        f["mask"][0, 0, 0, :] = -np.inf               # every key of one query row masked
+        seq.append(f)
+    run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
+    outs = net.infer(seq[0])
+    assert np.all(outs["y"][0, :, 0, :] == 0.0) and np.ptp(outs["y"]) > 0
+    assert all(_enqueued(trace, i) == {att.name} for i in range(len(seq)))

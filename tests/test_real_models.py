@@ -72,9 +72,17 @@ def test_bert_sdpa_mask_encoder(device, opset, dtype):
     if opset >= 20 and dtype == np.float32:   # the Gelu op runs in its MatMul's epilogue
         gelus = [n for n in net.program.nodes if n.op == "Gelu"]
         assert gelus and all(n.fused_into is not None and n.fused_into.op == "MatMul" for n in gelus)
-    # the mask's GatherElements/And/IsNaN ran on the device, not folded or on the host
+    # the mask's GatherElements/And/IsNaN ran on the device, not folded or on the host; in
+    # float32 the softmax's NaN guard (IsNaN, Where) runs inside the fused attention
     dev_ops = {i.node.op for i in net.insts if not i.node.host}
-    assert {"GatherElements", "And", "IsNaN", "Where"} <= dev_ops
+    assert {"GatherElements", "And", "Where"} <= dev_ops
+    isnan = [n for n in net.program.nodes if n.op == "IsNaN"]
+    assert isnan
+    if dtype == np.float32:
+        assert all(n.fused_into is not None and n.fused_into.op == "attention" for n in isnan)
+        assert all(n.attrs["nan_guard"] for n in net.program.nodes if n.op == "attention")
+    else:
+        assert "IsNaN" in dev_ops
 
 
 def test_model_at_a_newer_opset_runs_with_a_warning(device):

@@ -77,6 +77,10 @@ def _kernels(node, ins, outs, deps, device="cpu"):
     st = g["strides"]
     params = st[:12] + (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per) + st[12:]
     jit = (("MAX_L", MAX_L), ("MAX_D", MAX_D), ("IMPL_TAG", "attention"))
+    if node.attrs.get("scale") is not None:      # q and k's scalar factors (torch.export's sdpa)
+        jit += (("ATT_SCALE", f"{node.attrs['scale']!r}f"),)
+    if node.attrs.get("nan_guard"):
+        jit += (("NAN_GUARD", 1),)
     # tensor 4: the scores' dims only (q's buffer again, never read): the prologue's
     # broadcast reference
     args = (("in", 0), ("in", 1), ("in", 2), ("out", 0), ("in", 0))

@@ -278,7 +278,7 @@ def _sdpa_export_pattern():
     g = helper.make_graph(nodes, "sdpa", [vi("q", ["b", H, "s", 8]), vi("k", ["b", H, "l", 8]),
                                           vi("v", ["b", H, "l", 8]), vi("mask", ["b", 1, "s", "l"])],
                           [vi("y", ["b", H, "s", 8])], [c, zero])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
 
 
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])

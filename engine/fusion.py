@@ -234,8 +234,16 @@ def _prologue_chain(prog, c) -> tuple[list, str]:
                                 for i in ins if i in prog.constants):
             break   # e.g. Pow with an int exponent: the kernel reads f32 operands only
         chain.insert(0, n)
-        cur, user = max(ins, key=lambda i: _data_rank(prog, i)), n
+        # a Softmax's data is the scores (a MatMul's output), even when the mask is computed
+        # later in the graph (the TorchScript exporter's Add(scores, Where(mask, 0, -inf)))
+        cur, user = max(ins, key=lambda i: (c.op == "Softmax" and _op_of(prog, i) == "MatMul",
+                                            _data_rank(prog, i))), n
     return chain, cur
+
+
+def _op_of(prog, name: str) -> str | None:
+    src = prog.producers.get(name)
+    return src[0].op if src else None
 
 
 def _data_rank(prog, name: str) -> int:

@@ -110,3 +110,14 @@ def test_exported_model_matches_onnxruntime(device, path):
         for n, want in zip(names, sess.run(None, feeds)):
             assert_close_for(outs[n], want, f"inference {k} {[v.shape for v in feeds.values()]} output {n}")
             assert np.ptp(want) > 0
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if ".f32." in p and "conv" not in p and "unet" not in p],
+                         ids=lambda p: os.path.basename(p)[:-5])
+def test_every_exported_attention_runs_as_one_kernel(path):
+    """Both exporters' attention (TorchScript: Add(scores, mask) with the mask computed later;
+    torch.export: q and k^T each scaled, the NaN guard after the softmax) fuses into one
+    attention node per layer in float32."""
+    prog = build_program(onnx.load(path))
+    softmax = [n for n in prog.nodes if n.op == "Softmax"]
+    assert softmax and all(n.fused_into is not None and n.fused_into.op == "attention" for n in softmax)

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from engine.host_ops import HOST_OPS
+from engine.host_ops import FAST, REPLACED
 
 from engine.layout import Layout, dtype_from_onnx
 from engine.ops import OPS
@@ -58,7 +58,8 @@ class Node:
         return OPS[self.op]
 
     def run_host(self, values: list) -> list:
-        """Evaluate with onnx.reference (the host impl; also used for constant folding)."""
+        """Evaluate on the host (shape subgraphs; also used for constant folding): onnx.reference,
+        or numpy directly for the ops engine/host_ops.py makes fast."""
         if self._host_impl is None:
             names = [f"i{k}" if n else "" for k, n in enumerate(self.inputs)]
             outs = [f"o{k}" for k in range(len(self.outputs))]
@@ -71,7 +72,7 @@ class Node:
             g = helper.make_graph([p], "host", [helper.make_tensor_value_info(n, 0, None) for n in names if n],
                                   [helper.make_tensor_value_info(o, 0, None) for o in outs])
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
-            self._host_impl = (ReferenceEvaluator(m, new_ops=HOST_OPS), [n for n in names if n])
+            self._host_impl = (ReferenceEvaluator(m, new_ops=REPLACED), [n for n in names if n])
         ev, names = self._host_impl
         vals = [v for v, name in zip(values, self.inputs) if name]
         # shape math sees the same few small values again and again (one per sequence length):
@@ -81,7 +82,12 @@ class Node:
         hit = self._memo.get(key) if key is not None else None
         if hit is not None:
             return hit
-        out = [np.asarray(v) for v in ev.run(None, dict(zip(names, vals)))]
+        # the common shape-math ops in plain numpy (engine/host_ops.py FAST), else the reference
+        fast = FAST.get(self.op)
+        out = fast(self, *[None if v is None else np.asarray(v) for v in values]) \
+            if fast is not None else None
+        if out is None:
+            out = [np.asarray(v) for v in ev.run(None, dict(zip(names, vals)))]
         if key is not None:
             if len(self._memo) >= 64:
                 self._memo.pop(next(iter(self._memo)))

@@ -16,7 +16,7 @@
 #else
 #define SCALED(s) (s)
 #endif
-#ifdef NAN_GUARD
+#ifdef NAN_GUARD     // (arguments are evaluated twice: pass variables)
 #define ROW_MAX(m) ((m) == -INFINITY ? 0.0f : (m))
 #define INV_SUM(s) ((s) > 0.0f ? 1.0f / (s) : 0.0f)
 #else
@@ -153,7 +153,8 @@ KERNEL(attention_wg)(ATT_ARGS)
             s[j] = x;
             m = fmax(m, x);
         }
-        m = ROW_MAX(lanes_reduce(red, lid, sub, n, m, 1));
+        m = lanes_reduce(red, lid, sub, n, m, 1);
+        m = ROW_MAX(m);    // not ROW_MAX(lanes_reduce(..)): the macro would run its barriers twice
         float sum = 0.0f;
         for (int j = sub; j < L; j += n) {
             const float e = exp(s[j] - m);

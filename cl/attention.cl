@@ -9,8 +9,9 @@
 // Row r = (b * H + h) * s + i.
 
 // ATT_SCALE: a factor of the dot products (q and k's scalar Muls folded, torch.export's sdpa).
-// NAN_GUARD: the graph zeroes NaN probabilities (Where(IsNaN(p), 0, p)): a row whose every
-// score is -inf (softmax NaN) gets a context of 0.
+// NAN_GUARD: the graph zeroes NaN probabilities (Where(IsNaN(p), 0, p)): a row whose softmax
+// is NaN (every score -inf, or a NaN or +inf score) gets a context of 0: INV_SUM is 0 for it
+// and SCALE_OUT stores 0 (the accumulator may hold NaN there).
 #ifdef ATT_SCALE
 #define SCALED(s) ((s) * ATT_SCALE)
 #else
@@ -18,10 +19,14 @@
 #endif
 #ifdef NAN_GUARD     // (arguments are evaluated twice: pass variables)
 #define ROW_MAX(m) ((m) == -INFINITY ? 0.0f : (m))
-#define INV_SUM(s) ((s) > 0.0f ? 1.0f / (s) : 0.0f)
+#define INV_SUM(s) ((s) > 0.0f && isfinite(s) ? 1.0f / (s) : 0.0f)
+#define SCALE_OUT(acc, inv) ((inv) == 0.0f ? 0.0f : (acc) * (inv))
+#define SCALE_OUT8(acc, inv) ((inv) == 0.0f ? (float8)(0.0f) : (acc) * (inv))
 #else
 #define ROW_MAX(m) (m)
 #define INV_SUM(s) (1.0f / (s))
+#define SCALE_OUT(acc, inv) ((acc) * (inv))
+#define SCALE_OUT8(acc, inv) ((acc) * (inv))
 #endif
 
 #define ATT_ARGS OPTIONAL_SHAPE_INFO_ARG __global const float* Q, __global const float* K, \
@@ -73,7 +78,7 @@ KERNEL(attention_row)(ATT_ARGS)
             for (int c = 0; c < Dv / 8; ++c) acc[c] += e * vload8(c, vj);
         }
         const float inv = INV_SUM(sum);
-        for (int c = 0; c < Dv / 8; ++c) vstore8(acc[c] * inv, c, y);
+        for (int c = 0; c < Dv / 8; ++c) vstore8(SCALE_OUT8(acc[c], inv), c, y);
         return;
     }
     for (int j = 0; j < L; ++j) {
@@ -95,7 +100,7 @@ KERNEL(attention_row)(ATT_ARGS)
     for (int d = 0; d < Dv; ++d) {
         float acc = 0.0f;
         for (int j = 0; j < L; ++j) acc += sc[j] * v[j * vl + d * vd];
-        y[d * yd] = acc * inv;
+        y[d * yd] = SCALE_OUT(acc, inv);
     }
 }
 #endif
@@ -189,7 +194,7 @@ KERNEL(attention_wg)(ATT_ARGS)
                 float t = 0.0f;
                 for (int p = 0; p < parts; ++p) t += red[r * ATTENTION_WG + p * dn + dl];
                 Y[T_OFF(3) + bb * PARAM(19) + hh * PARAM(20) + (i0 + r) * PARAM(21) + d * PARAM(22)] =
-                    t * invs[r];
+                    SCALE_OUT(t, invs[r]);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -73,7 +73,7 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = N
                           f"shape {got.shape} != reference {want.shape}")
     if got.size == 0:
         return Comparison(name, True, 0.0, 0.0)
-    if got.dtype.kind in "bi" or want.dtype.kind in "bi":
+    if got.dtype.kind in "biu" or want.dtype.kind in "biu":   # integers and bool: exact
         bad = int(np.count_nonzero(got != want))
         return Comparison(name, bad == 0, float(bad and 1), 0.0, f"{bad} elements differ" if bad else "")
     g, w = got.astype(np.float64), want.astype(np.float64)

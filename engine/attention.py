@@ -72,9 +72,11 @@ def _transposes(prog, name: str, user, nodes: list):
 
 
 def _scalar(prog, name):
-    """The value of a float32 scalar constant (one element), else None."""
+    """The value of a float32 scalar constant (one element, rank <= 1: broadcasting it changes
+    no shape of the rank 3 or 4 chain), else None."""
     v = prog.constants.get(name)
-    return float(v.reshape(-1)[0]) if v is not None and v.size == 1 and v.dtype == "float32" else None
+    ok = v is not None and v.size == 1 and v.ndim <= 1 and v.dtype == "float32"
+    return float(v.reshape(-1)[0]) if ok else None
 
 
 def _scaled(prog, name: str, user, nodes: list):

@@ -86,7 +86,9 @@ class Node:
         fast = FAST.get(self.op)
         out = fast(self, *[None if v is None else np.asarray(v) for v in values]) \
             if fast is not None else None
-        if out is None:
+        if out is not None:
+            out = [np.asarray(v) for v in out]     # numpy gives 0-d results as scalars
+        else:
             out = [np.asarray(v) for v in ev.run(None, dict(zip(names, vals)))]
         if key is not None:
             if len(self._memo) >= 64:

@@ -284,8 +284,8 @@ def _sdpa_export_pattern():
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])
 def test_torch_export_sdpa_pattern_fuses_with_scale_and_nan_guard(device, kind):
     """The operand scales fold into one factor (0.5 * 0.5) and the NaN guard runs in the kernel:
-    a query row whose keys are all masked with -inf (softmax NaN) gets a context of 0, as the
-    unfused Where makes it; onnxruntime agrees across shapes."""
+    a query row whose keys are all masked with -inf, or with a +inf score (softmax NaN), gets a
+    context of 0, as the unfused Where makes it; onnxruntime agrees across shapes."""
     model = _sdpa_export_pattern()
     net, trace = _net(model, device, kind)
     att = next(n for n in net.program.nodes if n.op == "attention")
@@ -296,8 +296,11 @@ def test_torch_export_sdpa_pattern_fuses_with_scale_and_nan_guard(device, kind):
     for b, s, l in [(1, 4, 6), (2, 3, 70), (1, 4, 6), (2, 1, 9)]:
         f = _feeds(rng, b, s, l, 8, (b, 1, s, l))
         f["mask"][0, 0, 0, :] = -np.inf               # every key of one query row masked
+        if s > 1:
+            f["mask"][-1, 0, -1, 0] = np.inf          # a +inf score: that row's softmax is NaN too
         seq.append(f)
     run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
     outs = net.infer(seq[0])
-    assert np.all(outs["y"][0, :, 0, :] == 0.0) and np.ptp(outs["y"]) > 0
+    assert np.all(outs["y"][0, :, 0, :] == 0.0) and np.all(outs["y"][-1, :, -1, :] == 0.0)
+    assert np.ptp(outs["y"]) > 0
     assert all(_enqueued(trace, i) == {att.name} for i in range(len(seq)))

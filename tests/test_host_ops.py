@@ -82,3 +82,13 @@ def test_fast_host_op_matches_onnx_reference(op, values, attrs, opset):
 def test_fast_host_op_declines_float_math(op, values, attrs):
     node = _node(op, list(range(len(values))), 18, **attrs)
     assert FAST[op](node, *values) is None
+
+
+def test_run_host_gives_arrays_for_0d_results():
+    """numpy gives a 0-d result as a scalar: run_host hands out arrays, as the reference does."""
+    node = _node("Gather", [0, 1], 18, axis=0)
+    out = node.run_host([np.array([4, 7, 9], I64), np.array(-1, I64)])
+    assert isinstance(out[0], np.ndarray) and out[0].shape == () and out[0] == 9
+    add = _node("Add", [0, 1], 18)
+    out = add.run_host([np.array(2, I64), np.array(3, I64)])
+    assert isinstance(out[0], np.ndarray) and out[0].dtype == I64 and out[0] == 5

@@ -178,3 +178,24 @@ def test_old_opsets_run_unless_an_op_schema_differs(device):
     add6 = _model([helper.make_node("Add", ["x", "x"], ["y"])], [("x", F, ["n"])], [("y", F, None)], opset=6)
     with pytest.raises(ModelError, match=r"opset 6: the versions of Add .* older"):
         build_program(add6)
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod_integer_signs_and_zero_divisor(device, fmod):
+    """Integer Mod over broadcasting shapes, both sign rules; a divisor of 0 and MIN % -1 give
+    0 as numpy (ONNX's reference) does, where C's % is undefined and a CPU traps."""
+    from onnx.reference import ReferenceEvaluator
+    from engine import Network, build_program
+    i32 = TensorProto.INT32
+    model = _model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
+                   [("a", i32, ["n", "m"]), ("b", i32, ["m"])], [("y", i32, None)])
+    net, ref = Network(build_program(model), device), ReferenceEvaluator(model)
+    rng = np.random.default_rng(fmod)
+    for n, m in [(3, 5), (1, 7), (3, 5)]:
+        a = rng.integers(-20, 20, (n, m)).astype(np.int32)
+        b = rng.integers(-6, 6, m).astype(np.int32)
+        b[0], b[-1] = 0, -1
+        a[0, -1] = np.iinfo(np.int32).min
+        with np.errstate(all="ignore"):
+            want = ref.run(None, {"a": a, "b": b})[0]
+        np.testing.assert_array_equal(net.infer({"a": a, "b": b})["y"], want)

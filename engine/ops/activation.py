@@ -80,8 +80,14 @@ _op("Sign", lambda n, dt, k: "(a > 0 ? (TOUT)1 : a < 0 ? (TOUT)-1 : a)" if dt in
 
 
 def _mod(node, dt, k):
-    """fmod=1: C's remainder (sign of a); fmod=0: numpy's (sign of b)."""
-    r = "fmod(a, b)" if dt in FLOATS else "(a % b)"
+    """fmod=1: C's remainder (sign of a); fmod=0: numpy's (sign of b). An integer divisor of
+    0 (and MIN % -1) gives 0, as numpy does: C leaves it undefined (a CPU traps on it)."""
+    if dt in FLOATS:
+        r = "fmod(a, b)"
+    elif dt in UNSIGNED:
+        r = "(b == 0 ? (TOUT)0 : a % b)"
+    else:
+        r = "(b == 0 || b == (TOUT)-1 ? (TOUT)0 : a % b)"
     if node.attrs.get("fmod", 0) or dt in UNSIGNED:
         return r
     return f"(({r} != 0 && ({r} < 0) != (b < 0)) ? {r} + b : {r})"

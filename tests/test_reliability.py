@@ -71,14 +71,15 @@ def mlp_path(tmp_path):
 
 
 # ---- failures in words ---------------------------------------------------------------------
-def test_shape_subgraph_failure_names_node_and_limit_then_trace_says_error(tmp_path):
-    trace = tmp_path / "enc.jsonl"
+def test_shape_subgraph_failure_names_node_and_limit_then_trace_says_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # a short trace path: the messages below wrap at 80 columns
+    trace = "enc.jsonl"
     r = invoke("run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8",
                "--shapes", "input_ids:1x264,attention_mask:1x264", "--impls", "dynamic", "--trace", trace)
     why = ("node Expand_0 (Expand) cannot run on input shapes [1x256, 2]: input_ids seq 264 exceeds a "
            "constant of 256 along that axis (embeddings.token_type_ids)")
     assert one_line_error(r) == f"error: inference 1 failed: {why} (trace kept: {trace})"
-    header, events = read_trace(str(trace))
+    header, events = read_trace(trace)
     events = list(events)
     assert [e["iter"] for e in events if e["kind"] == "infer_end"] == [0]
     assert events[-1]["kind"] == "run_end" and events[-1]["action"] == "error" and events[-1]["reason"] == why

@@ -100,6 +100,14 @@ inline float erf_f32(float x) {
 // n, c, y, x) defines FUSED_COORDS 1 and calls FUSED_OPS_AT(v, o, (int4)(n, c, y, x)): the
 // operands' broadcast offsets (FUSED_OFF) then need no division per element (bcast_off4);
 // with FUSED_OPS(v, o) they come from the linear index (bcast_off: a division per dim).
+// OUT_COORDS(n, c, y, x): the c4 of an NCHW output element. A 1-D conv (CONV1D) runs as 2-D
+// with a unit height: its output [N, OC, L] and the fused operands (rank <= 3) index as
+// [1, N, OC, L], so their coordinates are (0, n, c, x).
+#if CONV1D
+#define OUT_COORDS(n, c, y, x) (int4)(0, (n), (c), (x))
+#else
+#define OUT_COORDS(n, c, y, x) (int4)((n), (c), (y), (x))
+#endif
 #ifdef FUSED_OPS_BODY
 #define HAS_FUSED_OPS 1
 #define FUSED_ARGS FUSED_PARAMS

@@ -7,13 +7,6 @@
 // Work: gws = (OH * x-blocks, group * blocks per group, N); every work-item computes OCB output
 // channels of one group for PW consecutive output pixels of one row. Pointwise convs (1x1,
 // stride 1, no pads) are given X and Y viewed as one row of H*W pixels (engine/ops/conv.py).
-// a 1-D conv (CONV1D) runs as 2-D with a unit height: its output [N, OC, L] and the fused
-// operands (rank <= 3) index as [1, N, OC, L], so their coordinates are (0, n, c, x)
-#if CONV1D
-#define OUT_COORDS(n, c, y, x) (int4)(0, (n), (c), (x))
-#else
-#define OUT_COORDS(n, c, y, x) (int4)((n), (c), (y), (x))
-#endif
 #if HAS_BIAS
 #define Y_T 3
 #else

@@ -12,13 +12,6 @@
 // PARAM(0) pad top, (1) pad left, (2) output channels per group, (3) TM-blocks per group,
 // (4) TP-blocks per output row (ROWS) or per image, (5) ICg, (6) KH, (7) KW.
 // Work: gws = (OH * blocks per row or blocks per image, group * blocks per group, N).
-// a 1-D conv (CONV1D) runs as 2-D with a unit height: its output [N, OC, L] and the fused
-// operands (rank <= 3) index as [1, N, OC, L], so their coordinates are (0, n, c, x)
-#if CONV1D
-#define OUT_COORDS(n, c, y, x) (int4)(0, (n), (c), (x))
-#else
-#define OUT_COORDS(n, c, y, x) (int4)((n), (c), (y), (x))
-#endif
 #define Y_T (2 + HAS_BIAS)   // Y's tensor argument
 #define VT CAT(float, TP)
 #define VLOAD(p) CAT(vload, TP)(0, p)

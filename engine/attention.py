@@ -11,10 +11,11 @@ kernel reads and writes with the strides they imply (and with a padded KV-cache 
 torch.export writes scaled_dot_product_attention so: q and k^T each multiplied by sqrt(scale)
 (scalar constants, folded into one factor applied to the dot products: attr `scale`), and the
 probabilities guarded against rows whose every score is -inf (attr `nan_guard`: such a row's
-context is 0, as the Where makes it). The replaced nodes keep `fused_into` = the attention node and run as its unfused subgraph (the
-Softmax with its own prologue) for shapes the kernel does not take: key sequence longer than
-what fits (`seq_too_long`), head size too large, ranks other than 3 or 4 ([b, s, d] is one
-head), a Softmax not over the keys, or a prologue broadcast that grows the scores.
+context is 0, as the Where makes it; a NaN or +inf score too). The replaced nodes keep
+`fused_into` = the attention node and run as its unfused subgraph (the Softmax with its own
+prologue) for shapes the kernel does not take: key sequence longer than what fits
+(`seq_too_long`), head size too large, ranks other than 3 or 4 ([b, s, d] is one head), a
+Softmax not over the keys, or a prologue broadcast that grows the scores.
 """
 from __future__ import annotations
 

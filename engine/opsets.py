@@ -42,8 +42,9 @@ CHECKED = {
     "Softmax": 13, "Softplus": 22, "Split": 18, "Sqrt": 13, "Squeeze": 25, "Sub": 14, "Sum": 13,
     "Tanh": 13, "Tile": 13, "Transpose": 25, "Trilu": 14, "Unsqueeze": 25, "Where": 16,
     "Xor": 7,
-    # ops-vision's: the 22 versions add types only; DepthToSpace-28 changes nothing, SpaceToDepth-28
-    # adds `mode` (DCR/CRD); TopK-24 and Unique-28 are not checked yet (a model that picks them runs with the warning)
+    # ops-vision's: the 22 versions add types only; DepthToSpace-28 changes nothing,
+    # SpaceToDepth-28 adds `mode` (DCR/CRD); TopK-24 and Unique-28 are not checked yet (a model
+    # that picks them runs with the warning)
     "ConvTranspose": 22, "DepthToSpace": 28, "GroupNormalization": 21,
     "InstanceNormalization": 22, "Resize": 19, "SpaceToDepth": 28, "TopK": 11, "Unique": 11,
     "Upsample": 10,

@@ -24,7 +24,6 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from engine.host_ops import FAST, REPLACED
-
 from engine.layout import Layout, dtype_from_onnx
 from engine.ops import OPS
 
@@ -60,6 +59,30 @@ class Node:
     def run_host(self, values: list) -> list:
         """Evaluate on the host (shape subgraphs; also used for constant folding): onnx.reference,
         or numpy directly for the ops engine/host_ops.py makes fast."""
+        vals = [v for v, name in zip(values, self.inputs) if name]
+        # shape math sees the same few small values again and again (one per sequence length):
+        # remember its results instead of running onnx.reference every time
+        key = tuple((v.dtype.str, v.shape, v.tobytes()) for v in map(np.asarray, vals)) \
+            if sum(np.asarray(v).nbytes for v in vals) <= 4096 else None
+        hit = self._memo.get(key) if key is not None else None
+        if hit is not None:
+            return hit
+        # the common shape-math ops in plain numpy (engine/host_ops.py FAST), else the reference
+        fast = FAST.get(self.op)
+        out = fast(self, *[None if v is None else np.asarray(v) for v in values]) \
+            if fast is not None else None
+        if out is None:
+            ev, names = self._reference()
+            out = ev.run(None, dict(zip(names, vals)))
+        out = [np.asarray(v) for v in out]     # numpy gives 0-d results as scalars
+        if key is not None:
+            if len(self._memo) >= 64:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = out
+        return out
+
+    def _reference(self):
+        """(onnx.reference evaluator of this node alone, its input names), built on first use."""
         if self._host_impl is None:
             names = [f"i{k}" if n else "" for k, n in enumerate(self.inputs)]
             outs = [f"o{k}" for k in range(len(self.outputs))]
@@ -73,28 +96,7 @@ class Node:
                                   [helper.make_tensor_value_info(o, 0, None) for o in outs])
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
             self._host_impl = (ReferenceEvaluator(m, new_ops=REPLACED), [n for n in names if n])
-        ev, names = self._host_impl
-        vals = [v for v, name in zip(values, self.inputs) if name]
-        # shape math sees the same few small values again and again (one per sequence length):
-        # remember its results instead of running onnx.reference every time
-        key = tuple((v.dtype.str, v.shape, v.tobytes()) for v in map(np.asarray, vals)) \
-            if sum(np.asarray(v).nbytes for v in vals) <= 4096 else None
-        hit = self._memo.get(key) if key is not None else None
-        if hit is not None:
-            return hit
-        # the common shape-math ops in plain numpy (engine/host_ops.py FAST), else the reference
-        fast = FAST.get(self.op)
-        out = fast(self, *[None if v is None else np.asarray(v) for v in values]) \
-            if fast is not None else None
-        if out is not None:
-            out = [np.asarray(v) for v in out]     # numpy gives 0-d results as scalars
-        else:
-            out = [np.asarray(v) for v in ev.run(None, dict(zip(names, vals)))]
-        if key is not None:
-            if len(self._memo) >= 64:
-                self._memo.pop(next(iter(self._memo)))
-            self._memo[key] = out
-        return out
+        return self._host_impl
 
 
 @dataclass

@@ -6,6 +6,8 @@ accumulate in index order as onnx.reference does; without one it runs one work-i
 (duplicates are undefined in ONNX)."""
 from __future__ import annotations
 
+import math
+
 from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout, cl_type
 from engine.ops import register
@@ -59,13 +61,8 @@ def _gnd_geometry(node, data, idx):
                                   f"after {b} batch dims")
     if tuple(idx.shape[:b]) != tuple(data.shape[:b]):
         raise ShapeInferenceError(f"GatherND {node.name}: batch dims of indices {idx} and data {data} differ")
-    rows = 1
-    for d in idx.shape[b:-1]:
-        rows *= d
-    slice_ = 1
-    for d in data.shape[b + k:]:
-        slice_ *= d
-    return b, k, rows, slice_, tuple(idx.shape[:-1]) + tuple(data.shape[b + k:])
+    return (b, k, math.prod(idx.shape[b:-1]), math.prod(data.shape[b + k:]),
+            tuple(idx.shape[:-1]) + tuple(data.shape[b + k:]))
 
 
 def _gnd_kernels(node, ins, outs, deps):
@@ -144,13 +141,7 @@ def _nd_geometry(node, data, idx, upd):
     want = tuple(idx.shape[:-1]) + tuple(data.shape[k:])
     if tuple(upd.shape) != want:
         raise ShapeInferenceError(f"ScatterND {node.name}: updates {upd} must be {want}")
-    rows = 1
-    for d in idx.shape[:-1]:
-        rows *= d
-    slice_ = 1
-    for d in data.shape[k:]:
-        slice_ *= d
-    return k, rows, slice_
+    return k, math.prod(idx.shape[:-1]), math.prod(data.shape[k:])
 
 
 def _nd_kernels(node, ins, outs, deps):

@@ -1,5 +1,5 @@
-"""DepthToSpace and SpaceToDepth (DCR and CRD; SpaceToDepth's `mode` is opset 28's): pure data movement, each one strided copy
-(cl/movement.cl) over the output viewed as 6 dims, so f16 moves as bits like any copy."""
+"""DepthToSpace and SpaceToDepth (DCR and CRD; SpaceToDepth's `mode` is opset 28's): pure data
+movement, each one strided copy (cl/movement.cl) over the output viewed as 6 dims, so f16 moves as bits like any copy."""
 from __future__ import annotations
 
 from engine.layout import Layout

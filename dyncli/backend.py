@@ -19,7 +19,7 @@ import pyopencl as cl
 from onnx.backend.base import Backend, BackendRep
 
 from engine import ModelError, Network, build_program, select_device
-from engine.impls import ImplCache
+from engine.impl_cache import ImplCache
 
 _SHARED: dict = {}   # device spec -> (cl.Device, cl.Context, ImplCache)
 

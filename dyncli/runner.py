@@ -24,7 +24,7 @@ from engine.layout import np_dtype
 from engine.model_file import load_model
 from engine.fusion import fusion_map
 from engine.predictors import ENGINE_POLICIES
-from engine.impls import IMPL_MODES
+from engine.impl_cache import IMPL_MODES
 from engine.program import ModelError
 from traces import TraceWriter
 from traces.sinks import TRACE_LEVELS, DecisionsOnly, NoTrace, TraceBusy, TraceLock

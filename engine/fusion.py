@@ -58,7 +58,7 @@ class Fusion:
     # prologue fusion: the ops run before the node, on `base`, which replaces the node's input 0
     prologue: bool = False
     base: str = ""
-    # subgraph fusion (engine/attention.py): the node is an internal op standing for the nodes
+    # subgraph fusion (engine/attention_fusion.py): the node is an internal op standing for the nodes
     # in `ops` (run as the unfused subgraph); check(own input layouts) -> unfuse reason or ''
     subgraph: bool = False
     check: object = None
@@ -75,10 +75,10 @@ def fuse(prog, attention: bool = True) -> int:
     """Mark fusions on `prog`: producer.fusion = Fusion, fused nodes get `fused_into`. Returns the
     number of nodes fused away. Prologues first: the chain feeding a Softmax goes into the
     Softmax rather than into the chain's producer (it would only add the scale there); then
-    attention (QK^T, scale, mask, Softmax, x V) becomes one internal op (engine/attention.py)."""
+    attention (QK^T, scale, mask, Softmax, x V) becomes one internal op (engine/attention_fusion.py)."""
     fused = _fuse_prologues(prog)
     if attention:
-        from engine.attention import fuse_attention
+        from engine.attention_fusion import fuse_attention
         fused += fuse_attention(prog)
     for p in prog.nodes:
         if p.host or p.fused_into is not None or p.op not in PRODUCERS:

@@ -118,7 +118,7 @@ def build_options() -> list[str]:
     return [] if os.environ.get("DYNCLI_KERNEL_WARNINGS") else ["-w"]
 
 
-def build_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:
+def compile_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:
     """Static builds (dynamic=False) need SHAPE_INFO_INIT among the JIT constants."""
     src = jit_header(jit, dynamic) + load_source("common") + load_source(source)
     t0 = time.perf_counter()

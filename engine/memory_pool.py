@@ -31,7 +31,7 @@ class _Block:
     holders: set = field(default_factory=set)
 
 
-def plan_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
+def tensor_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
     """name -> [first step, last step] for every device tensor: graph inputs (from step 0), the
     outputs of device nodes, the intermediates of an unfused subgraph (its parent's step). A
     read of a view (Reshape, ...; or an op that may become one at run time) is a read of the

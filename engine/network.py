@@ -12,11 +12,11 @@ import pyopencl as cl
 from engine.device import describe, select_device
 from engine.diagnose import DeviceMemoryError, nbytes_text
 from engine.compile_queue import CompileQueue
-from engine.impls import IMPL_MODES, ImplCache, static_worth
-from engine.kernels import Impl, ImplParams, StaticVariant, build_program, dynamic_key, impl_name
+from engine.impl_cache import IMPL_MODES, ImplCache, static_worth
+from engine.kernels import Impl, ImplParams, StaticVariant, compile_program, dynamic_key, impl_name
 from engine.layout import Layout, dtype_from_numpy, np_dtype
 from engine.memory import Tensor
-from engine.memory_pool import MemoryPool, plan_lifetimes
+from engine.memory_pool import MemoryPool, tensor_lifetimes
 from engine.plan import FastPath, signature
 from engine.prebuild import start_builds
 from engine.primitive_inst import PrimitiveInst
@@ -111,7 +111,7 @@ class Network:
         self.kv_pasts = {i.kv_past for i in self.insts if i.kv_past is not None}
         # device memory: lifetimes over the execution order; graph inputs (external memory) and
         # KV-cache buffers (kept across inferences) never enter the pool
-        life = plan_lifetimes(self.insts, program.inputs, program.outputs)
+        life = tensor_lifetimes(self.insts, program.inputs, program.outputs)
         for concat, producers, first in _in_place_concats(program, self.insts):
             concat.in_place_producers = producers
             self.insts[first].concat_user = concat
@@ -140,7 +140,7 @@ class Network:
             # its unfused subgraph is kept ready for shapes that make the fusion invalid
             inst.fusion = f
             inst.n_own = len(inputs)
-            if f.subgraph:   # an internal op standing for the nodes it replaced (engine/attention.py)
+            if f.subgraph:   # an internal op standing for the nodes it replaced (engine/attention_fusion.py)
                 inst.unfused = [self._inst(op.node) for op in f.ops]
                 return inst
             if f.prologue:   # the fused ops run on the chain's base, the node's new input 0
@@ -318,7 +318,7 @@ class Network:
             return impl
         built = self.prebuilt.pop((call.source, jit), None)
         try:
-            prg, ms = built.result() if built is not None else build_program(self.ctx, call.source, jit)
+            prg, ms = built.result() if built is not None else compile_program(self.ctx, call.source, jit)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
@@ -349,7 +349,7 @@ class Network:
         return ImplParams("static", inst.node.op, call.source, jit, tuple(dims), tuple(v.table_params))
 
     def _build_static(self, key: ImplParams):
-        return build_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
+        return compile_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
                              dynamic=False)
 
     def find_static(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:

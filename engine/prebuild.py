@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine.kernels import build_program, dynamic_key
+from engine.kernels import compile_program, dynamic_key
 from engine.layout import Layout, dtype_from_numpy
 from engine.ops.shape_ops import shape_value
 
@@ -79,6 +79,6 @@ def start_builds(net, feeds: dict) -> int:
         return 0
     pool = ThreadPoolExecutor(max_workers=net.prebuild_workers, thread_name_prefix="prebuild")
     for source, jit in todo:
-        net.prebuilt[(source, jit)] = pool.submit(build_program, net.ctx, source, jit)
+        net.prebuilt[(source, jit)] = pool.submit(compile_program, net.ctx, source, jit)
     pool.shutdown(wait=False)
     return len(todo)

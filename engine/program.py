@@ -178,7 +178,7 @@ def load_program(path: str | os.PathLike) -> Program:
 
 def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True,
                   attention: bool = True) -> Program:
-    """`attention=False` keeps the attention chain as separate nodes (engine/attention.py)."""
+    """`attention=False` keeps the attention chain as separate nodes (engine/attention_fusion.py)."""
     from engine.model_file import check_graph
     check_graph(model.graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

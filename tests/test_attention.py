@@ -1,4 +1,4 @@
-"""Fused attention (engine/attention.py): QK^T, scale, mask, Softmax and x V run as one kernel
+"""Fused attention (engine/attention_fusion.py): QK^T, scale, mask, Softmax and x V run as one kernel
 that keeps the scores out of global memory; the unfused nodes run for shapes it does not take,
 and the trace says why. Both kernel variants (a work-item per query row for CPUs, a work-group
 per row for GPUs) run here on the suite's device: `net.device_type` picks the variant."""

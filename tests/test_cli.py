@@ -34,7 +34,7 @@ def test_run_encoder_check_table_and_trace(tmp_path):
     assert header["kind"] == "header" and header["schema"] == 1 and header["model"].endswith("encoder.onnx")
     events = list(events)
     # the attention scale and mask run inside the Softmax's input reads (prologue fusion), and
-    # QK^T, the Softmax and x V inside one attention kernel (engine/attention.py)
+    # QK^T, the Softmax and x V inside one attention kernel (engine/attention_fusion.py)
     fus = header["fusions"]
     sm = [v for n, v in fus.items() if n.startswith("Softmax") and v["position"] == "prologue"]
     assert len(sm) == 1 and len(sm[0]["ops"]) == 2

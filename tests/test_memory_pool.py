@@ -3,7 +3,7 @@ onnxruntime over shape sequences that grow and shrink (a wrong hand-over corrupt
 import numpy as np
 
 from engine import Network, build_program
-from engine.memory_pool import END, plan_lifetimes
+from engine.memory_pool import END, tensor_lifetimes
 from tests.conftest import run_traced
 from tests.models import encoder_block, small_cnn
 
@@ -15,7 +15,7 @@ def _encoder_seq(rng, shapes):
 
 def test_lifetimes_follow_views_and_outputs(device):
     net = Network(build_program(encoder_block()), device, impls="dynamic")
-    life = plan_lifetimes(net.insts, net.program.inputs, net.program.outputs)
+    life = tensor_lifetimes(net.insts, net.program.inputs, net.program.outputs)
     steps = {t.name: s for s, i in enumerate(net.insts) for t in i.outputs}
     for s, inst in enumerate(net.insts):
         for t in inst.inputs:

@@ -86,7 +86,7 @@ KINDS: dict[str, dict] = {
                "`epilogue` (ops after a producer; `broadcast_grows_output`) or `prologue` (ops "
                "feeding a Softmax's or LayerNormalization's input read, e.g. scores + mask, x + "
                "residual; `broadcast_grows_input`: a broadcast would make the input larger than "
-               "the base value) or `subgraph` (the fused attention, engine/attention.py: "
+               "the base value) or `subgraph` (the fused attention, engine/attention_fusion.py: "
                "`seq_too_long` (keys beyond what fits in its local/private row), `head_too_large`, "
                "`rank` (not 3-D or 4-D), `softmax_axis` (not over the keys), `empty_keys`, `broadcast_grows_scores` (v's batch beyond the "
                "scores'), or the Softmax prologue's own reason).",

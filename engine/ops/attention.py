@@ -1,5 +1,5 @@
 """`attention`: softmax(prologue(q @ k^T)) @ v in one kernel (cl/attention.cl), made only by the
-program's attention fusion (engine/attention.py), never accepted from a model.
+program's attention fusion (engine/attention_fusion.py), never accepted from a model.
 
 Inputs: the tensors q, k^T and v are read from, each viewed through the perm of the Transposes
 the fusion absorbed (attr `perms`, None: as it is), giving q [b, h, s, dk], k^T [b, h, dk, l],
@@ -18,7 +18,7 @@ from engine.ops import register
 from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
 
 # What fits: the key row of scores lives in private (CPU) or local (GPU) memory, the query row
-# in local memory. Longer keys run the unfused subgraph (engine/attention.py: seq_too_long).
+# in local memory. Longer keys run the unfused subgraph (engine/attention_fusion.py: seq_too_long).
 MAX_L = 512
 MAX_D = 256
 # GPU (not yet measured on one: scripts/bench_norm.py on the H100 should decide these)
@@ -102,6 +102,6 @@ def _kernels(node, ins, outs, deps, device="cpu"):
 @register("attention", kernels=_kernels, internal=True, padded_ok=True, per_device=True)
 def _attention(node, ins, deps):
     if not ranks_ok(node, ins):
-        # unfused for these shapes (engine/attention.py): its nodes infer their own layouts
+        # unfused for these shapes (engine/attention_fusion.py): its nodes infer their own layouts
         return [Layout(ins[0].shape, "f32")]
     return [Layout(geometry(node, ins)["out"], "f32")]

@@ -120,7 +120,7 @@ def run(
                                      "(realloc `from_pool`); off: every tensor keeps its own."),
     fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Replay the plan of "
                                    "an input signature whose last inference changed nothing "
-                                   "(engine/plan.py; traced as `plan replay`); off: the per-node "
+                                   "(engine/fast_path; traced as `plan replay`); off: the per-node "
                                    "flow runs every inference."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only: no per-inference table, no "

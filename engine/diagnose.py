@@ -1,6 +1,6 @@
 """Errors of an inference in words a user can act on: which node failed, on which input
-shapes, and what in the model limits them (seed 002's host shape subgraphs fail in numpy,
-whose message names neither)."""
+shapes, and what in the model limits them (host shape subgraphs fail in numpy, whose
+message names neither)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,9 +14,9 @@ def _shape_text(shape) -> str:
     return "x".join(str(d) for d in shape) if len(shape) else "scalar"
 
 
-def _upstream_constants(inst, net, depth: int = 4) -> list[tuple[str, tuple]]:
+def _upstream_constants(inst, prog, depth: int = 4) -> list[tuple[str, tuple]]:
     """(name, dims) of the constants feeding the node, directly or through host shape nodes."""
-    prog, seen, out = net.program, set(), []
+    seen, out = set(), []
 
     def walk(names, d):
         for n in names:
@@ -44,22 +44,22 @@ def _numbers(values) -> set[int]:
     return nums
 
 
-def limit_of(inst, net, values) -> str:
+def limit_of(inst, buffers, values) -> str:
     """'input_ids seq 264 exceeds a constant of 256 along that axis (embeddings.position_ids)'
     when a graph input dim is larger than a dim of a constant the failing node reads, and both
     show in the node's inputs; '' when nothing explains it."""
     nums = _numbers(values)
     dims = {int(d) for v in values if v is not None for d in np.shape(v)}
-    prog = net.program
+    prog = buffers.program
     # the graph inputs whose shape the node's shape subgraph reads come first
     read = {n.inputs[0] for n in prog.nodes if n.name in inst.node.shape_sources}
     found = []   # (input not read, other axis, text): the likeliest explanation sorts first
-    for cname, cdims in _upstream_constants(inst, net):
+    for cname, cdims in _upstream_constants(inst, prog):
         for caxis, c in enumerate(cdims):
             if c <= 1 or c not in dims:   # 1 broadcasts: it limits nothing
                 continue
             for iname, names in prog.input_dim_names.items():
-                layout = net.tensors[iname].layout
+                layout = buffers.tensors[iname].layout
                 for axis, v in enumerate(layout.shape if layout is not None else ()):
                     if v > c and v in nums:
                         dim = names[axis] if axis < len(names) and isinstance(names[axis], str) \
@@ -71,11 +71,12 @@ def limit_of(inst, net, values) -> str:
     return ""
 
 
-def node_failure(inst, net, values, exc: Exception) -> InferenceError:
-    """The error of `inst` failing on input `values` (host arrays, None where absent)."""
+def node_failure(inst, buffers, values, exc: Exception) -> InferenceError:
+    """The error of `inst` failing on input `values` (host arrays, None where absent);
+    `buffers` (engine/buffers.py) holds the program and the tensors' current layouts."""
     node = inst.node
     shapes = ", ".join(_shape_text(np.shape(v)) if v is not None else "-" for v in values)
-    why = limit_of(inst, net, values) or (str(exc).splitlines() or ["failed"])[0]
+    why = limit_of(inst, buffers, values) or (str(exc).splitlines() or ["failed"])[0]
     return InferenceError(f"node {node.name} ({node.op}) cannot run on input shapes [{shapes}]: {why}")
 
 

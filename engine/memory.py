@@ -29,3 +29,16 @@ class Tensor:
     # so a fused node and its unfused fallback manage one buffer
     state: BufferState = field(default_factory=BufferState)
     dev_src: object = None         # the host array last uploaded into `buf` (plan replays)
+
+    # what the flow reads back from the previous inference (a plan replay puts it back): all
+    # but `dev_src` (physical: what the device holds now) and the fixed `name` and `constant`
+    STATE = ("layout", "buf", "offset", "host", "version", "dev_version", "capacity", "by_other",
+             "state")
+
+    def snapshot(self) -> tuple:
+        d = self.__dict__
+        return tuple(d[k] for k in self.STATE)
+
+    def restore(self, values: tuple) -> None:
+        for k, v in zip(self.STATE, values):
+            setattr(self, k, v)

@@ -2,8 +2,9 @@
 (the GPU plugin's memory_pool) that hands a buffer whose holders are all dead to a later tensor
 of the same inference.
 
-Lifetimes are steps of the execution order: a tensor lives from the step that writes it to the
-last step that reads it, or any view of it (graph outputs live past the end). Buffers stay with
+Lifetimes are steps of the execution order (engine/load_passes.py): a tensor lives from the
+step that writes it to the last step that reads it, or any view of it (graph outputs live past
+the end). Buffers stay with
 their tensors across inferences (realloc_if_needed reuses them), so a pooled buffer ends up
 held by several tensors whose lifetimes never overlap; a tensor may take it only when every
 holder's lifetime ends before its own begins. That keeps the sharing safe in every later
@@ -31,40 +32,6 @@ class _Block:
     holders: set = field(default_factory=set)
 
 
-def tensor_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
-    """name -> [first step, last step] for every device tensor: graph inputs (from step 0), the
-    outputs of device nodes, the intermediates of an unfused subgraph (its parent's step). A
-    read of a view (Reshape, ...; or an op that may become one at run time) is a read of the
-    tensor whose buffer it shares."""
-    life: dict[str, list[int]] = {n: [0, 0] for n in graph_inputs}
-    alias: dict[str, str] = {}
-
-    def read(name: str, step: int) -> None:
-        while name is not None:
-            if name in life:
-                life[name][1] = max(life[name][1], step)
-            name = alias.get(name)
-
-    for s, inst in enumerate(insts):
-        if inst.node.host:
-            continue
-        for t in inst.inputs:
-            if t is not None:
-                read(t.name, s)
-        src = inst.inputs[0].name if inst.inputs and inst.inputs[0] is not None else None
-        if inst.opdef.view or inst.opdef.runtime_skip:
-            alias[inst.outputs[0].name] = src
-        for t in inst.outputs:
-            if not inst.opdef.view:
-                life.setdefault(t.name, [s, s])
-        for sub in inst.family()[1:]:   # the unfused subgraph's intermediates
-            for t in sub.outputs:
-                life.setdefault(t.name, [s, s])
-    for o in graph_outputs:
-        read(o, END)
-    return life
-
-
 class MemoryPool:
     def __init__(self, lifetimes: dict[str, list[int]], poolable: set[str], enabled: bool = True):
         self.lifetimes = lifetimes
@@ -75,7 +42,7 @@ class MemoryPool:
         self.act_bytes = 0                      # buffers of non-constant tensors
         self.peak_bytes = 0                     # max act_bytes since begin_inference
         self._live: dict[str, int] = {}         # tensor -> bytes it occupies in this inference
-        self.changes = 0                        # buffers made, freed or shared (engine/plan.py)
+        self.changes = 0                        # buffers made, freed or shared (engine/fast_path)
         self.limits: tuple[int, int] | None = None   # (global_mem_size, max_mem_alloc_size)
 
     def add_scratch(self, name: str, step: int) -> None:

@@ -2,11 +2,11 @@
 
 A node's shape-agnostic impl is built the first time the node asks for it, in the flow's
 critical path, one program after another. Before the first inference's flow runs, this walks
-the program once on the input shapes of each new signature (pure shape inference: the nodes' memoized
-`_infer` and `_kernel_calls`, the host impls of shape subgraphs, nothing written to the
+the program once on the input shapes of each new signature (pure shape inference: the nodes'
+`infer_layouts` and `kernel_calls`, the host impls of shape subgraphs, nothing written to the
 network's tensors or nodes' state), collects every (source, jit) the nodes will ask for, and
 starts their builds on a thread pool (pyopencl releases the GIL while the driver compiles).
-The flow then takes each finished program when its node asks (`Network.get_impl`): the node
+The flow then takes each finished program when its node asks (`ImplManager.dynamic`): the node
 still records its `update_impl build`, marked `prebuilt`, not in the critical path.
 The walk stops at the first shape that depends on device data (a dep computed on the device).
 """
@@ -18,40 +18,37 @@ import numpy as np
 
 from engine.kernels import compile_program, dynamic_key
 from engine.layout import Layout, dtype_from_numpy
-from engine.ops.shape_ops import shape_value
+from engine.host_eval import host_outputs
 
 
-def _walk(net, feeds: dict) -> list:
+def _walk(insts, tensors, feeds: dict) -> list:
     """The kernel calls of every node up to the first data-dependent shape, or up to the
     first node whose shapes fail (the flow will report that one, with its context)."""
     calls: list = []
     try:
-        _walk_into(net, feeds, calls)
+        _walk_into(insts, tensors, feeds, calls)
     except Exception:
         pass
     return calls
 
 
-def _walk_into(net, feeds: dict, calls: list) -> None:
+def _walk_into(insts, tensors, feeds: dict, calls: list) -> None:
     env = {}   # tensor name -> (layout, host value or None)
-    for name, t in net.tensors.items():
+    for name, t in tensors.items():
         if t.constant:
             env[name] = (t.layout, t.host)
     for name, v in feeds.items():
         v = np.asarray(v)
         env[name] = (Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype)), v)
-    for inst in net.insts:
+    for inst in insts:
         if any(t is not None and t.name not in env for t in inst.inputs):
             break
         if inst.node.host:
-            if inst.node.op == "Shape":
-                vals = [shape_value(inst.node, env[inst.inputs[0].name][0].shape)]
-            else:
-                args = [None if t is None else env[t.name][1] for t in inst.inputs]
-                if any(a is None for a, t in zip(args, inst.inputs) if t is not None):
-                    break
-                vals = inst.node.run_host(args)
-            for t, v in zip(inst.outputs, vals):
+            args = [None if t is None else env[t.name][1] for t in inst.inputs]
+            if inst.node.op != "Shape" and any(a is None for a, t in zip(args, inst.inputs) if t is not None):
+                break
+            ins = [None if t is None else env[t.name][0] for t in inst.inputs]
+            for t, v in zip(inst.outputs, host_outputs(inst.node, ins, args)):
                 env[t.name] = (Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype)), v)
             continue
         ins = [None if t is None else env[t.name][0] for t in inst.inputs]
@@ -61,24 +58,24 @@ def _walk_into(net, feeds: dict, calls: list) -> None:
                 deps[i] = env[inst.inputs[i].name][1]
         if any(v is None for v in deps.values()):
             break                          # computed on the device: known only when it runs
-        outs, _ = inst._infer(ins, deps)
+        outs, _ = inst.infer_layouts(ins, deps)
         if inst.kv_past is None and not inst.opdef.view:
-            calls += inst._kernel_calls(ins, outs, deps)[0]
+            calls += inst.kernel_calls(ins, outs, deps)[0]
         for t, l in zip(inst.outputs, outs):
             env[t.name] = (l, None)
 
 
-def start_builds(net, feeds: dict) -> int:
+def start_builds(impls, insts, tensors, feeds: dict) -> int:
     """Start the builds the first inference will need; returns how many were started."""
     todo = {}
-    for call in _walk(net, feeds):
+    for call in _walk(insts, tensors, feeds):
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
-        if dynamic_key(call.source, jit) not in net.impls and (call.source, jit) not in net.prebuilt:
+        if dynamic_key(call.source, jit) not in impls.cache and (call.source, jit) not in impls.prebuilt:
             todo.setdefault((call.source, jit), None)
     if len(todo) < 2:
         return 0
-    pool = ThreadPoolExecutor(max_workers=net.prebuild_workers, thread_name_prefix="prebuild")
+    pool = ThreadPoolExecutor(max_workers=impls.prebuild_workers, thread_name_prefix="prebuild")
     for source, jit in todo:
-        net.prebuilt[(source, jit)] = pool.submit(compile_program, net.ctx, source, jit)
+        impls.prebuilt[(source, jit)] = pool.submit(compile_program, impls.ctx, source, jit)
     pool.shutdown(wait=False)
     return len(todo)

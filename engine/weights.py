@@ -1,4 +1,4 @@
-"""Reordered weights (seed 000, update_weights): the per-node cache of weight copies in the
+"""Reordered weights (update_weights, the GPU plugin's preprocessing.md): the per-node cache of weight copies in the
 layouts static impls want, and the reorder kernel that fills them."""
 from __future__ import annotations
 
@@ -60,24 +60,24 @@ def reorder_call(wl: WeightsLayout) -> KernelCall:
                       (("in", 0), ("out", 0)), params=wl.params + (n,), gws=(max(n, 1),))
 
 
-def run_reorder(net, node, src: Tensor, wl: WeightsLayout, reuse: Tensor | None) -> Tensor:
+def run_reorder(impls, buffers, node, src: Tensor, wl: WeightsLayout, reuse: Tensor | None) -> Tensor:
     """Enqueue the reorder kernel (its impl comes from the impl cache like any other) into
     `reuse`'s buffer when it is big enough, else a new one."""
     call = reorder_call(wl)
-    impl = net.get_impl(call, node)
+    impl = impls.dynamic(call, node)
     nbytes = int(np.prod(wl.shape)) * 4
     if reuse is not None and reuse.capacity >= nbytes:
         dst = reuse
     else:
         if reuse is not None:
-            net.release(reuse)
+            buffers.release(reuse)
         dst = Tensor(f"{src.name}:{wl.name}", constant=True)
-        net.give_buffer(dst, nbytes)   # weights are constant: never from the pool
+        buffers.give(dst, nbytes)   # weights are constant: never from the pool
     dst.layout, dst.offset = Layout(tuple(wl.shape), "f32"), 0
     info = compose_shape_info([(src.offset, src.layout.shape), (0, wl.shape)], call.params)
-    info_buf = cl.Buffer(net.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=info)
+    info_buf = cl.Buffer(buffers.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=info)
     k = cl.Kernel(impl.program, call.kernel)
-    k.set_args(info_buf, net.device_buffer(src), dst.buf)
-    net.launch(k, (round_up(call.gws[0], 64),), (64,))
-    net.keep(info_buf)
+    k.set_args(info_buf, buffers.device_buffer(src), dst.buf)
+    buffers.queue.launch(k, (round_up(call.gws[0], 64),), (64,))
+    buffers.queue.keep(info_buf)
     return dst

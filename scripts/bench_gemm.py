@@ -94,7 +94,7 @@ def kernel_times(net, inst, repeat: int) -> list[float]:
     """us per run of the node's bound kernels (summed), from profiling events."""
     times = []
     for _ in range(repeat):
-        evs = [cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws) for b in inst.bound]
+        evs = [cl.enqueue_nd_range_kernel(net.queue.cl_queue, b.kernel, b.gws, b.lws) for b in inst.bound]
         evs[-1].wait()
         times.append(sum(e.profile.end - e.profile.start for e in evs) / 1e3)
     return times

@@ -44,7 +44,7 @@ def cases(large: bool):
 def kernel_us(net, inst, repeat: int) -> float:
     times = []
     for _ in range(repeat):
-        evs = [cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws) for b in inst.bound]
+        evs = [cl.enqueue_nd_range_kernel(net.queue.cl_queue, b.kernel, b.gws, b.lws) for b in inst.bound]
         evs[-1].wait()
         times.append(sum(e.profile.end - e.profile.start for e in evs) / 1e3)
     return statistics.median(times)

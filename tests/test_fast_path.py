@@ -1,4 +1,4 @@
-"""The fast path (engine/plan.py) changes no output and no decision: the same sequence run with
+"""The fast path (engine/fast_path) changes no output and no decision: the same sequence run with
 plan replay on and off gives bit-identical outputs and the same decisions per inference, in
 memory and in trace files."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine import Network, build_program
-from engine.plan import NOT_DECISIONS
+from engine.fast_path import NOT_DECISIONS
 from tests.models import encoder_block, kv_decoder_step, mlp
 from traces import MemoryTrace
 from traces.reader import TraceError, read_trace

@@ -20,7 +20,7 @@ def _static_gemm_on_every_device(monkeypatch):
     """These tests follow MatMul's static-impl flow; auto mode builds static GEMMs only where
     they were measured faster (engine/impls.py STATIC_WORTH: CPUs, not GPUs), so the tests ask
     for them on every device."""
-    monkeypatch.setattr("engine.network.static_worth", lambda device_type, op: True)
+    monkeypatch.setattr("engine.impl_manager.static_worth", lambda device_type, op: True)
 
 
 def mm_model(seed=0):
@@ -125,7 +125,7 @@ def test_fake_alignment_rows_9_to_16_share_one_static_gemm():
     net.infer({"x": x16[:, :9] * 2})
     raw = np.empty(16 * 24, np.float32)
     import pyopencl as cl
-    cl.enqueue_copy(net.queue, raw, y.buf, src_offset=y.offset * 4, is_blocking=True)
+    cl.enqueue_copy(net.queue.cl_queue, raw, y.buf, src_offset=y.offset * 4, is_blocking=True)
     ref16 = sess.run(None, {"x": x16})[0]
     assert_close(raw.reshape(16, 24)[9:], ref16[0, 9:], what="rows past M untouched")
     assert_close(raw.reshape(16, 24)[:9], sess.run(None, {"x": x16[:, :9] * 2})[0][0], what="rows < M")

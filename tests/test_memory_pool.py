@@ -3,7 +3,8 @@ onnxruntime over shape sequences that grow and shrink (a wrong hand-over corrupt
 import numpy as np
 
 from engine import Network, build_program
-from engine.memory_pool import END, tensor_lifetimes
+from engine.load_passes import tensor_lifetimes
+from engine.memory_pool import END
 from tests.conftest import run_traced
 from tests.models import encoder_block, small_cnn
 

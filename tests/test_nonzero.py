@@ -194,12 +194,12 @@ def test_device_reads_are_the_8_byte_counts_only(device):
                   helper.make_tensor_value_info("yb", TensorProto.INT64, [2, "l"])])
     net, trace = _traced(two, device)
     reads = []
-    orig = net.read_to_host
+    orig = net.queue.read_to_host
 
     def spy(t):
         reads.append((net.iter, t.name, t.layout.nbytes))
         return orig(t)
-    net.read_to_host = spy
+    net.queue.read_to_host = spy
     rng = np.random.default_rng(5)
     seq = [{"a": _sparse(rng, (n,), np.float32), "b": _sparse(rng, (4, n), np.int32)}
            for n in (300, 300, 64)]

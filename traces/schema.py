@@ -7,7 +7,7 @@ it carries; the reader validates against it and the docs are checked against it 
 SCHEMA_VERSION = 1
 
 # How many plan bases (inferences `plan replay` events may refer to) a reader must keep: the
-# fast path keeps at most this many plans (engine/plan.py), all among the latest bases.
+# fast path keeps at most this many plans (engine/fast_path), all among the latest bases.
 PLAN_BASES_KEPT = 64
 
 # Fields every event carries. `iter` counts inferences from 0 (-1 outside an inference),
@@ -151,7 +151,7 @@ KINDS: dict[str, dict] = {
         "actions": {"replay"},
         "reasons": {"same_signature", "transition"},
         "fields": ("of_iter", "kernels"),
-        "doc": "The fast path, a decision beyond the seeds (engine/plan.py): the inference "
+        "doc": "The fast path, a decision beyond the seeds (engine/fast_path): the inference "
                "`of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
                "with no resource changed since, so its `kernels` were enqueued again as recorded, "

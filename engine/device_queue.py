@@ -1,0 +1,115 @@
+"""The device queue of one network: kernels the flow decided to run wait here behind one write
+of the shape_info arena, reads and copies go through here, and every launch passes one
+observer (the fast path's door, engine/fast_path)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyopencl as cl
+
+from engine.layout import np_dtype
+from engine.memory import Tensor
+from engine.shape_info_arena import ShapeInfoArena
+
+
+class Observer:
+    """What the runtime services report as they act (nothing, by default). The fast path
+    subclasses it to record an inference as a plan."""
+
+    def launched(self, bound, kernel, gws, lws) -> None:
+        pass
+
+    def predicted(self, tensor, shape, bits) -> None:
+        pass
+
+
+class DeviceQueue:
+    # On a GPU, kernels wait for at most this many others before a flush sends them (with one
+    # arena write): the device starts on the first ones while the flow decides the rest (one
+    # flush per inference left an H100 idle through the whole flow of a decode step). A CPU
+    # device runs them on the cores the flow needs: one flush at the end there.
+    FLUSH_EVERY = {"gpu": 32, "cpu": 1 << 30}
+
+    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False):
+        self.ctx = ctx
+        self.cl_queue = cl.CommandQueue(
+            ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
+        self.profile = profile
+        # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
+        self.arena = ShapeInfoArena(ctx, device)
+        self.launches: list = []
+        self.flush_every = self.FLUSH_EVERY[device_type]
+        self.observer = Observer()
+        self.events: list = []         # with profile=True: this inference's kernel events
+        self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
+        self._keep: list = []
+
+    def begin_inference(self) -> None:
+        self.blocked_s, self.events = 0.0, []
+
+    def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None, bound=None) -> None:
+        """A kernel the flow decided to run: enqueued at the next flush. `bound`: the node's
+        BoundKernel it belongs to (its arguments and shape_info, for the observer)."""
+        self.launches.append((kernel, gws, lws))
+        self.observer.launched(bound, kernel, gws, lws)
+        if len(self.launches) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the shape_info arena's dirty spans, then enqueue the waiting kernels. Called
+        before any other command goes on the queue (copies, reads), so the order on the
+        in-order queue is the order the flow decided."""
+        self.arena.flush(self.cl_queue, self.keep)
+        if self.launches:
+            self.enqueue(self.launches)
+            self.launches = []
+
+    def enqueue(self, launches) -> None:
+        """(kernel, gws, lws) in order: the one enqueue loop of the flow and of plan replays."""
+        enqueue, q = cl.enqueue_nd_range_kernel, self.cl_queue
+        if self.profile:
+            self.events += [enqueue(q, k, g, l) for k, g, l in launches]
+        else:
+            for k, g, l in launches:
+                enqueue(q, k, g, l)
+
+    def write(self, buf: cl.Buffer, arr: np.ndarray) -> None:
+        """A non-blocking host-to-device copy (no flush: callers write buffers no waiting
+        kernel reads, such as inputs and host values)."""
+        arr = np.require(arr, requirements="C")
+        cl.enqueue_copy(self.cl_queue, buf, arr, is_blocking=False)
+        self.keep(arr)
+
+    def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
+        """A device-to-device copy, in order after every kernel decided so far."""
+        self.flush()
+        cl.enqueue_copy(self.cl_queue, dst, src, byte_count=nbytes, src_offset=src_offset, dst_offset=0)
+
+    def read_to_host(self, t: Tensor) -> np.ndarray:
+        l = t.layout
+        arr = np.empty(l.phys, dtype=np_dtype(l.dtype))
+        if l.count:
+            self.flush()
+            t0 = time.perf_counter()
+            cl.enqueue_copy(self.cl_queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
+            self.blocked_s += time.perf_counter() - t0
+        if l.pad:
+            arr = np.ascontiguousarray(arr[tuple(slice(0, d) for d in l.shape)])
+        t.host = arr
+        return arr
+
+    def keep(self, obj) -> None:
+        """Host arrays of non-blocking copies must outlive the copy: kept until the inference ends."""
+        self._keep.append(obj)
+
+    def finish(self) -> None:
+        """Wait for the inference's commands; the host arrays kept for them can go."""
+        t0 = time.perf_counter()
+        self.cl_queue.finish()
+        self.blocked_s += time.perf_counter() - t0
+        self._keep.clear()
+
+    def device_ms(self) -> float:
+        """Summed kernel time of the last inference (profile=True: OpenCL profiling events)."""
+        return sum(e.profile.end - e.profile.start for e in self.events) * 1e-6

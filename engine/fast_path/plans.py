@@ -1,0 +1,62 @@
+"""A plan (what one inference of the flow enqueued, asked and left) and the rules that say
+when one may be recorded and replayed."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+
+class Plan:
+    __slots__ = ("key", "epoch", "of_iter", "launches", "reallocs", "hosts", "counters", "state",
+                 "io_state")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:
+    """Input shapes and dtypes; the values too of the inputs shape inference reads."""
+    return tuple((k, np.shape(v), np.asarray(v).dtype.str,
+                  np.asarray(v).tobytes() if k in by_value else None) for k, v in sorted(feeds.items()))
+
+
+def value_inputs(insts, graph_inputs) -> frozenset:
+    """Graph inputs whose values decide shapes: read as a memory dep by a device node or by a
+    host impl (a Shape node reads only the shape)."""
+    names = set()
+    for inst in insts:
+        for i in inst.family():
+            if i.node.host and i.node.op != "Shape":
+                idx = range(len(i.inputs))
+            else:
+                idx = i.opdef.shape_deps
+            names |= {i.inputs[k].name for k in idx if k < len(i.inputs) and i.inputs[k] is not None}
+    return frozenset(names & set(graph_inputs))
+
+
+def blocker(insts) -> str:
+    """Why these nodes cannot replay plans ("" when they can): shapes that depend on data
+    (the network adds `feedback`: decode feedback moves buffers between inferences)."""
+    for inst in insts:
+        for i in inst.family():
+            if i.opdef.dynamic_output:
+                return f"dynamic_output:{i.node.name}"
+    return ""
+
+
+# decisions that leave every resource as it was (the memory pool's own count covers buffers)
+_FREE = ("update_shape.", "update_impl.keep", "update_weights.skip", "realloc.reuse", "realloc.view",
+         "realloc.external", "realloc.by_other", "realloc.empty", "set_args.", "execute.",
+         "fusion.unfuse", "in_place_concat.apply")
+
+
+def resource_free(insts, counters: Counter) -> bool:
+    """This inference of the flow changed no resource its replay would rely on."""
+    if counters.get("device_reads"):
+        return False
+    for k in counters:
+        if "." in k and not k.startswith(_FREE) and not k.startswith("plan."):
+            return False
+    return not any(i.pending is not None for i in insts)

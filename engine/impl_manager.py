@@ -1,0 +1,192 @@
+"""The impls of one network (update_impl's services): the implementations cache, builds of
+shape-agnostic impls (in the critical path, or ahead of it: engine/prebuild.py), static builds
+and their background queue (the GPU plugin's async_compilation.md), and the reorder of weights
+into the layout a static impl wants (update_weights, preprocessing.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from engine.buffers import Buffers
+from engine.compile_queue import CompileQueue
+from engine.decisions import Decisions
+from engine.program import ModelError
+from engine.impl_cache import IMPL_MODES, ImplCache, static_worth
+from engine.kernels import Impl, ImplParams, StaticVariant, compile_program, dynamic_key, impl_name
+from engine.memory import Tensor
+from engine.prebuild import start_builds
+from engine.weights import run_reorder
+
+
+class ImplManager:
+    def __init__(self, buffers: Buffers, decisions: Decisions, device_type: str, mode: str = "auto",
+                 async_compile: bool = True, compile_workers: int = 1, prebuild_workers: int = 8,
+                 cache: ImplCache | None = None, cache_capacity: int = 300):
+        if mode not in IMPL_MODES:
+            raise ValueError(f"impls must be one of {', '.join(IMPL_MODES)}, not {mode!r}")
+        self.buffers = buffers
+        self.ctx = buffers.ctx
+        self.decisions = decisions
+        self.device_type = device_type
+        self.mode = mode
+        # --impls static builds every static impl in the critical path, as --no-async-compile does
+        self.async_compile = async_compile and mode == "auto"
+        self.compile_workers = compile_workers
+        # many small networks (the ONNX backend's node tests) may share one impl cache
+        self.cache = cache if cache is not None else ImplCache(cache_capacity)
+        self._compile_queue: CompileQueue | None = None
+        self.failed: set = set()       # keys whose static build failed: dynamic stays
+        # (source, jit) -> future of a build started ahead of the node that needs it
+        self.prebuilt: dict = {}
+        self.prebuild_workers = prebuild_workers
+        self._prebuilt_for: set = set()     # input shapes prebuild walked already
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    @property
+    def compile_queue(self) -> CompileQueue:
+        """The background compile queue, started on first use (`wait_idle()` for tests)."""
+        if self._compile_queue is None:
+            self._compile_queue = CompileQueue(self.compile_workers)
+        return self._compile_queue
+
+    def prebuild(self, insts, tensors, feeds: dict) -> None:
+        """Before the flow of a new input signature: its new impls, built in parallel."""
+        if self.prebuild_workers <= 1:
+            return
+        shapes = tuple((k, np.shape(v)) for k, v in feeds.items())
+        if shapes not in self._prebuilt_for:
+            self._prebuilt_for.add(shapes)
+            start_builds(self, insts, tensors, feeds)
+
+    def _count_compile(self, ms: float, static: bool, critical: bool) -> None:
+        c = self.decisions.counters
+        c["compiles"] += 1
+        c["static_compiles"] += int(static)
+        c["compile_ms"] += ms
+        if critical:
+            c["compile_ms_critical"] += ms
+
+    def _put(self, key, impl, node) -> None:
+        for _, old in self.cache.put(key, impl):
+            self.decisions.record("update_impl", "evict", node=node, impl=old.name, impl_kind=old.kind)
+
+    # ---- shape-agnostic impls -----------------------------------------------------------
+    def dynamic(self, call, node) -> Impl:
+        """The dynamic (shape-agnostic) impl of `call`: impl cache, else built now."""
+        jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+        key = dynamic_key(call.source, jit)
+        impl = self.cache.get(key)
+        if impl is not None:
+            self.decisions.record("update_impl", "cache_hit", "dynamic", node, impl=impl.name,
+                                  impl_kind="dynamic")
+            return impl
+        built = self.prebuilt.pop((call.source, jit), None)
+        try:
+            prg, ms = built.result() if built is not None else compile_program(self.ctx, call.source, jit)
+        except cl.RuntimeError as e:
+            raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
+        impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
+        self._put(key, impl, node)
+        self._count_compile(ms, False, built is None)
+        extra = {"prebuilt": True} if built is not None else {}
+        self.decisions.record("update_impl", "build", "dynamic", node, impl=impl.name,
+                              impl_kind="dynamic", compile_ms=round(ms, 3), critical=built is None,
+                              **extra)
+        return impl
+
+    # ---- static impls -------------------------------------------------------------------
+    def static_variant(self, inst, ins, outs, deps) -> StaticVariant | None:
+        """The op's static variant for these shapes, if this run builds static impls for it."""
+        fn = inst.opdef.static
+        if fn is None or self.mode == "dynamic" or \
+                (self.mode == "auto" and not static_worth(self.device_type, inst.node.op)):
+            return None
+        consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
+        dev = {"device": self.device_type} if inst.opdef.per_device else {}
+        return fn(inst.node, ins, outs, deps, consts, **dev)
+
+    @staticmethod
+    def static_key(op: str, v: StaticVariant, ins: list, outs: list) -> ImplParams:
+        call = v.call
+        dims = []
+        for p, (kind, i) in enumerate(call.args):
+            l = ins[i] if kind == "in" else outs[i]
+            dims.append(tuple(v.table_dims.get(p, call.dims.get(p, l.shape))))
+        jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+        return ImplParams("static", op, call.source, jit, tuple(dims), tuple(v.table_params))
+
+    def _build_static(self, key: ImplParams):
+        return compile_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
+                               dynamic=False)
+
+    def find_static(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:
+        """A static impl for `key`: ("hit") from the impl cache, ("ready") a finished background
+        build, ("built") built now when compiles are synchronous; else (None, "queued") with
+        the build submitted to the compile queue (deduplicated)."""
+        if key in self.failed:
+            return None, "failed"
+        impl = self.cache.get(key)
+        if impl is not None:
+            return impl, "hit"
+        impl = self.take_static(key, name, node)
+        if impl is not None:
+            return impl, "ready"
+        if not self.async_compile:
+            return self._build_static_now(key, name, node)
+        fresh = self.compile_queue.submit(key, lambda: self._build_static(key))
+        self.decisions.record("update_impl", "queue", "static" if fresh else "already_queued", node,
+                              impl=name, impl_kind="static")
+        return None, "queued"
+
+    def _build_static_now(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:
+        try:
+            prg, ms = self._build_static(key)
+        except cl.RuntimeError as e:
+            self.failed.add(key)
+            self.decisions.record("update_impl", "fallback", "build_failed", node, impl=name,
+                                  error=str(e)[:200])
+            return None, "failed"
+        impl = Impl(name, "static", prg, ms)
+        self._put(key, impl, node)
+        self._count_compile(ms, True, True)
+        self.decisions.record("update_impl", "build", "static", node, impl=name, impl_kind="static",
+                              compile_ms=round(ms, 3), critical=True)
+        return impl, "built"
+
+    def take_static(self, key: ImplParams, name: str, node) -> Impl | None:
+        """Pick up a finished background build of `key` (into the impl cache); None if none."""
+        if self._compile_queue is None:
+            return None
+        done = self._compile_queue.take(key)
+        if done is None:
+            return None
+        prg, ms, err = done
+        if err is not None:
+            self.failed.add(key)
+            self.decisions.record("update_impl", "fallback", "build_failed", node, impl=name,
+                                  error=str(err)[:200])
+            return None
+        impl = Impl(name, "static", prg, ms)
+        self._put(key, impl, node)
+        self._count_compile(ms, True, False)
+        return impl
+
+    def poll_static(self, key: ImplParams, name: str, node) -> tuple[Impl | None, bool]:
+        """A pending static build of `key`: (its impl, True) once ready (from the compile
+        queue, or from the impl cache when another node took it first); (None, still
+        pending?) otherwise (no, when it failed); a build evicted before this node took it is submitted again."""
+        impl = self.cache.get(key) if key in self.cache else self.take_static(key, name, node)
+        if impl is not None:
+            return impl, False
+        if key in self.failed:
+            return None, False
+        if not self.compile_queue.pending(key):
+            self.find_static(key, name, node)
+        return None, True
+
+    # ---- weights ------------------------------------------------------------------------
+    def reorder_weights(self, node, w: Tensor, wl, reuse: Tensor | None) -> Tensor:
+        """The reorder kernel into `reuse`'s buffer when it is big enough, else a new one."""
+        return run_reorder(self, self.buffers, node, w, wl, reuse)

@@ -1,0 +1,128 @@
+"""Load-time passes of a network, run once when it is made: its primitive instances (a fused
+node with its unfused subgraph kept ready), the tensors' lifetimes over the execution order (the
+memory pool's input), and which nodes may write in place at run time: KV-cache concats fed
+back their own output (the GPU plugin's kv_cache.md) and concats whose producers write
+straight into the concat's buffer (its runtime in-place concat)."""
+from __future__ import annotations
+
+from engine.memory_pool import END
+from engine.primitive_inst import PrimitiveInst
+
+
+def instantiate(program, tensors: dict, runtime) -> list[PrimitiveInst]:
+    """The primitive instances in execution order, each knowing its step."""
+    insts = [_inst(n, tensors, runtime) for n in program.nodes if n.fused_into is None]
+    for step, inst in enumerate(insts):
+        for i in inst.family():
+            i.step = step
+    return insts
+
+
+def _inst(node, tensors: dict, runtime, unfused: bool = False) -> PrimitiveInst:
+    inst = PrimitiveInst(node, runtime)
+    inputs = list(node.inputs)
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    inst.inputs = [tensors[i] if i else None for i in inputs]
+    inst.outputs = [tensors[o] for o in node.outputs]
+    f = node.fusion
+    if f is not None and not unfused:
+        # the fused node reads the fused ops' extra inputs and writes the chain's output;
+        # its unfused subgraph is kept ready for shapes that make the fusion invalid
+        inst.fusion = f
+        inst.n_own = len(inputs)
+        if f.subgraph:   # an internal op standing for the nodes it replaced (engine/attention_fusion.py)
+            inst.unfused = [_inst(op.node, tensors, runtime) for op in f.ops]
+            return inst
+        if f.prologue:   # the fused ops run on the chain's base, the node's new input 0
+            inst.inputs[0] = tensors[f.base]
+        inst.inputs += [tensors[i] for i in f.extra]
+        inst.outputs = [tensors[f.out]]
+        own = [_inst(node, tensors, runtime, unfused=True)]
+        ops = [_inst(op.node, tensors, runtime) for op in f.ops]
+        inst.unfused = ops + own if f.prologue else own + ops
+    return inst
+
+
+def tensor_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]:
+    """name -> [first step, last step] for every device tensor: graph inputs (from step 0), the
+    outputs of device nodes, the intermediates of an unfused subgraph (its parent's step). A
+    read of a view (Reshape, ...; or an op that may become one at run time) is a read of the
+    tensor whose buffer it shares."""
+    life: dict[str, list[int]] = {n: [0, 0] for n in graph_inputs}
+    alias: dict[str, str] = {}
+
+    def read(name: str, step: int) -> None:
+        while name is not None:
+            if name in life:
+                life[name][1] = max(life[name][1], step)
+            name = alias.get(name)
+
+    for s, inst in enumerate(insts):
+        if inst.node.host:
+            continue
+        for t in inst.inputs:
+            if t is not None:
+                read(t.name, s)
+        src = inst.inputs[0].name if inst.inputs and inst.inputs[0] is not None else None
+        if inst.opdef.view or inst.opdef.runtime_skip:
+            alias[inst.outputs[0].name] = src
+        for t in inst.outputs:
+            if not inst.opdef.view:
+                life.setdefault(t.name, [s, s])
+        for sub in inst.family()[1:]:   # the unfused subgraph's intermediates
+            for t in sub.outputs:
+                life.setdefault(t.name, [s, s])
+    for o in graph_outputs:
+        read(o, END)
+    return life
+
+
+
+def kv_append_ok(prog, node, past: str) -> bool:
+    """A KV-cache concat: Concat(past, new) along an axis that is not the last, past read by
+    nothing else (a Shape of it reads only its layout: exporters take the past length so), every
+    reader of the result able to take a padded layout (so the buffer can keep room along the
+    sequence axis and later steps append in place)."""
+    if node.op != "Concat" or len(node.inputs) != 2 or node.inputs[0] != past:
+        return False
+    if [n.name for n in prog.users.get(past, []) if n.op != "Shape"] != [node.name]:
+        return False
+    axis = node.attrs.get("axis")
+    rank = len(prog.inputs[past].shape)
+    if axis is None or (axis % rank if rank else 0) == rank - 1:
+        return False
+    # a user fused into another node runs inside it, or on its own when unfused: both read the
+    # padded buffer (the fused attention does, engine/ops/attention.py)
+    return all(u.opdef.padded_ok and (u.fused_into is None or u.fused_into.opdef.padded_ok)
+               and not u.host for u in prog.users.get(node.outputs[0], []))
+
+
+def in_place_concats(prog, insts) -> list:
+    """(concat inst, producers' insts, first producer's step) for every Concat that may run in
+    place (the plugin's can_be_optimized at run time): every input produced by a device node
+    of its own (one output, used by this concat alone, not a view, a concat or a graph output)
+    whose inputs all exist before the first of them runs, so the concat can infer every
+    producer's shape then. Whether the regions are contiguous depends
+    on the shapes: decided at run time (PrimitiveInst.do_runtime_in_place_concat)."""
+    producer = {t.name: i for i in insts for t in i.outputs}
+    plans = []
+    for c in insts:
+        n = c.node
+        if n.op != "Concat" or c.kv_past is not None or len(c.inputs) < 2 or \
+                len({t.name for t in c.inputs if t is not None}) != len(n.inputs):
+            continue
+        producers = []
+        for t in c.inputs:
+            p = producer.get(t.name)
+            if p is None or p.node.host or p.opdef.view or p.opdef.runtime_skip or \
+                    p.node.op == "Concat" or p.kv_past is not None or len(p.outputs) != 1 or \
+                    t.name in prog.outputs or [u.name for u in prog.users.get(t.name, [])] != [n.name]:
+                break
+            producers.append(p)
+        else:
+            first = min(p.step for p in producers)
+            if all(t is None or t.name not in producer or producer[t.name].step < first
+                   for p in producers for t in p.inputs):
+                plans.append((c, producers, first))
+    return plans

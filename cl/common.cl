@@ -1,4 +1,4 @@
-// Shared by every kernel source. One source serves both builds (seed 003):
+// Shared by every kernel source. One source serves both builds (the GPU plugin's dynamic_impl.md):
 //  IS_DYNAMIC=1: dims come from the shape_info buffer, the first kernel argument;
 //  IS_DYNAMIC=0: shape_info is a compile-time table (SHAPE_INFO_INIT), so dims fold to constants.
 //  Static builds keep the runtime buffer as their first argument (same argument list as the

@@ -224,7 +224,7 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 }
 #endif
 
-// ---- Register-tiled GEMMs (issue 12). Both serve the shape-agnostic build (dims from
+// ---- Register-tiled GEMMs. Both serve the shape-agnostic build (dims from
 // shape_info, every edge checked) and the static one (same source, IS_DYNAMIC=0: the dims fold).
 
 

@@ -1,4 +1,4 @@
-"""Background compilation of static impls (the seed's async compilation context).
+"""Background compilation of static impls (the GPU plugin's async_compilation.md).
 
 A node that gets a new shape runs its dynamic impl at once and submits the static build here;
 the worker builds it (pyopencl releases the GIL while the OpenCL compiler runs) and keeps the

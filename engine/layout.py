@@ -1,4 +1,4 @@
-"""Layout: a (partial) shape, an element type and a memory format (the seeds' `cldnn::layout`).
+"""Layout: a (partial) shape, an element type and a memory format (the GPU plugin's `cldnn::layout`).
 
 A dim is an int when known and None when unknown (a `dim_param` or an empty dim in the
 ONNX graph). At run time every layout the engine executes with is static.

@@ -1,12 +1,12 @@
-"""The shape_info arena: every kernel's shape_info block (seed 003) lives in a few shared device
-buffers, written once per inference instead of once per node.
+"""The shape_info arena: every kernel's shape_info block (the GPU plugin's dynamic_impl.md)
+lives in a few shared device buffers, written once per inference instead of once per node.
 
 Each bound kernel owns a slot, a sub-buffer of an arena chunk (its kernel argument never moves,
 so its arguments stay bound); `write` changes the host copy and marks the chunk dirty, and
 `flush` copies each dirty chunk's dirty span in one non-blocking write, just before the
-kernels that read it are enqueued (Network.flush). Measured reason (DESIGN.md, "Floors
-measured"): a small non-blocking write costs ~9.5 us on the H100 and ~40 us on PoCL, so one
-write per node was the main cost of a changed shape on the CPU.
+kernels that read it are enqueued (DeviceQueue.flush). Measured reason: a small non-blocking
+write costs ~9.5 us on the H100 and ~40 us on PoCL, so one write per node was the main cost of
+a changed shape on the CPU.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Reordered weights (update_weights, the GPU plugin's preprocessing.md): the per-node cache of weight copies in the
-layouts static impls want, and the reorder kernel that fills them."""
+"""Reordered weights (update_weights, the GPU plugin's preprocessing.md): the per-node cache of
+weight copies in the layouts static impls want, and the reorder kernel that fills them."""
 from __future__ import annotations
 
 from collections import OrderedDict

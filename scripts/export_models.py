@@ -1,5 +1,5 @@
 """Export small transformers models with torch.onnx.export, as a user would, for tests and
-surveys of real exporter output (issue 13). Needs torch, transformers (and onnxscript for the
+surveys of real exporter output. Needs torch, transformers (and onnxscript for the
 dynamo exporter); the engine does not.
 
     python scripts/export_models.py OUT_DIR [--exporter legacy|dynamo|both] [--only NAME ...]

@@ -1,4 +1,4 @@
-"""Soak test of `dyncli run` (issue 14): many inferences of varying shapes on the example encoder
+"""Soak test of `dyncli run`: many inferences of varying shapes on the example encoder
 through the CLI's own path (dyncli.runner.execute_run), checking that nothing grows without
 bound. A benchmark script, not a timed test.
 

@@ -635,7 +635,7 @@ def gpt2_decoder(layers: int = 12, d_model: int = 768, heads: int = 12, vocab: i
     b.nodes.append(helper.make_node("MatMul", [x, lm], ["logits"], name="lm_head"))
     return b.model(inputs, outputs, "gpt2_decoder")
 
-# 6. real-model patterns (issue 13): a BERT-family encoder with the sdpa-style
+# 6. real-model patterns: a BERT-family encoder with the sdpa-style
 #    mask of current transformers exports, and a GPT-2-style KV-cache decode step
 # --------------------------------------------------------------------------
 class _TypedBuilder(_Builder):

@@ -1,4 +1,4 @@
-"""Real exporter output against onnxruntime over shape sequences (issue 13).
+"""Real exporter output against onnxruntime over shape sequences.
 
 tests/exported/ holds what `torch.onnx.export` wrote for small random-weight configurations of
 real architectures (BERT, RoBERTa, DistilBERT, T5 encoder, ViT, GPT-2 and LLaMA decode steps

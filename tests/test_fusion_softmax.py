@@ -1,4 +1,4 @@
-"""Softmax prologue fusion (issue 3, "Add + Softmax input"): the scale and mask ops feeding a
+"""Softmax prologue fusion ("Add + Softmax input"): the scale and mask ops feeding a
 Softmax are applied on every read of its input, and the node unfuses for shapes whose mask
 broadcast would grow the scores. Every run is compared with onnxruntime. The attention models
 are built with attention=False here so the Softmax runs on its own (tests/test_attention.py

@@ -1,4 +1,4 @@
-"""Register-tiled GEMMs (issue 12) against onnxruntime: gemm_lm (GPUs: 2-level tiling, its
+"""Register-tiled GEMMs against onnxruntime: gemm_lm (GPUs: 2-level tiling, its
 split-K mode, the GEMV split-K) and gemm_rb (CPUs), shape-agnostic and static, over shape
 sequences that cross the tile sizes on one Network. The suite runs on PoCL, so each test runs
 both device kinds' kernels there: the engine is told the device is a GPU (`kind`)."""

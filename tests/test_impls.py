@@ -1,4 +1,4 @@
-"""Impls (issue 4): dynamic impl at once, static builds on the compile queue and switched to on
+"""Impls: dynamic impl at once, static builds on the compile queue and switched to on
 a later execution, fake-aligned static GEMMs, the impl cache LRU, update_weights reorders and
 the reordered-weights cache. Every run is compared with onnxruntime."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Runtime in-place concat (issue 3): producers write straight into slices of the concat's
+"""Runtime in-place concat: producers write straight into slices of the concat's
 buffer when the shapes allow it, and the concat falls back to copying, saying why, when not.
 Every inference is compared with onnxruntime."""
 import numpy as np

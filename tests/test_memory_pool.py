@@ -1,4 +1,4 @@
-"""The memory pool: dead tensors' buffers handed to later nodes (issue 3), checked against
+"""The memory pool: dead tensors' buffers handed to later nodes, checked against
 onnxruntime over shape sequences that grow and shrink (a wrong hand-over corrupts a value)."""
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""NonZero (issue 3's `dynamic_output`): split into count_nonzero + gather_nonzero at program build,
+"""NonZero (`dynamic_output`): split into count_nonzero + gather_nonzero at program build,
 gather's shape inference reads only the 8-byte count from the device, its update_shape is never
 skipped; every output is compared with onnxruntime."""
 import json

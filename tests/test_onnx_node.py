@@ -37,7 +37,7 @@ def test_node(case):
 
 
 def test_scope_covers_the_new_ops():
-    """Every op of issue 13 has node tests that run (none is in scope by exclusions only)."""
+    """Every op the engine claims has node tests that run (none is in scope by exclusions only)."""
     ops = {op for c in RUN for op in conformance.graph_ops(c.model)}
     wanted = {"GatherElements", "Range", "Trilu", "Split", "Tile", "Pad", "Not", "And", "Or", "Xor",
               "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf", "Neg", "Abs",

@@ -1,4 +1,4 @@
-"""The issue-13 ops over shape sequences (growth, shrink, repeats) on one Network each, against
+"""Math, rounding, trigonometric and indexing ops over shape sequences (growth, shrink, repeats) on one Network each, against
 onnxruntime: the node tests run one shape per network; here the shape-agnostic kernels see the
 shapes change under them. Einsum's GEMM path (float32 matrix products) is covered here."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""The preprocessing pipeline's decisions (issue 3), read from the trace of real runs; every
+"""The preprocessing pipeline's decisions, read from the trace of real runs; every
 run's outputs are compared with onnxruntime as well."""
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Property tests (issue 14): garbage given to any spec option is one line and exit 2, never a
+"""Property tests: garbage given to any spec option is one line and exit 2, never a
 traceback; random shape sequences (growth, shrink, repeats, zero-size dims) on generated models
 equal onnxruntime at every inference. Example counts are kept small for CI."""
 import os

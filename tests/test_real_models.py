@@ -1,4 +1,4 @@
-"""Issue 13's real-model patterns against onnxruntime over shape sequences, in float32 and in
+"""Real-model patterns against onnxruntime over shape sequences, in float32 and in
 float16 (weights, activations and the KV cache in half, as deployed decoders ship): the
 BERT-family encoder with the sdpa-style mask of current transformers exports, and the GPT-2
 style decode step with a KV cache fed back on the device (tests/models.py section 6). A torch

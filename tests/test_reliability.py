@@ -1,4 +1,4 @@
-"""Issue 14, "hardened and pleasant": every failure a user can cause gives one line naming what
+"""Every failure a user can cause gives one line naming what
 and why, with the exit status the README documents; model files are untrusted input; long and
 concurrent runs stay bounded; tables read well at 80 columns."""
 import json

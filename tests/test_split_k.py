@@ -1,4 +1,4 @@
-"""Split-K GEMM and the internal buffers it needs (issue 3: an impl's scratch follows the same
+"""Split-K GEMM and the internal buffers it needs (an impl's scratch follows the same
 reuse rules as outputs, memory pool included). Compared with onnxruntime every inference."""
 import numpy as np
 import onnx

@@ -8,8 +8,8 @@ import numpy as np
 
 
 class Plan:
-    __slots__ = ("key", "epoch", "of_iter", "launches", "reallocs", "hosts", "counters", "state",
-                 "io_state")
+    __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
+                 "state", "io_state")
 
     def __init__(self, **kw):
         for k, v in kw.items():

@@ -87,8 +87,8 @@ class FastPath(Observer):
         state += [(t, t.snapshot()) for t in self.buffers.tensors.values()]
         self.plans.put((prev, sig), Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
-            reallocs=reallocs, hosts=[(t, t.host) for t in self.host_args
-                                      if t.buf is not None and t.dev_src is t.host],
+            kernels=[(k, g, l) for _, k, g, l, _, _ in launches], reallocs=reallocs,
+            hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=state,
             io_state=[e for e in state if e[0] in self.io_tensors]))
         return True
@@ -126,7 +126,7 @@ class FastPath(Observer):
                 k.set_args(*args)
                 b.arg_ids = args
         queue.arena.flush(queue.cl_queue, queue.keep)
-        queue.enqueue([(k, g, l) for _, k, g, l, _, _ in plan.launches])
+        queue.enqueue(plan.kernels)
         used = self.buffers.used_bytes
         predictor = self.buffers.predictor
         for t, shape, bits in plan.reallocs:   # the same predictor calls as the flow's

@@ -114,15 +114,19 @@ def device_kind(dev: cl.Device | None = None) -> str:
     return "cpu" if dev.type & cl.device_type.CPU else "gpu"
 
 
-# CPU platforms in the default order (lower first; unlisted: 0). PoCL stays the default CPU
-# device and Intel's runtime (pip install 'dyncli[intel]') is opt-in: `--device intel`.
+# CPU platforms in the default order (lower first; unlisted: 0). PoCL is the CPU device pip
+# brings; Intel's runtime is installed only on purpose (pip install 'dyncli[intel]', or
+# scripts/ensure-opencl.sh where PoCL cannot run the kernels) and, once installed, is preferred.
+# The PyPI PoCL (3.0, LLVM 14) compiles for znver3 on AVX-512 CPUs (AMD Zen 4) and aborts in
+# code generation on 16-lane vector kernels ("Do not know how to scalarize this operator's
+# operand", gemm_rb) or segfaults: there Intel's runtime is the working CPU device.
 # Measured on a shared 2-core AMD EPYC (Zen 5), scripts/bench_models.py, same runs as
 # onnxruntime (README "Devices" has the table): Intel's runtime was faster on the transformer
 # encoder (1x128: 4.3 vs 21.0 ms) and densenet121 (601 vs 1531 ms) but slower on squeezenet
 # (222 vs 70 ms; 316 vs 45 ms with the tiled conv, whose tiles were measured on PoCL), and its
 # worker threads fell apart when the cores were oversubscribed (encoder 1x16: 28 vs 1.8 ms);
 # its wheels also weigh about 0.6 GB. Cold kernel builds were faster on Intel's (README).
-CPU_PLATFORM_ORDER = {INTEL_CPU_PLATFORM: 1}
+CPU_PLATFORM_ORDER = {INTEL_CPU_PLATFORM: -1}
 
 
 def select_device(spec: str | None = None) -> cl.Device:

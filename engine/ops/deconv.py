@@ -5,10 +5,9 @@ output_shape) and go through shape_info, so one build serves every shape. float3
 (stored half)."""
 from __future__ import annotations
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 from engine.ops.conv import _ints
 
@@ -91,7 +90,7 @@ def _kernels(node, ins, outs, deps):
                        dims=g["dims"])]
 
 
-@register("ConvTranspose", kernels=_kernels, f16=True)
+@register("ConvTranspose", checked=22, kernels=_kernels, f16=True)
 def _conv_transpose(node, ins, deps):
     g = _geometry(node, ins)
     return [Layout((g["N"], g["OC"], *g["out"]), ins[0].dtype)]

@@ -7,10 +7,9 @@ per (op, dtype, count_include_pad, indices) serves every pooling node and shape.
 """
 from __future__ import annotations
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 from engine.ops.conv import _ints, spatial_out
 from engine.ops.norm import reduce_call
@@ -73,8 +72,8 @@ def _pool_infer(node, ins, deps):
     return [y, Layout(y.shape, "i64")] if _indices(node) else [y]
 
 
-register("MaxPool", kernels=_pool_kernels, f16=True)(_pool_infer)
-register("AveragePool", kernels=_pool_kernels, f16=True)(_pool_infer)
+register("MaxPool", checked=22, kernels=_pool_kernels, f16=True)(_pool_infer)
+register("AveragePool", checked=22, kernels=_pool_kernels, f16=True)(_pool_infer)
 
 
 def _gap_check(node, ins):
@@ -91,7 +90,7 @@ def _gap_kernels(node, ins, outs, deps):
     return [reduce_call(node, x.shape, range(2, x.rank))]
 
 
-@register("GlobalAveragePool", kernels=_gap_kernels)
+@register("GlobalAveragePool", checked=22, kernels=_gap_kernels)
 def _gap(node, ins, deps):
     x = _gap_check(node, ins)
     return [Layout(tuple(x.shape[:2]) + (1,) * (x.rank - 2), "f32")]

@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.kernels import KernelCall
 from engine.layout import Layout, cl_type
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.activation import FLOATS, NUMERIC
 from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.norm import reduce_call
@@ -77,8 +77,10 @@ def _reduce_infer(node, ins, deps):
     return [Layout(out, dt)]
 
 
+# checked: ReduceSum-13 and the others' 18 take `axes` as an input; ReduceMax/Min-20 take bool
 for _op in REDUCE:
-    register(_op, kernels=_reduce_kernels, shape_deps=(1,), host_ok=True)(_reduce_infer)
+    register(_op, checked=13 if _op == "ReduceSum" else 20 if _op in ("ReduceMax", "ReduceMin") else 18,
+             kernels=_reduce_kernels, shape_deps=(1,), host_ok=True)(_reduce_infer)
 
 
 # ---- ArgMax / ArgMin -------------------------------------------------------------------------
@@ -119,7 +121,7 @@ def _arg_infer(node, ins, deps):
 
 
 for _op in ("ArgMax", "ArgMin"):
-    register(_op, kernels=_arg_kernels, host_ok=True)(_arg_infer)
+    register(_op, checked=13, kernels=_arg_kernels, host_ok=True)(_arg_infer)
 
 
 # ---- CumSum ----------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ def _cumsum_kernels(node, ins, outs, deps):
                        params=(x.shape[axis], _prod(x.shape[axis + 1:])), gws=(max(x.count, 1),))]
 
 
-@register("CumSum", kernels=_cumsum_kernels, shape_deps=(1,), host_ok=True)
+@register("CumSum", checked=14, kernels=_cumsum_kernels, shape_deps=(1,), host_ok=True)
 def _cumsum(node, ins, deps):
     if ins[0].dtype not in NUMERIC:
         raise ShapeInferenceError(f"CumSum {node.name}: element type {ins[0].dtype} is not supported")

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.norm import _f
 
@@ -154,5 +153,5 @@ def _infer(node, ins, deps):
     return [Layout(out, ins[0].dtype)]
 
 
-register("Resize", kernels=_kernels, shape_deps=(1, 2, 3), f16=True)(_infer)
-register("Upsample", kernels=_kernels, shape_deps=(1,), f16=True)(_infer)
+register("Resize", checked=19, kernels=_kernels, shape_deps=(1, 2, 3), f16=True)(_infer)
+register("Upsample", checked=10, kernels=_kernels, shape_deps=(1,), f16=True)(_infer)

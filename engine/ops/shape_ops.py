@@ -6,11 +6,11 @@ import numpy as np
 from onnx import numpy_helper
 
 from engine.layout import Layout, dtype_from_numpy
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import eltwise_call
 
 
-@register("Shape", host_ok=True)
+@register("Shape", checked=25, host_ok=True)
 def _shape(node, ins, deps):
     r = ins[0].rank
     start, end = node.attrs.get("start", 0), node.attrs.get("end", r)
@@ -35,12 +35,12 @@ def _cos_kernels(node, ins, outs, deps):
     return [eltwise_call(node, [], outs[0], f"(TOUT){lit}", inputs=())]
 
 
-@register("ConstantOfShape", kernels=_cos_kernels, shape_deps=(0,), host_ok=True, f16=True)
+@register("ConstantOfShape", checked=25, kernels=_cos_kernels, shape_deps=(0,), host_ok=True, f16=True)
 def _constant_of_shape(node, ins, deps):
     shape = tuple(int(v) for v in deps[0])
     return [Layout(shape, dtype_from_numpy(fill_value(node).dtype))]
 
 
-@register("Constant")
+@register("Constant", checked=25)
 def _constant(node, ins, deps):  # folded at import: never executed
     raise AssertionError("Constant nodes are folded when the program is built")

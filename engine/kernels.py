@@ -1,4 +1,5 @@
-"""Kernel sources, program builds and the shape_info buffer layout (seed 003).
+"""Kernel sources, program builds and the shape_info buffer layout (the GPU plugin's
+dynamic_impl.md).
 
 A `KernelCall` is what an op asks the engine to enqueue: which source and kernel, the JIT
 constants that make it (op, dtypes, attributes: never shapes, so one build serves every shape),
@@ -47,7 +48,7 @@ class Impl:
 
 @dataclass(frozen=True)
 class ImplParams:
-    """The impl cache key (the seed's kernel_impl_params): op, kernel source, the whole JIT
+    """The impl cache key (the GPU plugin's kernel_impl_params): op, kernel source, the whole JIT
     (attributes, tile choices, fused ops) and, for static impls, every tensor argument's dims
     (fake-aligned where the op says so) and the op's integer params. Dynamic impls have no
     shapes: one build serves them all. Tensor offsets are never part of a key (static kernels

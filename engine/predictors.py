@@ -4,7 +4,8 @@ Every policy implements ``realloc(buf, id, shape, dtype_bits, used_bytes) -> Rea
 (the entry point ``BufferState.realloc_if_needed`` calls), so the engine and
 ``dyncli predictor-sim`` run the same code:
 
-* ``openvino`` - the GPU plugin's ShapePredictor (engine/shape_predictor.py, seed 004);
+* ``openvino`` - the GPU plugin's ShapePredictor (engine/shape_predictor.py,
+  memory_preallocation.md);
 * ``none``     - the same realloc_if_needed with preallocation off ("0 0 0 1.0"): exact sizes;
 * ``adaptive`` - :class:`AdaptivePredictor`, online like a runtime, but with a horizon that
   grows while its predictions hold, steps of any size, and memory kept across resets;
@@ -21,7 +22,7 @@ from engine.shape_predictor import (RECLAIM_FACTOR, BufferState, PreallocSetting
 
 # name -> one-line description; ENGINE_POLICIES are the ones `dyncli run --predictor` takes
 POLICIES = {
-    "openvino": "the GPU plugin's ShapePredictor (seed 004), settings from --prealloc",
+    "openvino": "the GPU plugin's ShapePredictor (memory_preallocation.md), settings from --prealloc",
     "none": "no preallocation: exact size on every reallocation",
     "adaptive": "online: a steady step of any size, a doubling horizon under a slack cap, "
                 "memory kept across resets",

@@ -1,7 +1,7 @@
 """TopK on the device (cl/topk.cl). K is an input (opset 10+; the opset 1 attribute too): a
 memory dep, so its value decides the output shape, read from the device (8 bytes) only when it
-was computed there. The op is marked `dynamic_output` (seed 000): update_shape never skips it,
-since the same input layouts can come with a new K."""
+was computed there. The op is marked `dynamic_output` (the GPU plugin's preprocessing.md):
+update_shape never skips it, since the same input layouts can come with a new K."""
 from __future__ import annotations
 
 from engine.kernels import KernelCall

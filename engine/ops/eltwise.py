@@ -57,6 +57,20 @@ def _sum_expr(node, ins, outs):
 register("Sum", checked=13, kernels=_kernels_from(_sum_expr), host_ok=True, f16=True)(_infer_broadcast)
 
 
+def _mean_expr(node, ins, outs):
+    # summed in input order, then divided, as onnx.reference's Mean does
+    return f"({_sum_expr(node, ins, outs)}) / (TOUT){len(ins)}"
+
+
+@register("Mean", checked=13, kernels=_kernels_from(_mean_expr), host_ok=True, f16=True)
+def _mean(node, ins, deps):
+    out = _infer_broadcast(node, ins, deps)
+    if out[0].dtype not in ("f32", "f64", "f16"):
+        raise ShapeInferenceError(f"Mean {node.name}: element type {out[0].dtype} is not supported "
+                                  "(float types only)")
+    return out
+
+
 @register("Equal", checked=19, kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True, f16=True)
 def _equal(node, ins, deps):
     _same_dtype(node, ins)

@@ -50,17 +50,22 @@ def reduce_axes(node, ins, deps):
 
 def _reduce_kernels(node, ins, outs, deps):
     axes, _ = reduce_axes(node, ins, deps)
-    dt = ins[0].dtype
-    init, acc, final = REDUCE[node.op]
+    return [reduce_kernel(node, ins[0], outs[0], axes, node.op)]
+
+
+def reduce_kernel(node, x: Layout, out: Layout, axes, kind: str) -> KernelCall:
+    """The reduce kernel of `kind` (a REDUCE key) over `axes` of `x`."""
+    dt = x.dtype
+    init, acc, final = REDUCE[kind]
     lo, hi = LIMITS[dt]
     tacc = "double" if dt == "f64" else "float" if dt in ("f32", "f16") else cl_type(dt)
-    jit = (("REDUCE", 1), ("T", cl_type(dt)), ("TOUT", cl_type(outs[0].dtype)), ("TACC", tacc),
+    jit = (("REDUCE", 1), ("T", cl_type(dt)), ("TOUT", cl_type(out.dtype)), ("TACC", tacc),
            ("LOWEST", f"({lo})"), ("HIGHEST", f"({hi})"),
            ("ISNAN(v)", "isnan(v)" if dt in FLOATS else "0"),
            ("REDUCE_INIT(acc)", init), ("REDUCE_ACC(acc, v)", acc), ("REDUCE_FINAL(acc)", final),
            ("IMPL_TAG", node.op))
-    mean = reduce_call(node, ins[0].shape, axes)   # the same dim grouping and work size
-    return [KernelCall("reduce", "reduce", jit, mean.args, mean.params, mean.gws, dims=mean.dims)]
+    mean = reduce_call(node, x.shape, axes)   # the same dim grouping and work size
+    return KernelCall("reduce", "reduce", jit, mean.args, mean.params, mean.gws, dims=mean.dims)
 
 
 def _reduce_infer(node, ins, deps):

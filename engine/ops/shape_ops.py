@@ -1,6 +1,9 @@
-"""Shape, ConstantOfShape and Constant. Shape always runs on the host (its value is the input
-layout, no device round trip); ConstantOfShape fills on the device unless it is shape math."""
+"""Shape, Size, ConstantOfShape and Constant. Shape always runs on the host (its value is the
+input layout, no device round trip); Size and ConstantOfShape run on the device unless they are
+shape math."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from onnx import numpy_helper
@@ -22,6 +25,17 @@ def shape_value(node, in_shape) -> np.ndarray:
     r = len(in_shape)
     start, end = node.attrs.get("start", 0), node.attrs.get("end", r)
     return np.asarray(in_shape[slice(start, end)], dtype=np.int64)
+
+
+def _size_kernels(node, ins, outs, deps):
+    # the element count is a kernel parameter, stored by the eltwise kernel with no inputs
+    call = eltwise_call(node, [], outs[0], "(TOUT)PARAM(1)", inputs=())
+    return [replace(call, params=call.params + (ins[0].count,))]
+
+
+@register("Size", checked=25, kernels=_size_kernels, host_ok=True, f16=True)
+def _size(node, ins, deps):    # f16: the kernel reads no element of the input
+    return [Layout((), "i64")]
 
 
 def fill_value(node) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Device ops of the NN families (Conv, pooling, GlobalAveragePool/GlobalMaxPool, Softmax,
 LayerNormalization, BatchNormalization, LRN, ReduceMean) against onnxruntime, one Network per
-model run over a sequence of input shapes (repeats included): the dynamic-shape path, where one shape-agnostic build serves every shape."""
+model run over a sequence of input shapes (repeats included): the dynamic-shape path, where one
+shape-agnostic build serves every shape."""
 import os
 import sys
 

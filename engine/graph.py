@@ -31,8 +31,8 @@ class Node:
     index: int = -1
     host: bool = False      # runs as a host impl (shape subgraph)
     shape_sources: frozenset = frozenset()  # Shape nodes this host node's value derives from
-    static_output: bool = False             # output layouts fixed by the model (_mark_static)
-    fusion: object = None                   # engine.fusion.Fusion of a node with fused ops
+    static_output: bool = False             # output layouts fixed by the model (program.py)
+    fusion: object = None                   # engine.fused_ops.Fusion of a node with fused ops
     fused_into: "Node | None" = None        # the node (producer, or prologue consumer) it runs in
     _host_impl: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)   # run_host results by input values

@@ -19,9 +19,10 @@ Softmax not over the keys, or a prologue broadcast that grows the scores.
 """
 from __future__ import annotations
 
-from engine.fusion import FusedOp, Fusion, fusion_valid
+from engine.fused_ops import FusedOp, Fusion, fusion_valid
+from engine.graph import Node, link
 from engine.layout import Layout
-from engine.program import Node, _link
+from engine.ops.attention import MAX_D, MAX_L, geometry, ranks_ok
 
 
 def fuse_attention(prog) -> int:
@@ -43,7 +44,7 @@ def fuse_attention(prog) -> int:
             n.fused_into = node
         prog.nodes.insert(prog.nodes.index(last) + 1, node)
     if found:
-        _link(prog)
+        link(prog)
     return sum(len(m["nodes"]) for m in found)
 
 
@@ -159,7 +160,6 @@ def _match(prog, sm) -> dict | None:
 
 def check(node, own) -> str:
     """Why the attention kernel cannot run these shapes ('' when it can)."""
-    from engine.ops.attention import MAX_D, MAX_L, geometry, ranks_ok
     if any(l is None or l.dtype != "f32" for l in own):
         return "dtype"
     if not ranks_ok(node, own):

@@ -1,6 +1,6 @@
 """Errors of an inference in words a user can act on: which node failed, on which input
-shapes, and what in the model limits them (host shape subgraphs fail in numpy, whose
-message names neither)."""
+shapes, and what in the model limits them (host shape subgraphs, the GPU plugin's
+overall_flow.md, fail in numpy, whose message names neither)."""
 from __future__ import annotations
 
 import numpy as np

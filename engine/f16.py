@@ -3,8 +3,8 @@
 - Kernels read and write half tensors with vload_half / vstore_half (core OpenCL: no
   cl_khr_fp16 needed, which NVIDIA's OpenCL and the PoCL here lack) and compute in float32,
   even where the device has cl_khr_fp16: one code path, and float32 accumulation is more
-  exact than half math. `type_jit` gives a kernel the macros of one tensor's type
-  (cl/common.cl says how they are used); pure copies move f16 as ushort bits (`bits_type`).
+  exact than half math. `type_jit` (engine/layout.py) gives a kernel the macros of one
+  tensor's type; pure copies move f16 as ushort bits (`bits_type`).
 - Ops whose kernels take f16 say so (`OpDef.f16=True`; views need nothing). Every other op
   works in float16 too: at program build `insert_f16_casts` puts a Cast to float32 in front of
   each of its f16 inputs (f16 constants are converted once instead) and a Cast back to
@@ -17,7 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from engine.layout import cl_type, dtype_from_onnx
+from engine.graph import Node
+from engine.layout import dtype_from_onnx
 
 # What `dyncli devices` and the trace header say about float16 on a device.
 HALF_COMPUTE = "float32"
@@ -36,23 +37,6 @@ def half_support(device) -> dict:
 def half_summary(device) -> str:
     native = "device has cl_khr_fp16" if has_fp16(device) else "no cl_khr_fp16"
     return f"stored half, computed f32 ({native})"
-
-
-def type_jit(name: str, dtype: str) -> tuple:
-    """JIT constants of one tensor type slot `name`: name (storage type), name_C (compute
-    type), LOAD_name(p, i) and STORE_name(p, i, v)."""
-    if dtype == "f16":
-        return ((name, "half"), (f"{name}_C", "float"),
-                (f"LOAD_{name}(p, i)", "LOAD_HALF(p, i)"),
-                (f"STORE_{name}(p, i, v)", "STORE_HALF(p, i, v)"))
-    t = cl_type(dtype)
-    return ((name, t), (f"{name}_C", t), (f"LOAD_{name}(p, i)", "((p)[i])"),
-            (f"STORE_{name}(p, i, v)", f"((p)[i] = ({t})(v))"))
-
-
-def bits_type(dtype: str) -> str:
-    """Element type for kernels that only move data (copies, gathers): f16 as its 16 bits."""
-    return "ushort" if dtype == "f16" else cl_type(dtype)
 
 
 def tensor_dtypes(model: onnx.ModelProto) -> dict:
@@ -88,7 +72,6 @@ def _mentions_f16(model: onnx.ModelProto) -> bool:
 def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
     """Wrap every device node that reads or writes float16 but whose op lacks f16 kernels in
     Casts (f16 -> f32 before, f32 -> f16 after). Returns the number of Cast nodes added."""
-    from engine.program import Node
     if not _mentions_f16(model):
         return 0
     dtypes = tensor_dtypes(model)

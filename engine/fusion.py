@@ -1,16 +1,22 @@
 """Program-time fusion of elementwise chains into their producer or consumer
 (prepare_primitive_fusing).
 
-A producer whose kernel stores through the FUSED_OPS hook (cl/common.cl: MatMul, Gemm, Conv,
-elementwise) absorbs the f32 elementwise nodes that follow it, e.g. MatMul + Add + Erf-GELU,
+What each op contributes is on its OpDef (engine/ops/registry.py): `fusion_producer` (its
+kernel stores through the FUSED_OPS hook of cl/common.cl: MatMul, Gemm, Conv, elementwise),
+`fuse_expr` (the C expression it runs with inside another node's kernel), `prologue` (its
+kernel reads input 0 through the PROLOGUE_OPS hook: Softmax, LayerNormalization).
+
+A producer absorbs the f32 fusable nodes that follow it, e.g. MatMul + Add + Erf-GELU,
 Conv + BatchNormalization + Relu, Add + Relu. The fused nodes' extra inputs become extra kernel
 arguments; their intermediate tensors are never materialised. At run time the fusion holds only
-while every fused op keeps the producer's output shape (seed 002's "Valid fusion?"): when a
-broadcast would grow it, the node runs its unfused subgraph for that inference (primitive_inst).
+while every fused op keeps the producer's output shape (the "Valid fusion?" step of the GPU
+plugin's overall_flow.md, engine/fused_ops.py): when a broadcast would grow it, the node runs its
+unfused subgraph for that inference (primitive_inst).
 
 LayerNormalization takes a prologue too: the residual add before it (x + r, and the bias add
 before that) is applied on its reads, so x + r is never materialised. The chain is not taken when
-its base comes from a MatMul/Gemm/Conv: that kernel's epilogue writes x + r at no extra launch.
+its base comes from a producer that is no elementwise op (MatMul/Gemm/Conv): that kernel's
+epilogue writes x + r at no extra launch.
 A link whose output is used elsewhere (a graph output, another reader) ends the chain: the fused
 kernel writes only the normalised output.
 
@@ -21,54 +27,25 @@ chain's broadcasts keep the shape of the chain's base value (the scores).
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from engine.ops.activation import gelu_expr
-from engine.ops.common import broadcast
-from engine.ops.eltwise import BINARY, UNARY
-
-# Ops that may be fused into a producer, with their C expression over a, b (or a function of
-# the node giving it: Gelu's depends on its `approximate`; exporters at opset 20 emit Gelu).
-FUSABLE = {**BINARY, **UNARY, "BatchNormalization": "a * b + c",
-           "Gelu": lambda n: gelu_expr(n, "f32", 1)}
-PRODUCERS = {"MatMul", "Gemm", "Conv", *BINARY, *UNARY}
-# Consumers whose kernel reads its input 0 through the PROLOGUE_OPS hook, and the longest chain
-# of binary eltwise ops they take (attention needs two: scale and mask).
-PROLOGUE_CONSUMERS = {"Softmax", "LayerNormalization"}
-MAX_PROLOGUE_OPS = 3
-# a LayerNormalization leaves the chain to these producers (their epilogue takes it)
-EPILOGUE_FIRST = {"MatMul", "Gemm", "Conv"}
+from engine.attention_fusion import fuse_attention
+# fused_jit and fusion_valid are engine/fused_ops.py's; named here too for engine/primitive_inst.py
+from engine.fused_ops import FusedOp, Fusion, fused_jit, fusion_valid  # noqa: F401
+from engine.ops import OPS
 
 
-@dataclass
-class FusedOp:
-    node: object                 # the original node (run on its own when unfused)
-    expr: str                    # C expression over a, b, c
-    operands: list               # per operand: ("v", k) value of step k (0 = producer) | ("t", name)
+def _fuse_expr(n):
+    """The C expression of fusable node `n` (None: its op never fuses into another node)."""
+    e = OPS[n.op].fuse_expr
+    return e(n) if callable(e) else e
 
 
-@dataclass
-class Fusion:
-    ops: list = field(default_factory=list)
-    out: str = ""                # tensor the fused node writes (the last fused op's output)
-    extra: list = field(default_factory=list)  # extra input tensors, in kernel-argument order
-    # prologue fusion: the ops run before the node, on `base`, which replaces the node's input 0
-    prologue: bool = False
-    base: str = ""
-    # subgraph fusion (engine/attention_fusion.py): the node is an internal op standing for the nodes
-    # in `ops` (run as the unfused subgraph); check(own input layouts) -> unfuse reason or ''
-    subgraph: bool = False
-    check: object = None
-
-    def names(self) -> list[str]:
-        return [f.node.name for f in self.ops]
-
-    @property
-    def position(self) -> str:
-        return "subgraph" if self.subgraph else "prologue" if self.prologue else "epilogue"
+def _epilogue_takes_residual(op: str) -> bool:
+    """A producer that is no elementwise op (MatMul, Gemm, Conv): a LayerNormalization leaves
+    the residual add to its epilogue."""
+    d = OPS[op]
+    return d.fusion_producer and d.fuse_expr is None
 
 
 def fuse(prog, attention: bool = True) -> int:
@@ -78,10 +55,9 @@ def fuse(prog, attention: bool = True) -> int:
     attention (QK^T, scale, mask, Softmax, x V) becomes one internal op (engine/attention_fusion.py)."""
     fused = _fuse_prologues(prog)
     if attention:
-        from engine.attention_fusion import fuse_attention
         fused += fuse_attention(prog)
     for p in prog.nodes:
-        if p.host or p.fused_into is not None or p.op not in PRODUCERS:
+        if p.host or p.fused_into is not None or not p.opdef.fusion_producer:
             continue
         if len([o for o in p.outputs if o]) != 1 or p.outputs[0] in prog.outputs:
             continue
@@ -132,7 +108,7 @@ def _grow(prog, p) -> Fusion:
         cand = None
         for v in values:
             for u in prog.users.get(v, []):
-                if u in order or u.host or u.op not in FUSABLE or u.fused_into is not None \
+                if u in order or u.host or u.opdef.fuse_expr is None or u.fused_into is not None \
                         or not _f32(prog, u):
                     continue
                 if len([o for o in u.outputs if o]) != 1:
@@ -169,8 +145,7 @@ def _grow(prog, p) -> Fusion:
             operands = _operands(step, n.inputs[:1]) + _operands(step, _bn_constants(prog, n, p))
         else:
             operands = _operands(step, n.inputs)
-        expr = FUSABLE[n.op]
-        _append(f, step, n, expr(n) if callable(expr) else expr, operands)
+        _append(f, step, n, _fuse_expr(n), operands)
     return f
 
 
@@ -198,18 +173,18 @@ def fusion_map(prog) -> dict:
 def _fuse_prologues(prog) -> int:
     fused = 0
     for c in prog.nodes:
-        if c.op not in PROLOGUE_CONSUMERS or c.host or c.fused_into is not None:
+        if not c.opdef.prologue or c.host or c.fused_into is not None:
             continue
         chain, base = _prologue_chain(prog, c)
         src = prog.producers.get(base)
-        if c.op == "LayerNormalization" and src and src[0].op in EPILOGUE_FIRST:
+        if c.op == "LayerNormalization" and src and _epilogue_takes_residual(src[0].op):
             continue
         if not chain:
             continue
         f = Fusion(out=c.outputs[0], prologue=True, base=base)
         step = {base: 0}
         for n in chain:
-            _append(f, step, n, BINARY[n.op], _operands(step, n.inputs))
+            _append(f, step, n, _fuse_expr(n), _operands(step, n.inputs))
             n.fused_into = c
         c.fusion = f
         fused += len(chain)
@@ -217,14 +192,16 @@ def _fuse_prologues(prog) -> int:
 
 
 def _prologue_chain(prog, c) -> tuple[list, str]:
-    """The binary eltwise nodes feeding `c`'s input 0, base value first, and that base value.
+    """The binary fusable nodes (two inputs, a `fuse_expr`) feeding `c`'s input 0, base value
+    first, and that base value; at most `c`'s OpDef `prologue` of them.
     Each link's output is used only by the next link (or `c`) and is no graph output. A link
     continues through the operand most likely to be the data (e.g. the scores, not the mask)."""
     chain, cur, user = [], c.inputs[0] if c.inputs else "", c
-    while len(chain) < MAX_PROLOGUE_OPS:
+    while len(chain) < c.opdef.prologue:
         src = prog.producers.get(cur)
         n = src[0] if src else None
-        if n is None or n.op not in BINARY or n.host or n.fused_into is not None or not _f32(prog, n):
+        if n is None or n.opdef.fuse_expr is None or n.host or n.fused_into is not None or \
+                not _f32(prog, n):
             break
         if len([o for o in n.outputs if o]) != 1 or cur in prog.outputs or \
                 {id(u) for u in prog.users.get(cur, [])} != {id(user)}:
@@ -232,7 +209,7 @@ def _prologue_chain(prog, c) -> tuple[list, str]:
         ins = [i for i in n.inputs if i]
         if len(ins) != 2 or any(prog.constants[i].dtype != np.float32
                                 for i in ins if i in prog.constants):
-            break   # e.g. Pow with an int exponent: the kernel reads f32 operands only
+            break   # not binary; or e.g. Pow with an int exponent: the kernel reads f32 operands only
         chain.insert(0, n)
         # a Softmax's data is the scores (a MatMul's output), even when the mask is computed
         # later in the graph (the TorchScript exporter's Add(scores, Where(mask, 0, -inf)))
@@ -269,59 +246,3 @@ def _bn_constants(prog, n, conv) -> list[str]:
     for name, v in zip(names, (k, c)):
         prog.constants[name] = v.astype(np.float32).reshape(-1, *[1] * spatial)
     return names
-
-
-def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
-    """JIT constants that define the hook of `f` for a kernel whose extra inputs start at tensor
-    argument `first_extra_t` (see cl/common.cl). Epilogue: FUSED_OPS on the value stored to
-    tensor argument `ref_t`, operands indexed by broadcasting against it. Prologue: PROLOGUE_OPS
-    on values read from tensor argument `ref_t`, operands at the row offsets `ro[j] + pa * rs[j]`
-    the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read)."""
-    lines = []
-    for k, op in enumerate(f.ops, start=1):
-        vals = []
-        for kind, x in op.operands:
-            if kind == "v":
-                vals.append(f"v{x}")
-            else:
-                j = f.extra.index(x)
-                at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
-                    f"FUSED_OFF(si, {ref_t}, {first_extra_t + j}, o)"
-                vals.append(f"F{j}[{at}]")
-        decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
-        expr = re.sub(r"\bTOUT\b", "float", op.expr)
-        lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
-    lines.append(f"return v{len(f.ops)};")
-    params = "".join(f", __global const float* F{j}" for j in range(len(f.extra)))
-    # offsets are added where the kernel calls FUSED_OPS: T_OFF reads the runtime shape_info
-    # in both dynamic and static builds (cl/common.cl)
-    call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
-    hook = "PROLOGUE" if f.prologue else "FUSED"
-    jit = ((f"{hook}_OPS_BODY", " ".join(lines)), (f"{hook}_PARAMS", params), (f"{hook}_CALL", call))
-    if f.prologue:
-        jit += (("PROLOGUE_REF", ref_t), ("PROLOGUE_FIRST", first_extra_t),
-                ("PROLOGUE_NUM", len(f.extra)))
-    return jit
-
-
-def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:
-    """'' when the fused ops keep the layout of `produced` (the producer's output; for a
-    prologue, its base value) for the current shapes, else why not. `layouts` maps extra tensor
-    names to their current layouts. A subgraph fusion asks its own check (`own`: the node's
-    input layouts)."""
-    if f.check is not None:
-        return f.check(own)
-    shape = produced.shape
-    if produced.dtype != "f32":
-        return "dtype"
-    for op in f.ops:
-        others = [layouts[x] for kind, x in op.operands if kind == "t"]
-        if any(l is None or l.dtype != "f32" for l in others):
-            return "dtype"
-        try:
-            out = broadcast(shape, *[l.shape for l in others])
-        except Exception:
-            return "broadcast_error"
-        if tuple(out) != tuple(shape):
-            return "broadcast_grows_input" if f.prologue else "broadcast_grows_output"
-    return ""

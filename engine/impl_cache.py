@@ -1,33 +1,21 @@
-"""The implementations cache (an LRU of compiled impls keyed by their full ImplParams) and the
-per-op decision of which ops get static impls."""
+"""The implementations cache (an LRU of compiled impls keyed by their full ImplParams), the impl
+modes, and which ops get static impls in `--impls auto` (read from the op registry)."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
-IMPL_MODES = ("auto", "dynamic", "static")
+from engine.ops import OPS
 
-# Ops whose static impl is worth building in `--impls auto` (seed 002: the critical ops), per
-# device type. Decided by scripts/bench_impls.py: geometric mean of dynamic / static kernel time
-# over the example models' shapes (> 1: static faster); an op is True only where its static
-# impl measured faster.
-# - PoCL CPU (2 shared cores, --repeat 15): MatMul 23.9 (2.8..70.9), Gemm 25.5, Conv 1.44
-#   (1.13..1.96 with PW=8; PW=16 lost: 0.97), Softmax 0.82 (0.59..1.00).
-# - NVIDIA H200 (--repeat 50 --large): MatMul 0.41 (0.27..1.12), Gemm 0.52, Conv 1.30
-#   (0.89..3.87), Softmax 1.07 (0.97..1.17): the register-blocked static GEMM loses to the
-#   dynamic tiled kernel there, so GPUs build static Conv only.
-# - Issue 12's register-tiled GEMMs (scripts/bench_gemm.py --impl both, dynamic / static us):
-#   PoCL CPU (gemm_rb 8x16; static reorders B): 128x384x384 228 / 137, 128x1536x384 1114 / 723,
-#   128x384x1536 1132 / 748, 32x1536x384 312 / 229, 12x128x32x128 92 / 81: static still wins.
-#   H100 (gemm_lm, same tile): 4096^3 3041 / 3117, 2048x1536x384 64 / 67, 512x3072x768 83 / 85,
-#   and the static build has no split-K (8x768x3072 23 / 113): GPUs keep the dynamic GEMM.
-STATIC_WORTH = {
-    "cpu": {"MatMul": True, "Gemm": True, "Conv": True, "Softmax": False},
-    "gpu": {"MatMul": False, "Gemm": False, "Conv": True, "Softmax": False},
-}
+IMPL_MODES = ("auto", "dynamic", "static")
 
 
 def static_worth(device_type: str, op: str) -> bool:
-    return STATIC_WORTH.get(device_type, STATIC_WORTH["gpu"]).get(op, False)
+    """Whether `--impls auto` builds `op`'s static impl on a `device_type` ("cpu" | "gpu"; any
+    other kind is taken as a GPU) device: its OpDef's `static_on`, where the measurements that
+    decided it are (the GPU plugin's overall_flow.md: static impls for the critical ops)."""
+    d = OPS.get(op)
+    kind = device_type if device_type in ("cpu", "gpu") else "gpu"
+    return d is not None and kind in d.static_on
 
 
 class ImplCache:

@@ -10,7 +10,7 @@ import pyopencl as cl
 from engine.buffers import Buffers
 from engine.compile_queue import CompileQueue
 from engine.decisions import Decisions
-from engine.program import ModelError
+from engine.graph import ModelError
 from engine.impl_cache import IMPL_MODES, ImplCache, static_worth
 from engine.kernels import Impl, ImplParams, StaticVariant, compile_program, dynamic_key, impl_name
 from engine.memory import Tensor

@@ -1,4 +1,5 @@
-"""Kernel sources, program builds and the shape_info buffer layout (the GPU plugin's dynamic_impl.md).
+"""Kernel sources, program builds and the shape_info buffer layout (the GPU plugin's
+dynamic_impl.md).
 
 A `KernelCall` is what an op asks the engine to enqueue: which source and kernel, the JIT
 constants that make it (op, dtypes, attributes: never shapes, so one build serves every shape),

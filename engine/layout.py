@@ -56,6 +56,23 @@ def cl_type(dtype: str) -> str:
     return DTYPES[dtype][1]
 
 
+def type_jit(name: str, dtype: str) -> tuple:
+    """JIT constants of one tensor type slot `name`: name (storage type), name_C (compute
+    type), LOAD_name(p, i) and STORE_name(p, i, v)."""
+    if dtype == "f16":
+        return ((name, "half"), (f"{name}_C", "float"),
+                (f"LOAD_{name}(p, i)", "LOAD_HALF(p, i)"),
+                (f"STORE_{name}(p, i, v)", "STORE_HALF(p, i, v)"))
+    t = cl_type(dtype)
+    return ((name, t), (f"{name}_C", t), (f"LOAD_{name}(p, i)", "((p)[i])"),
+            (f"STORE_{name}(p, i, v)", f"((p)[i] = ({t})(v))"))
+
+
+def bits_type(dtype: str) -> str:
+    """Element type for kernels that only move data (copies, gathers): f16 as its 16 bits."""
+    return "ushort" if dtype == "f16" else cl_type(dtype)
+
+
 @dataclass(frozen=True)
 class Layout:
     shape: tuple  # of int | None
@@ -94,9 +111,6 @@ class Layout:
     @cached_property
     def nbytes(self) -> int:
         return self.count * self.itemsize
-
-    def with_shape(self, shape) -> "Layout":
-        return Layout(tuple(int(d) for d in shape), self.dtype, self.format)
 
     def __str__(self) -> str:
         dims = "x".join("?" if d is None else str(d) for d in self.shape) or "scalar"

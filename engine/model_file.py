@@ -10,7 +10,7 @@ import onnx
 from onnx import external_data_helper
 
 from engine.diagnose import nbytes_text
-from engine.program import ModelError
+from engine.graph import ModelError
 
 
 def _tensors(graph: onnx.GraphProto):

@@ -4,7 +4,8 @@ Every policy implements ``realloc(buf, id, shape, dtype_bits, used_bytes) -> Rea
 (the entry point ``BufferState.realloc_if_needed`` calls), so the engine and
 ``dyncli predictor-sim`` run the same code:
 
-* ``openvino`` - the GPU plugin's ShapePredictor (engine/shape_predictor.py, memory_preallocation.md);
+* ``openvino`` - the GPU plugin's ShapePredictor (engine/shape_predictor.py,
+  memory_preallocation.md);
 * ``none``     - the same realloc_if_needed with preallocation off ("0 0 0 1.0"): exact sizes;
 * ``adaptive`` - :class:`AdaptivePredictor`, online like a runtime, but with a horizon that
   grows while its predictions hold, steps of any size, and memory kept across resets;

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.bound_kernel import BoundKernel
-from engine.fusion import fused_jit, fusion_valid
+from engine.fused_ops import fused_jit, fusion_valid
 from engine.host_eval import host_outputs
 from engine.kernels import KernelCall, compose_shape_info
 from engine.layout import Layout, dtype_from_numpy

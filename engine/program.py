@@ -1,4 +1,4 @@
-"""ONNX import: the `Program` (seed: cldnn::program) of `Node`s after constant folding.
+"""ONNX import: the `Program` (the GPU plugin's cldnn::program) of `Node`s after constant folding.
 
 What happens here, once per model:
 - parse with `onnx`; graph inputs that are also initializers are constants (IR < 4 models);
@@ -21,82 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
-from engine.host_ops import FAST, REPLACED
+from engine.f16 import insert_f16_casts
+from engine.fusion import fuse
+from engine.graph import ModelError, Node, link
 from engine.layout import Layout, dtype_from_onnx
+from engine.model_file import check_graph, load_model
 from engine.ops import OPS
-
 from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops
-
-
-class ModelError(ValueError):
-    """The model cannot be run by this engine (unsupported op, type, opset, malformed graph)."""
-
-
-@dataclass(eq=False)
-class Node:
-    name: str
-    op: str
-    inputs: list            # tensor names, "" for an omitted optional input
-    outputs: list
-    attrs: dict
-    proto: onnx.NodeProto
-    opset: int
-    index: int = -1
-    host: bool = False      # runs as a host impl (shape subgraph)
-    shape_sources: frozenset = frozenset()  # Shape nodes this host node's value derives from
-    static_output: bool = False             # output layouts fixed by the model (_mark_static)
-    fusion: object = None                   # engine.fusion.Fusion of a node with fused ops
-    fused_into: "Node | None" = None        # the node (producer, or prologue consumer) it runs in
-    _host_impl: object = field(default=None, repr=False)
-    _memo: dict = field(default_factory=dict, repr=False)   # run_host results by input values
-
-    @property
-    def opdef(self):
-        return OPS[self.op]
-
-    def run_host(self, values: list) -> list:
-        """Evaluate on the host (shape subgraphs; also used for constant folding): onnx.reference,
-        or numpy directly for the ops engine/host_ops.py makes fast."""
-        vals = [v for v, name in zip(values, self.inputs) if name]
-        # shape math sees the same few small values again and again (one per sequence length):
-        # remember its results instead of running onnx.reference every time
-        key = tuple((v.dtype.str, v.shape, v.tobytes()) for v in map(np.asarray, vals)) \
-            if sum(np.asarray(v).nbytes for v in vals) <= 4096 else None
-        hit = self._memo.get(key) if key is not None else None
-        if hit is not None:
-            return hit
-        # the common shape-math ops in plain numpy (engine/host_ops.py FAST), else the reference
-        fast = FAST.get(self.op)
-        out = fast(self, *[None if v is None else np.asarray(v) for v in values]) \
-            if fast is not None else None
-        if out is None:
-            ev, names = self._reference()
-            out = ev.run(None, dict(zip(names, vals)))
-        out = [np.asarray(v) for v in out]     # numpy gives 0-d results as scalars
-        if key is not None:
-            if len(self._memo) >= 64:
-                self._memo.pop(next(iter(self._memo)))
-            self._memo[key] = out
-        return out
-
-    def _reference(self):
-        """(onnx.reference evaluator of this node alone, its input names), built on first use."""
-        if self._host_impl is None:
-            names = [f"i{k}" if n else "" for k, n in enumerate(self.inputs)]
-            outs = [f"o{k}" for k in range(len(self.outputs))]
-            p = onnx.NodeProto()
-            p.CopyFrom(self.proto)
-            del p.input[:]
-            p.input.extend(names)
-            del p.output[:]
-            p.output.extend(outs)
-            g = helper.make_graph([p], "host", [helper.make_tensor_value_info(n, 0, None) for n in names if n],
-                                  [helper.make_tensor_value_info(o, 0, None) for o in outs])
-            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
-            self._host_impl = (ReferenceEvaluator(m, new_ops=REPLACED), [n for n in names if n])
-        return self._host_impl
 
 
 @dataclass
@@ -172,42 +104,18 @@ def _toposort(nodes: list, available: set) -> list:
 
 def load_program(path: str | os.PathLike) -> Program:
     path = str(path)
-    from engine.model_file import load_model
     return build_program(load_model(path), path)
 
 
 def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True,
                   attention: bool = True) -> Program:
     """`attention=False` keeps the attention chain as separate nodes (engine/attention_fusion.py)."""
-    from engine.model_file import check_graph
     check_graph(model.graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or opset < MIN_OPSET:
         raise ModelError(f"opset {opset} is not supported (opsets {MIN_OPSET} to {MAX_OPSET} are)")
     g = model.graph
-    foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
-    unsupported: dict[str, list] = {}
-    for n in g.node:
-        if n.domain in ("", "ai.onnx") and (n.op_type not in OPS or OPS[n.op_type].internal):
-            unsupported.setdefault(n.op_type, []).append(n.name or n.output[0])
-    if unsupported or foreign:
-        parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
-                 for op, ns in sorted(unsupported.items())] + [f"{f} (custom domain)" for f in foreign]
-        raise ModelError("unsupported ops: " + "; ".join(parts))
-
-    # a newer opset runs; the ops whose schema there was never checked are named once
-    notes = []
-    used = {n.op_type for n in g.node if n.domain in ("", "ai.onnx")}
-    old = too_old_ops(used, opset)
-    if old:
-        raise ModelError(f"opset {opset}: the versions of {', '.join(old)} it selects are older "
-                         "than the engine runs (those of opset 7 and later)")
-    unchecked = unchecked_ops(used, opset)
-    if unchecked:
-        notes.append(f"opset {opset}: {', '.join(unchecked)} not checked against the schema "
-                     f"version{'s' if len(unchecked) > 1 else ''} it selects"
-                     + (f" (the installed onnx knows opsets up to {MAX_OPSET})" if opset > MAX_OPSET else ""))
-        warnings.warn(notes[-1], stacklevel=2)
+    notes = _check_ops(g, opset)
 
     constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     inputs, dim_names = {}, {}
@@ -223,8 +131,55 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
         name = n.name or f"{n.op_type}_{k}"
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, opset))
     nodes = _toposort(nodes, set(constants) | set(inputs))
+    kept, folded = _fold_constants(nodes, constants)
 
-    # Constant folding (and Constant nodes) with the host impl.
+    outputs = [o.name for o in g.output]
+    prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded,
+                   warnings=notes)
+    link(prog)
+    _check_outputs(prog)
+    _mark_shape_subgraphs(prog)
+    _decompose(prog)
+    if insert_f16_casts(prog, model):
+        link(prog)
+    _mark_static(prog)
+    if fusion:
+        prog.fused = fuse(prog, attention=attention)
+    return prog
+
+
+def _check_ops(g: onnx.GraphProto, opset: int) -> list[str]:
+    """Refuse ops outside the registry (one message naming them all) and ops whose schema at
+    `opset` is older than the engine runs. A newer opset runs: the ops whose schema there was
+    never checked are named once, in a warning and in the returned notes."""
+    foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
+    unsupported: dict[str, list] = {}
+    for n in g.node:
+        if n.domain in ("", "ai.onnx") and (n.op_type not in OPS or OPS[n.op_type].internal):
+            unsupported.setdefault(n.op_type, []).append(n.name or n.output[0])
+    if unsupported or foreign:
+        parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
+                 for op, ns in sorted(unsupported.items())] + [f"{f} (custom domain)" for f in foreign]
+        raise ModelError("unsupported ops: " + "; ".join(parts))
+
+    notes = []
+    used = {n.op_type for n in g.node if n.domain in ("", "ai.onnx")}
+    old = too_old_ops(used, opset)
+    if old:
+        raise ModelError(f"opset {opset}: the versions of {', '.join(old)} it selects are older "
+                         "than the engine runs (those of opset 7 and later)")
+    unchecked = unchecked_ops(used, opset)
+    if unchecked:
+        notes.append(f"opset {opset}: {', '.join(unchecked)} not checked against the schema "
+                     f"version{'s' if len(unchecked) > 1 else ''} it selects"
+                     + (f" (the installed onnx knows opsets up to {MAX_OPSET})" if opset > MAX_OPSET else ""))
+        warnings.warn(notes[-1], stacklevel=3)   # at build_program's caller
+    return notes
+
+
+def _fold_constants(nodes: list, constants: dict) -> tuple[list, int]:
+    """Constant folding (and Constant nodes) with the host impl: the outputs of every node whose
+    inputs are all constants join `constants`. Returns (the nodes kept, the number folded)."""
     kept, folded = [], 0
     for n in nodes:
         if all(i == "" or i in constants for i in n.inputs):
@@ -235,33 +190,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
             folded += 1
         else:
             kept.append(n)
-
-    outputs = [o.name for o in g.output]
-    prog = Program(path, kept, constants, inputs, dim_names, outputs, opset, folded=folded,
-                   warnings=notes)
-    _link(prog)
-    _check_outputs(prog)
-    _mark_shape_subgraphs(prog)
-    _decompose(prog)
-    from engine.f16 import insert_f16_casts
-    if insert_f16_casts(prog, model):
-        _link(prog)
-    _mark_static(prog)
-    if fusion:
-        from engine.fusion import fuse
-        prog.fused = fuse(prog, attention=attention)
-    return prog
-
-
-def _link(prog: Program) -> None:
-    """Node indices (topological order), producers and users of every tensor."""
-    prog.producers, prog.users = {}, {}
-    for k, n in enumerate(prog.nodes):
-        n.index = k
-        for j, o in enumerate(n.outputs):
-            prog.producers[o] = (n, j)
-        for i in n.inputs:
-            prog.users.setdefault(i, []).append(n)
+    return kept, folded
 
 
 def _decompose(prog: Program) -> None:
@@ -273,7 +202,7 @@ def _decompose(prog: Program) -> None:
     for n in prog.nodes:
         nodes += n.opdef.decompose(n) if n.opdef.decompose and not n.host else [n]
     prog.nodes = nodes
-    _link(prog)
+    link(prog)
 
 
 def _check_outputs(prog: Program) -> None:

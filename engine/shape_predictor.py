@@ -228,6 +228,24 @@ class ShapePredictor:
         if len(shapes) < MAX_HISTORY:
             return False, ()
 
+        step = self._iteration_step(shapes, cur, dt_bitwidth)
+        if step is not None:
+            self.last_mode = "iterations"
+            return True, tuple(c + d * n_iters for c, d in zip(cur, step))
+
+        if _f32(s.ratio) > np.float32(1.0):
+            if blocked_format:
+                return False, ()
+            # Flat shape [count * ratio, 1, ..., 1]; size_t * float is evaluated in float32, then truncated.
+            flat = int(_f32_mul(_shape_size(cur), s.ratio))
+            self.last_mode = "ratio"
+            return True, (flat,) + (1,) * (len(cur) - 1)
+        return False, ()
+
+    def _iteration_step(self, shapes: list, cur: tuple, dt_bitwidth: int) -> tuple | None:
+        """The per-iteration growth of the last MAX_HISTORY shapes when every step was the same
+        non-zero one within the per-dim and per-iteration limits, else None."""
+        s = self.settings
         # Newest diff first; a dim that shrank ends the chain (the C++ '-' returns an empty shape).
         diffs = []
         for i in range(MAX_HISTORY - 1):
@@ -250,19 +268,7 @@ class ShapePredictor:
             one_iter = _shape_size(c if d == 0 else 1 for c, d in zip(cur, step))
             if _bytes_for(one_iter, dt_bitwidth) > s.max_per_iter_bytes:
                 use_iters = False
-
-        if use_iters:
-            self.last_mode = "iterations"
-            return True, tuple(c + d * n_iters for c, d in zip(cur, diffs[0]))
-
-        if _f32(s.ratio) > np.float32(1.0):
-            if blocked_format:
-                return False, ()
-            # Flat shape [count * ratio, 1, ..., 1]; size_t * float is evaluated in float32, then truncated.
-            flat = int(_f32_mul(_shape_size(cur), s.ratio))
-            self.last_mode = "ratio"
-            return True, (flat,) + (1,) * (len(cur) - 1)
-        return False, ()
+        return diffs[0] if use_iters else None
 
     def realloc(self, buf: "BufferState", id: str, shape: tuple[int, ...], dtype_bits: int,
                 used_bytes: int | None = None) -> "ReallocDecision":

@@ -8,7 +8,7 @@ Two Networks run the same inference, one with --impls dynamic and one with --imp
 (every static impl built before timing); then each node's bound kernels are re-enqueued
 --repeat times on a profiling queue and the median of the OpenCL event times (end - start) is
 taken. ratio = dynamic / static (> 1: the static impl is faster). The per-op geometric means are
-what engine/impls.py STATIC_WORTH is decided from. Timings only mean something on the device
+what each op's `static_on` (its register() in engine/ops/) is decided from. Timings only mean something on the device
 they were taken on.
 """
 import argparse

@@ -1,6 +1,7 @@
-"""Device ops of the NN families (Conv, pooling, Softmax, LayerNormalization, BatchNormalization,
-LRN, ReduceMean) against onnxruntime, one Network per model run over a sequence of input shapes
-(repeats included): the dynamic-shape path, where one shape-agnostic build serves every shape."""
+"""Device ops of the NN families (Conv, pooling, GlobalAveragePool/GlobalMaxPool, Softmax,
+LayerNormalization, BatchNormalization, LRN, ReduceMean) against onnxruntime, one Network per
+model run over a sequence of input shapes (repeats included): the dynamic-shape path, where one
+shape-agnostic build serves every shape."""
 import os
 import sys
 
@@ -193,6 +194,13 @@ def test_pool_refuses_4d_spatial():
 def test_global_average_pool():
     m = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", FLOAT, 4)])
     run_vs_ort(m, x_feeds([(1, 8, 7, 7), (2, 3, 1, 1), (1, 8, 7, 7), (2, 5, 13, 4)]))
+
+
+@pytest.mark.parametrize("rank", [3, 4, 5])
+def test_global_max_pool(rank):
+    m = make_model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], [("x", FLOAT, rank)])
+    shapes = [(1, 8, 7, 7, 3), (2, 3, 1, 1, 1), (1, 8, 7, 7, 3), (2, 5, 13, 4, 2)]
+    run_vs_ort(m, x_feeds([s[:rank] for s in shapes], scale=3.0))
 
 
 # ---------------------------------------------------------------- Softmax

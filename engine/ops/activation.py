@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
 
 FLOATS = ("f32", "f64", "f16")
@@ -45,8 +45,9 @@ def _present(ins):
     return tuple(i for i, l in enumerate(ins) if l is not None)
 
 
-def _op(name, expr_of, allowed=FLOATS):
-    """Register an elementwise op: expr_of(node, dtype, n_inputs) -> C expression."""
+def _op(name, expr_of, allowed=FLOATS, **kw):
+    """Register an elementwise op: expr_of(node, dtype, n_inputs) -> C expression; `kw` goes to
+    register (checked, fuse_expr...)."""
     def kernels(node, ins, outs, deps):
         idx = _present(ins)
         return [eltwise_call(node, ins, outs[0], expr_of(node, outs[0].dtype, len(idx)), inputs=idx)]
@@ -55,28 +56,30 @@ def _op(name, expr_of, allowed=FLOATS):
         dt = _check(node, ins, allowed)
         return [Layout(broadcast(*[l.shape for l in ins if l is not None]), dt)]
 
-    register(name, kernels=kernels, host_ok=True)(infer)
+    register(name, kernels=kernels, host_ok=True, **kw)(infer)
 
 
 def _a(node, key, default):
     return node.attrs.get(key, default)
 
 
-_op("Neg", lambda n, dt, k: "-a", FLOATS + SIGNED)
-_op("Abs", lambda n, dt, k: "fabs(a)" if dt in FLOATS else "a" if dt in UNSIGNED else "(a < 0 ? -a : a)", NUMERIC)
-_op("Exp", lambda n, dt, k: "exp(a)")
-_op("Log", lambda n, dt, k: "log(a)")
-_op("Reciprocal", lambda n, dt, k: "(TOUT)1 / a")
-_op("Softplus", lambda n, dt, k: "log(exp(a) + (TOUT)1)")
-_op("Softsign", lambda n, dt, k: "a / ((TOUT)1 + fabs(a))")
-_op("Mish", lambda n, dt, k: "a * tanh(log(exp(a) + (TOUT)1))")
-for _name, _fn in (("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("Asin", "asin"), ("Acos", "acos"),
-                   ("Atan", "atan"), ("Sinh", "sinh"), ("Cosh", "cosh"), ("Asinh", "asinh"),
-                   ("Acosh", "acosh"), ("Atanh", "atanh"), ("Floor", "floor"), ("Ceil", "ceil"),
-                   ("Round", "rint")):   # rint: to nearest, ties to even (the default rounding mode)
-    _op(_name, lambda n, dt, k, f=_fn: f"{f}(a)")
+_op("Neg", lambda n, dt, k: "-a", FLOATS + SIGNED, checked=13)
+_op("Abs", lambda n, dt, k: "fabs(a)" if dt in FLOATS else "a" if dt in UNSIGNED else "(a < 0 ? -a : a)", NUMERIC, checked=13)
+_op("Exp", lambda n, dt, k: "exp(a)", checked=13)
+_op("Log", lambda n, dt, k: "log(a)", checked=13)
+_op("Reciprocal", lambda n, dt, k: "(TOUT)1 / a", checked=13)
+_op("Softplus", lambda n, dt, k: "log(exp(a) + (TOUT)1)", checked=22)
+_op("Softsign", lambda n, dt, k: "a / ((TOUT)1 + fabs(a))", checked=22)
+_op("Mish", lambda n, dt, k: "a * tanh(log(exp(a) + (TOUT)1))", checked=22)
+for _name, _fn, _checked in (
+        ("Sin", "sin", 22), ("Cos", "cos", 22), ("Tan", "tan", 22), ("Asin", "asin", 22),
+        ("Acos", "acos", 22), ("Atan", "atan", 22), ("Sinh", "sinh", 22), ("Cosh", "cosh", 22),
+        ("Asinh", "asinh", 22), ("Acosh", "acosh", 22), ("Atanh", "atanh", 22),
+        ("Floor", "floor", 13), ("Ceil", "ceil", 13),
+        ("Round", "rint", 22)):   # rint: to nearest, ties to even (the default rounding mode)
+    _op(_name, lambda n, dt, k, f=_fn: f"{f}(a)", checked=_checked)
 _op("Sign", lambda n, dt, k: "(a > 0 ? (TOUT)1 : a < 0 ? (TOUT)-1 : a)" if dt in FLOATS
-    else "(TOUT)((a > 0) - (a < 0))", NUMERIC)
+    else "(TOUT)((a > 0) - (a < 0))", NUMERIC, checked=13)
 
 
 def _mod(node, dt, k):
@@ -93,19 +96,19 @@ def _mod(node, dt, k):
     return f"(({r} != 0 && ({r} < 0) != (b < 0)) ? {r} + b : {r})"
 
 
-_op("Mod", _mod, NUMERIC)
+_op("Mod", _mod, NUMERIC, checked=28)
 _op("HardSigmoid", lambda n, dt, k: f"fmax((TOUT)0, fmin((TOUT)1, {lit(_a(n, 'alpha', 0.2), dt)} * a + "
-                                    f"{lit(_a(n, 'beta', 0.5), dt)}))")
-_op("HardSwish", lambda n, dt, k: "a * fmax((TOUT)0, fmin((TOUT)1, a / (TOUT)6 + (TOUT)0.5))")
-_op("LeakyRelu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 0.01), dt)} * a : a)")
-_op("Elu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 1.0), dt)} * (exp(a) - (TOUT)1) : a)")
+                                    f"{lit(_a(n, 'beta', 0.5), dt)}))", checked=22)
+_op("HardSwish", lambda n, dt, k: "a * fmax((TOUT)0, fmin((TOUT)1, a / (TOUT)6 + (TOUT)0.5))", checked=22)
+_op("LeakyRelu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 0.01), dt)} * a : a)", checked=16)
+_op("Elu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 1.0), dt)} * (exp(a) - (TOUT)1) : a)", checked=22)
 _op("Selu", lambda n, dt, k: f"{lit(_a(n, 'gamma', 1.0507009873554805), dt)} * (a <= 0 ? "
-                             f"{lit(_a(n, 'alpha', 1.6732632423543772), dt)} * (exp(a) - (TOUT)1) : a)")
+                             f"{lit(_a(n, 'alpha', 1.6732632423543772), dt)} * (exp(a) - (TOUT)1) : a)", checked=22)
 _op("Celu", lambda n, dt, k: f"(fmax((TOUT)0, a) + fmin((TOUT)0, {lit(_a(n, 'alpha', 1.0), dt)} * "
-                             f"(exp(a / {lit(_a(n, 'alpha', 1.0), dt)}) - (TOUT)1)))")
-_op("ThresholdedRelu", lambda n, dt, k: f"(a > {lit(_a(n, 'alpha', 1.0), dt)} ? a : (TOUT)0)")
+                             f"(exp(a / {lit(_a(n, 'alpha', 1.0), dt)}) - (TOUT)1)))", checked=28)
+_op("ThresholdedRelu", lambda n, dt, k: f"(a > {lit(_a(n, 'alpha', 1.0), dt)} ? a : (TOUT)0)", checked=22)
 # slope b broadcasts to x (unidirectional in ONNX; numpy broadcasting is the superset)
-_op("PRelu", lambda n, dt, k: "(a < 0 ? (TOUT)(b * a) : a)", FLOATS + SIGNED + UNSIGNED)
+_op("PRelu", lambda n, dt, k: "(a < 0 ? (TOUT)(b * a) : a)", FLOATS + SIGNED + UNSIGNED, checked=16)
 
 
 def gelu_expr(node, dt, k):
@@ -115,7 +118,8 @@ def gelu_expr(node, dt, k):
     return f"(TOUT)0.5 * a * ((TOUT)1 + erf(a * {lit(math.sqrt(0.5), dt)}))"
 
 
-_op("Gelu", gelu_expr)
+# exporters at opset 20 emit Gelu: it runs in its MatMul's epilogue (float32 there)
+_op("Gelu", gelu_expr, checked=20, fuse_expr=lambda n: gelu_expr(n, "f32", 1))
 
 
 # ---- Min / Max: variadic, broadcasting; NaN propagates as numpy's minimum/maximum -------------
@@ -130,8 +134,8 @@ def _fold(node, dt, k, cmp):
     return e
 
 
-_op("Min", lambda n, dt, k: _fold(n, dt, k, "<"), NUMERIC)
-_op("Max", lambda n, dt, k: _fold(n, dt, k, ">"), NUMERIC)
+_op("Min", lambda n, dt, k: _fold(n, dt, k, "<"), NUMERIC, checked=13)
+_op("Max", lambda n, dt, k: _fold(n, dt, k, ">"), NUMERIC, checked=13)
 
 
 # ---- Clip: min/max attributes before opset 11, optional inputs 1 and 2 after ------------------
@@ -155,7 +159,7 @@ def _clip_kernels(node, ins, outs, deps):
     return [eltwise_call(node, ins, outs[0], x, inputs=idx)]
 
 
-@register("Clip", kernels=_clip_kernels, host_ok=True)
+@register("Clip", checked=13, kernels=_clip_kernels, host_ok=True)
 def _clip(node, ins, deps):
     dt = _check(node, ins, NUMERIC)
     for l in ins[1:]:

@@ -7,10 +7,9 @@ import math
 
 import numpy as np
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK
-from engine.layout import Layout, cl_type
-from engine.ops import register
+from engine.layout import Layout, cl_type, type_jit
+from engine.ops.registry import register
 from engine.ops.activation import FLOATS, lit
 from engine.ops.common import ShapeInferenceError, contiguous_strides, norm_axis
 from engine.ops.movement import copy_call
@@ -31,7 +30,7 @@ def _range_kernels(node, ins, outs, deps):
 
 
 # f16: its inputs are shape deps (host values, never Cast), so the kernel reads and writes half
-@register("Range", kernels=_range_kernels, shape_deps=(0, 1, 2), host_ok=True, f16=True)
+@register("Range", checked=27, kernels=_range_kernels, shape_deps=(0, 1, 2), host_ok=True, f16=True)
 def _range(node, ins, deps):
     dts = {l.dtype for l in ins}
     if len(dts) != 1:
@@ -54,7 +53,7 @@ def _trilu_kernels(node, ins, outs, deps):
                        params=(max(-lim, min(lim, k)),), gws=(max(ins[0].count, 1),))]
 
 
-@register("Trilu", kernels=_trilu_kernels, shape_deps=(1,), host_ok=True)
+@register("Trilu", checked=14, kernels=_trilu_kernels, shape_deps=(1,), host_ok=True)
 def _trilu(node, ins, deps):
     if ins[0].rank < 2:
         raise ShapeInferenceError(f"Trilu {node.name}: input {ins[0]} needs rank >= 2")
@@ -67,7 +66,7 @@ def _tile_kernels(node, ins, outs, deps):
     return [KernelCall("arrange", "tile", jit, (("in", 0), ("out", 0)), gws=(max(outs[0].count, 1),))]
 
 
-@register("Tile", kernels=_tile_kernels, shape_deps=(1,), host_ok=True)
+@register("Tile", checked=13, kernels=_tile_kernels, shape_deps=(1,), host_ok=True)
 def _tile(node, ins, deps):
     reps = [int(r) for r in np.asarray(deps[1]).reshape(-1)]
     if len(reps) != ins[0].rank or any(r < 0 for r in reps):
@@ -111,7 +110,7 @@ def _pad_kernels(node, ins, outs, deps):
     return [KernelCall("arrange", "pad", jit, args, params=params, gws=(max(outs[0].count, 1),))]
 
 
-@register("Pad", kernels=_pad_kernels, shape_deps=(1, 3), host_ok=True)
+@register("Pad", checked=25, kernels=_pad_kernels, shape_deps=(1, 3), host_ok=True)
 def _pad(node, ins, deps):
     mode = node.attrs.get("mode", "constant")
     if mode not in MODES:
@@ -158,7 +157,7 @@ def _split_kernels(node, ins, outs, deps):
     return calls
 
 
-@register("Split", kernels=_split_kernels, shape_deps=(1,), padded_ok=True, host_ok=True)
+@register("Split", checked=18, kernels=_split_kernels, shape_deps=(1,), padded_ok=True, host_ok=True)
 def _split(node, ins, deps):
     axis, sizes = _split_sizes(node, ins, deps)
     return [Layout(ins[0].shape[:axis] + (s,) + ins[0].shape[axis + 1:], ins[0].dtype) for s in sizes]

@@ -11,10 +11,10 @@ KV-cache buffer with room along its sequence axis is read in place (padded_ok).
 """
 from __future__ import annotations
 
-from engine.fusion import fused_jit
+from engine.fused_ops import fused_jit
 from engine.kernels import KernelCall
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
 
 # What fits: the key row of scores lives in private (CPU) or local (GPU) memory, the query row

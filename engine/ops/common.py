@@ -6,9 +6,8 @@ import re
 import numpy as np
 from onnx import TensorProto
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK
-from engine.layout import Layout, dtype_from_onnx
+from engine.layout import Layout, dtype_from_onnx, type_jit
 
 
 class ShapeInferenceError(ValueError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from engine.device import device_kind
 from engine.kernels import KernelCall, StaticVariant, WeightsLayout
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 
 PW = 8          # output pixels along x per work-item (float8 accumulators)
@@ -266,7 +266,11 @@ def _conv_static(node, ins, outs, deps, consts):
     return StaticVariant(call, {}, call.params, f"{'x'.join(map(str, outs[0].shape))} pw{pw}")
 
 
-@register("Conv", kernels=_conv_kernels, static=_conv_static, weights=1)
+# static_on (scripts/bench_impls.py, dynamic / static kernel time, > 1: static faster): PoCL CPU
+# (2 shared cores, --repeat 15) 1.44 (1.13..1.96 with PW=8; PW=16 lost: 0.97); NVIDIA H200
+# (--repeat 50 --large) 1.30 (0.89..3.87)
+@register("Conv", checked=22, kernels=_conv_kernels, static=_conv_static, weights=1,
+          static_on=frozenset({"cpu", "gpu"}), fusion_producer=True)
 def _conv(node, ins, deps):
     g = _conv_geometry(node, ins)
     if g["one_d"]:

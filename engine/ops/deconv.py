@@ -5,10 +5,9 @@ output_shape) and go through shape_info, so one build serves every shape. float3
 (stored half)."""
 from __future__ import annotations
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 from engine.ops.conv import _ints
 
@@ -42,31 +41,8 @@ def _geometry(node, ins):
     op = _ints(node, "output_padding", n, 0)
     if any(v < 1 for v in s + d) or any(v < 0 for v in op):
         raise ShapeInferenceError(f"{name}: bad strides {s}, dilations {d} or output_padding {op}")
-    auto_pad = node.attrs.get("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
     full = [s[i] * (sizes[i] - 1) + op[i] + ((ks[i] - 1) * d[i] + 1) for i in range(n)]
-    out_shape = node.attrs.get("output_shape")
-    if out_shape is not None:
-        out_shape = [int(v) for v in out_shape][-n:]
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out_shape = [sizes[i] * s[i] for i in range(n)]
-    if out_shape is not None:
-        # the padding that gives the asked output size, split as the ONNX reference does
-        total = [full[i] - out_shape[i] for i in range(n)]
-        if any(t < 0 for t in total):
-            raise ShapeInferenceError(f"{name}: output_shape {out_shape} larger than the full "
-                                      f"output {full} (input {x})")
-        upper = auto_pad == "SAME_UPPER"
-        pb = [t // 2 if upper else t - t // 2 for t in total]
-        pe = [t - b for t, b in zip(total, pb)]
-    elif auto_pad in ("NOTSET", "VALID"):
-        pads = _ints(node, "pads", 2 * n, 0) if auto_pad == "NOTSET" else [0] * (2 * n)
-        if any(p < 0 for p in pads):
-            raise ShapeInferenceError(f"{name}: negative pads {pads}")
-        pb, pe = pads[:n], pads[n:]
-    else:
-        raise ShapeInferenceError(f"{name}: unknown auto_pad {auto_pad!r}")
+    pb, pe = _pads(node, name, x, full, [sizes[i] * s[i] for i in range(n)])
     out = [full[i] - pb[i] - pe[i] for i in range(n)]
     if any(o < 0 for o in out):
         raise ShapeInferenceError(f"{name}: pads {pb + pe} exceed the output of input {x}")
@@ -77,6 +53,35 @@ def _geometry(node, ins):
         dims = {0: (N, C, 1, sizes[0]), 1: (Cw, OCg, 1, ks[0]),
                 2 + has_bias: (N, OC, 1, out[0])}
     return dict(N=N, OC=OC, out=out, s=s, d=d, pb=pb, group=group, dims=dims)
+
+
+def _pads(node, name, x, full, same) -> tuple[list, list]:
+    """(begin, end) pads of each spatial dim: the `pads` attribute, or those that cut the full
+    output `full` to `output_shape` or, for SAME_*, to `same` (input size * stride)."""
+    n = len(full)
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    out_shape = node.attrs.get("output_shape")
+    if out_shape is not None:
+        out_shape = [int(v) for v in out_shape][-n:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = same
+    if out_shape is not None:
+        # the padding that gives the asked output size, split as the ONNX reference does
+        total = [full[i] - out_shape[i] for i in range(n)]
+        if any(t < 0 for t in total):
+            raise ShapeInferenceError(f"{name}: output_shape {out_shape} larger than the full "
+                                      f"output {full} (input {x})")
+        upper = auto_pad == "SAME_UPPER"
+        pb = [t // 2 if upper else t - t // 2 for t in total]
+        return pb, [t - b for t, b in zip(total, pb)]
+    if auto_pad in ("NOTSET", "VALID"):
+        pads = _ints(node, "pads", 2 * n, 0) if auto_pad == "NOTSET" else [0] * (2 * n)
+        if any(p < 0 for p in pads):
+            raise ShapeInferenceError(f"{name}: negative pads {pads}")
+        return pads[:n], pads[n:]
+    raise ShapeInferenceError(f"{name}: unknown auto_pad {auto_pad!r}")
 
 
 def _kernels(node, ins, outs, deps):
@@ -91,7 +96,7 @@ def _kernels(node, ins, outs, deps):
                        dims=g["dims"])]
 
 
-@register("ConvTranspose", kernels=_kernels, f16=True)
+@register("ConvTranspose", checked=22, kernels=_kernels, f16=True)
 def _conv_transpose(node, ins, deps):
     g = _geometry(node, ins)
     return [Layout((g["N"], g["OC"], *g["out"]), ins[0].dtype)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from engine.kernels import KernelCall
 from engine.layout import Layout, cl_type
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.activation import NUMERIC
 from engine.ops.common import ShapeInferenceError, contiguous_strides
 from engine.ops.matmul import gemm_call
@@ -140,7 +140,7 @@ def _einsum_kernels(node, ins, outs, deps):
                        params=(len(letters), len(out), *extents, *strides), gws=(max(outs[0].count, 1),))]
 
 
-@register("Einsum", kernels=_einsum_kernels, host_ok=True)
+@register("Einsum", checked=28, kernels=_einsum_kernels, host_ok=True)
 def _einsum(node, ins, deps):
     dts = {l.dtype for l in ins}
     if len(dts) != 1 or not dts <= set(NUMERIC):

@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
                                onnx_dtype)
 from engine.ops.movement import copy_call
 
-# op -> C expression over the inputs a, b, c, ... (already of their own types)
+# op -> (C expression over the inputs a, b, checked schema version). Each also runs fused into
+# a producer's epilogue, the binary ones into a consumer's prologue (engine/fusion.py), and their
+# kernels store through FUSED_OPS (they take an epilogue themselves).
 BINARY = {
-    "Add": "a + b", "Sub": "a - b", "Mul": "a * b", "Div": "a / b",
-    "Pow": "pow((float)a, (float)b)",
+    "Add": ("a + b", 14), "Sub": ("a - b", 14), "Mul": ("a * b", 14), "Div": ("a / b", 14),
+    "Pow": ("pow((float)a, (float)b)", 15),
 }
 UNARY = {
-    "Relu": "fmax(a, (TOUT)0)", "Sigmoid": "(TOUT)1 / ((TOUT)1 + exp(-a))", "Tanh": "tanh(a)",
-    "Erf": "erf_f32(a)", "Sqrt": "sqrt(a)",
+    "Relu": ("fmax(a, (TOUT)0)", 14), "Sigmoid": ("(TOUT)1 / ((TOUT)1 + exp(-a))", 13),
+    "Tanh": ("tanh(a)", 13), "Erf": ("erf_f32(a)", 13), "Sqrt": ("sqrt(a)", 13),
 }
 
 
@@ -36,17 +38,14 @@ def _infer_broadcast(node, ins, deps):
 
 
 def _infer_pow(node, ins, deps):
-    # the exponent may have its own type (opset 12+); the result has the base's
     return [Layout(broadcast(*[l.shape for l in ins]), ins[0].dtype)]
 
 
-for _op, _expr in BINARY.items():
-    if _op == "Pow":
-        register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_pow)
-        continue
-    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_broadcast)
-for _op, _expr in UNARY.items():
-    register(_op, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True, f16=True)(_infer_broadcast)
+for _op, (_expr, _checked) in {**BINARY, **UNARY}.items():
+    # Pow's exponent may have its own type (opset 12+); the result has the base's
+    register(_op, checked=_checked, kernels=_kernels_from(lambda n, i, o, e=_expr: e), host_ok=True,
+             f16=True, fuse_expr=_expr, fusion_producer=True)(
+        _infer_pow if _op == "Pow" else _infer_broadcast)
 
 
 def _sum_expr(node, ins, outs):
@@ -55,16 +54,30 @@ def _sum_expr(node, ins, outs):
     return " + ".join("abcde"[: len(ins)])
 
 
-register("Sum", kernels=_kernels_from(_sum_expr), host_ok=True, f16=True)(_infer_broadcast)
+register("Sum", checked=13, kernels=_kernels_from(_sum_expr), host_ok=True, f16=True)(_infer_broadcast)
 
 
-@register("Equal", kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True, f16=True)
+def _mean_expr(node, ins, outs):
+    # summed in input order, then divided, as onnx.reference's Mean does
+    return f"({_sum_expr(node, ins, outs)}) / (TOUT){len(ins)}"
+
+
+@register("Mean", checked=13, kernels=_kernels_from(_mean_expr), host_ok=True, f16=True)
+def _mean(node, ins, deps):
+    out = _infer_broadcast(node, ins, deps)
+    if out[0].dtype not in ("f32", "f64", "f16"):
+        raise ShapeInferenceError(f"Mean {node.name}: element type {out[0].dtype} is not supported "
+                                  "(float types only)")
+    return out
+
+
+@register("Equal", checked=19, kernels=_kernels_from(lambda n, i, o: "(TOUT)(a == b)"), host_ok=True, f16=True)
 def _equal(node, ins, deps):
     _same_dtype(node, ins)
     return [Layout(broadcast(ins[0].shape, ins[1].shape), "bool")]
 
 
-@register("Where", kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True, f16=True)
+@register("Where", checked=16, kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True, f16=True)
 def _where(node, ins, deps):
     if ins[0].dtype != "bool":
         raise ShapeInferenceError("Where condition must be bool")
@@ -87,6 +100,6 @@ def _cast_kernels(node, ins, outs, deps):
                       contiguous_strides(outs[0].shape), 0, convert=(outs[0].dtype, conv))]
 
 
-@register("Cast", kernels=_cast_kernels, host_ok=True, f16=True, padded_ok=True)
+@register("Cast", checked=28, kernels=_cast_kernels, host_ok=True, f16=True, padded_ok=True)
 def _cast(node, ins, deps):
     return [Layout(ins[0].shape, onnx_dtype(node.attrs["to"]))]

@@ -4,10 +4,9 @@ type (stash_type 1, the default). Opset 18's GroupNormalization takes scale/bias
 opset 21's per channel."""
 from __future__ import annotations
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 from engine.ops.norm import _f
 
@@ -56,5 +55,5 @@ def _infer(node, ins, deps):
     return [Layout(ins[0].shape, ins[0].dtype)]
 
 
-register("InstanceNormalization", kernels=_kernels, f16=True)(_infer)
-register("GroupNormalization", kernels=_kernels, f16=True)(_infer)
+register("InstanceNormalization", checked=22, kernels=_kernels, f16=True)(_infer)
+register("GroupNormalization", checked=21, kernels=_kernels, f16=True)(_infer)

@@ -10,7 +10,7 @@ import math
 
 from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout, cl_type
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, contiguous_strides, norm_axis
 from engine.ops.movement import copy_call
 
@@ -38,7 +38,7 @@ def _ge_kernels(node, ins, outs, deps):
                        params=(axis + MAX_RANK - data.rank,), gws=(max(idx.count, 1),))]
 
 
-@register("GatherElements", kernels=_ge_kernels, host_ok=True)
+@register("GatherElements", checked=13, kernels=_ge_kernels, host_ok=True)
 def _gather_elements(node, ins, deps):
     data, idx = ins
     _index_type(node, idx)
@@ -79,7 +79,7 @@ def _gnd_kernels(node, ins, outs, deps):
                        params=params, gws=(max(outs[0].count, 1),))]
 
 
-@register("GatherND", kernels=_gnd_kernels, host_ok=True)
+@register("GatherND", checked=13, kernels=_gnd_kernels, host_ok=True)
 def _gather_nd(node, ins, deps):
     data, idx = ins
     _index_type(node, idx)
@@ -121,7 +121,7 @@ def _se_kernels(node, ins, outs, deps):
     return calls
 
 
-@register("ScatterElements", kernels=_se_kernels, host_ok=True)
+@register("ScatterElements", checked=18, kernels=_se_kernels, host_ok=True)
 def _scatter_elements(node, ins, deps):
     data, idx, upd = ins
     _index_type(node, idx)
@@ -157,7 +157,7 @@ def _nd_kernels(node, ins, outs, deps):
     return calls
 
 
-@register("ScatterND", kernels=_nd_kernels, host_ok=True)
+@register("ScatterND", checked=18, kernels=_nd_kernels, host_ok=True)
 def _scatter_nd(node, ins, deps):
     data, idx, upd = ins
     _index_type(node, idx)

@@ -4,7 +4,7 @@ LessOrEqual, Greater, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf. Outputs a
 from __future__ import annotations
 
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.activation import FLOATS, NUMERIC
 from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
 
@@ -19,7 +19,7 @@ def _same(node, ins, allowed):
     return dt
 
 
-def _bool_op(name, expr, allowed, expr_of=None):
+def _bool_op(name, expr, allowed, expr_of=None, **kw):
     def kernels(node, ins, outs, deps):
         return [eltwise_call(node, ins, outs[0], expr_of(node) if expr_of else expr)]
 
@@ -27,16 +27,17 @@ def _bool_op(name, expr, allowed, expr_of=None):
         _same(node, ins, allowed)
         return [Layout(broadcast(*[l.shape for l in ins]), "bool")]
 
-    register(name, kernels=kernels, host_ok=True)(infer)
+    register(name, kernels=kernels, host_ok=True, **kw)(infer)
 
 
-for _name, _cmp in (("Less", "<"), ("LessOrEqual", "<="), ("Greater", ">"), ("GreaterOrEqual", ">=")):
-    _bool_op(_name, f"(TOUT)(a {_cmp} b)", NUMERIC)
-_bool_op("And", "(TOUT)(a && b)", ("bool",))
-_bool_op("Or", "(TOUT)(a || b)", ("bool",))
-_bool_op("Xor", "(TOUT)((a != 0) != (b != 0))", ("bool",))
-_bool_op("Not", "(TOUT)(!a)", ("bool",))
-_bool_op("IsNaN", "(TOUT)isnan(a)", FLOATS)
+for _name, _cmp, _checked in (("Less", "<", 13), ("LessOrEqual", "<=", 16), ("Greater", ">", 13),
+                              ("GreaterOrEqual", ">=", 16)):
+    _bool_op(_name, f"(TOUT)(a {_cmp} b)", NUMERIC, checked=_checked)
+_bool_op("And", "(TOUT)(a && b)", ("bool",), checked=7)
+_bool_op("Or", "(TOUT)(a || b)", ("bool",), checked=7)
+_bool_op("Xor", "(TOUT)((a != 0) != (b != 0))", ("bool",), checked=7)
+_bool_op("Not", "(TOUT)(!a)", ("bool",), checked=1)
+_bool_op("IsNaN", "(TOUT)isnan(a)", FLOATS, checked=20)
 
 
 def _isinf(node):
@@ -44,4 +45,4 @@ def _isinf(node):
     return f"(TOUT)(isinf(a) && ((a > 0 && {pos}) || (a < 0 && {neg})))"
 
 
-_bool_op("IsInf", None, FLOATS, _isinf)
+_bool_op("IsInf", None, FLOATS, _isinf, checked=20)

@@ -7,7 +7,7 @@ import numpy as np
 
 from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast
 
 M_ALIGN = 8     # fake alignment of static GEMM rows (the GPU plugin's fully_connected does 8/16)
@@ -226,8 +226,17 @@ def _check_f32(node, ins):
         raise ShapeInferenceError(f"{node.op} supports float32 only")
 
 
-@register("MatMul", kernels=_matmul_kernels, static=_gemm_static(_matmul_call), weights=1,
-          padded_ok=True, per_device=True)
+# static_on (scripts/bench_impls.py: geometric mean of dynamic / static kernel time over the
+# example models' shapes, > 1: static faster): PoCL CPU (2 shared cores, --repeat 15) MatMul
+# 23.9 (2.8..70.9), Gemm 25.5; NVIDIA H200 (--repeat 50 --large) MatMul 0.41 (0.27..1.12), Gemm
+# 0.52: the register-blocked static GEMM loses to the dynamic tiled kernel there. The
+# register-tiled GEMMs (scripts/bench_gemm.py --impl both, dynamic / static us): PoCL CPU
+# (gemm_rb 8x16; static reorders B) 128x384x384 228 / 137, 128x1536x384 1114 / 723,
+# 128x384x1536 1132 / 748, 32x1536x384 312 / 229, 12x128x32x128 92 / 81: static still wins;
+# H100 (gemm_lm, same tile) 4096^3 3041 / 3117, 2048x1536x384 64 / 67, 512x3072x768 83 / 85,
+# and the static build has no split-K (8x768x3072 23 / 113): GPUs keep the dynamic GEMM.
+@register("MatMul", checked=13, kernels=_matmul_kernels, static=_gemm_static(_matmul_call), weights=1,
+          padded_ok=True, per_device=True, static_on=frozenset({"cpu"}), fusion_producer=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
     return [Layout(_mm_operands(ins[0].shape, ins[1].shape)[3], "f32")]
@@ -254,7 +263,8 @@ def _gemm_kernels(node, ins, outs, deps, device="gpu"):
     return split_k(_gemm_call(node, ins, device), device)
 
 
-@register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True)
+@register("Gemm", checked=13, kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True,
+          static_on=frozenset({"cpu"}), fusion_producer=True)   # static_on: MatMul's figures
 def _gemm(node, ins, deps):
     _check_f32(node, ins)
     M, N, K, _, _ = _gemm_dims(node, ins)

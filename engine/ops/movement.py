@@ -7,9 +7,8 @@ from dataclasses import replace
 import numpy as np
 
 from engine.kernels import KernelCall, MAX_RANK
-from engine.f16 import bits_type, type_jit
-from engine.layout import Layout, cl_type
-from engine.ops import register
+from engine.layout import Layout, bits_type, cl_type, type_jit
+from engine.ops.registry import register
 from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
                                norm_axis)
 
@@ -34,11 +33,11 @@ def copy_call(node, dtype, iter_shape, src_strides, src_off, dst_strides, dst_of
 
 
 # ---- views -------------------------------------------------------------------------------
-def _view(name, deps=(), host_ok=True):
-    return register(name, view=True, shape_deps=deps, host_ok=host_ok)
+def _view(name, deps=(), host_ok=True, **kw):
+    return register(name, view=True, shape_deps=deps, host_ok=host_ok, **kw)
 
 
-@_view("Reshape", deps=(1,))
+@_view("Reshape", checked=25, deps=(1,))
 def _reshape(node, ins, deps):
     shape = [int(v) for v in deps[1]]
     src = ins[0].shape
@@ -57,7 +56,7 @@ def _reshape(node, ins, deps):
     return [Layout(tuple(out), ins[0].dtype)]
 
 
-@_view("Flatten")
+@_view("Flatten", checked=25)
 def _flatten(node, ins, deps):
     s = ins[0].shape
     axis = node.attrs.get("axis", 1)
@@ -73,7 +72,7 @@ def _axes(node, deps, idx=1):
     return None
 
 
-@_view("Squeeze", deps=(1,))
+@_view("Squeeze", checked=25, deps=(1,))
 def _squeeze(node, ins, deps):
     s = ins[0].shape
     axes = _axes(node, deps)
@@ -85,7 +84,7 @@ def _squeeze(node, ins, deps):
     return [Layout(tuple(d for i, d in enumerate(s) if i not in axes), ins[0].dtype)]
 
 
-@_view("Unsqueeze", deps=(1,))
+@_view("Unsqueeze", checked=25, deps=(1,))
 def _unsqueeze(node, ins, deps):
     s = list(ins[0].shape)
     axes = _axes(node, deps)
@@ -95,7 +94,7 @@ def _unsqueeze(node, ins, deps):
     return [Layout(tuple(s), ins[0].dtype)]
 
 
-@_view("Identity")
+@_view("Identity", checked=25)
 def _identity(node, ins, deps):
     return [Layout(ins[0].shape, ins[0].dtype)]
 
@@ -117,7 +116,7 @@ def split_dropout(node) -> list:
             replace(node, name=f"{node.name}_mask", op="dropout_mask", outputs=[node.outputs[1]])]
 
 
-@register("Dropout", view=True, shape_deps=(1, 2), host_ok=True, decompose=split_dropout)
+@register("Dropout", checked=22, view=True, shape_deps=(1, 2), host_ok=True, decompose=split_dropout)
 def _dropout(node, ins, deps):
     # Inference (or a ratio of 0): output = input, a view. The mask output, when read, is
     # dropout_mask's (split at program build).
@@ -163,7 +162,7 @@ def _same_shape(node, ins, outs, deps) -> bool:
     return tuple(ins[0].shape) == tuple(outs[0].shape)
 
 
-@register("Transpose", f16=True, kernels=_transpose_kernels, padded_ok=True, runtime_skip=_transpose_keeps_order, host_ok=True)
+@register("Transpose", checked=25, f16=True, kernels=_transpose_kernels, padded_ok=True, runtime_skip=_transpose_keeps_order, host_ok=True)
 def _transpose(node, ins, deps):
     s = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(s)))[::-1])
@@ -184,7 +183,7 @@ def _concat_kernels(node, ins, outs, deps):
     return calls
 
 
-@register("Concat", f16=True, kernels=_concat_kernels, padded_ok=True, host_ok=True)
+@register("Concat", checked=13, f16=True, kernels=_concat_kernels, padded_ok=True, host_ok=True)
 def _concat(node, ins, deps):
     rank = ins[0].rank
     axis = norm_axis(node.attrs["axis"], rank)
@@ -233,7 +232,7 @@ def _slice_is_identity(node, ins, outs, deps) -> bool:
     return tuple(out) == tuple(ins[0].shape) and not any(start) and all(x == 1 for x in step)
 
 
-@register("Slice", f16=True, kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity, shape_deps=(1, 2, 3, 4), host_ok=True)
+@register("Slice", checked=13, f16=True, kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity, shape_deps=(1, 2, 3, 4), host_ok=True)
 def _slice(node, ins, deps):
     return [Layout(_slice_params(node, ins, deps)[2], ins[0].dtype)]
 
@@ -246,7 +245,7 @@ def _expand_kernels(node, ins, outs, deps):
                       contiguous_strides(out), 0)]
 
 
-@register("Expand", f16=True, kernels=_expand_kernels, padded_ok=True, runtime_skip=_same_shape, shape_deps=(1,), host_ok=True)
+@register("Expand", checked=13, f16=True, kernels=_expand_kernels, padded_ok=True, runtime_skip=_same_shape, shape_deps=(1,), host_ok=True)
 def _expand(node, ins, deps):
     return [Layout(broadcast(ins[0].shape, tuple(int(v) for v in deps[1])), ins[0].dtype)]
 
@@ -262,7 +261,7 @@ def _gather_kernels(node, ins, outs, deps):
                        params=(outer, data.shape[axis], inner, idx.count), gws=(max(outs[0].count, 1),))]
 
 
-@register("Gather", f16=True, kernels=_gather_kernels, host_ok=True)
+@register("Gather", checked=13, f16=True, kernels=_gather_kernels, host_ok=True)
 def _gather(node, ins, deps):
     data, idx = ins
     axis = norm_axis(node.attrs.get("axis", 0), data.rank)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.f16 import bits_type
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, bits_type
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 
 # One work-group runs each kernel (cl/nonzero.cl says why): its size, fixed so that one build
@@ -68,7 +67,7 @@ def split_nonzero(node) -> list:
             replace(node, op="gather_nonzero", inputs=[node.inputs[0], count])]
 
 
-@register("NonZero", decompose=split_nonzero, dynamic_output=True, host_ok=True)
+@register("NonZero", checked=13, decompose=split_nonzero, dynamic_output=True, host_ok=True)
 def _nonzero(node, ins, deps):
     # never reached on the device: the program runs count_nonzero + gather_nonzero instead
     raise ShapeInferenceError(f"NonZero node {node.name} was not split at program build")

@@ -6,7 +6,7 @@ import math
 
 from engine.kernels import KernelCall, StaticVariant
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, norm_axis
 
 
@@ -118,7 +118,7 @@ def _reduce_mean_kernels(node, ins, outs, deps):
     return [reduce_call(node, ins[0].shape, axes)]
 
 
-@register("ReduceMean", kernels=_reduce_mean_kernels, shape_deps=(1,), host_ok=True)
+@register("ReduceMean", checked=18, kernels=_reduce_mean_kernels, shape_deps=(1,), host_ok=True)
 def _reduce_mean(node, ins, deps):
     _check_f32(node, ins[0])
     axes, keepdims = _reduce_axes(node, ins, deps)
@@ -170,7 +170,11 @@ def _softmax_static(node, ins, outs, deps, consts, device="cpu"):
     return StaticVariant(call, {}, call.params, "x".join(map(str, ins[0].shape)))
 
 
-@register("Softmax", kernels=_softmax_kernels, static=_softmax_static, per_device=True)
+# no static_on (scripts/bench_impls.py, dynamic / static kernel time, > 1: static faster): PoCL
+# CPU (2 shared cores, --repeat 15) 0.82 (0.59..1.00); NVIDIA H200 (--repeat 50 --large) 1.07
+# (0.97..1.17). prologue: attention's Softmax(scores * scale + mask) takes scale and mask (2)
+@register("Softmax", checked=13, kernels=_softmax_kernels, static=_softmax_static, per_device=True,
+          prologue=3)
 def _softmax(node, ins, deps):
     _check_f32(node, ins[0])
     _softmax_view(node, ins[0].shape)  # validates the axis
@@ -223,7 +227,8 @@ def _ln_kernels(node, ins, outs, deps, device="cpu"):
                        gws=(max(rows, 1),))]
 
 
-@register("LayerNormalization", kernels=_ln_kernels, per_device=True)
+# prologue: the residual add before it (x + r, and the bias add before that)
+@register("LayerNormalization", checked=17, kernels=_ln_kernels, per_device=True, prologue=3)
 def _layer_norm(node, ins, deps):
     _no_extra_outputs(node, "Mean/InvStdDev")
     _ln_geometry(node, ins)
@@ -258,7 +263,8 @@ def _bn_kernels(node, ins, outs, deps):
                        params=(c, hw, x.count), gws=(max(x.count, 1),))]
 
 
-@register("BatchNormalization", kernels=_bn_kernels)
+# fused after a Conv as y = x * k + c per channel (engine/fusion.py folds k and c)
+@register("BatchNormalization", checked=15, kernels=_bn_kernels, fuse_expr="a * b + c")
 def _batch_norm(node, ins, deps):
     x = _bn_check(node, ins)
     return [Layout(x.shape, "f32")]
@@ -275,7 +281,7 @@ def _lrn_kernels(node, ins, outs, deps):
                        params=(x.shape[1], _prod(x.shape[2:])), gws=(max(x.count, 1),))]
 
 
-@register("LRN", kernels=_lrn_kernels)
+@register("LRN", checked=13, kernels=_lrn_kernels)
 def _lrn(node, ins, deps):
     x = ins[0]
     _check_f32(node, x)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from engine.kernels import KernelCall
 from engine.layout import Layout
-from engine.ops import OPS
+from engine.ops.registry import OPS
 from engine.ops.common import ShapeInferenceError, norm_axis
 
 _LN = OPS["LayerNormalization"]

@@ -1,19 +1,20 @@
 """Pooling: MaxPool and AveragePool over 1, 2 or 3 spatial dims (cl/pool.cl; 1-D and 2-D run as
-3-D with unit leading spatial dims), MaxPool's Indices output included, and GlobalAveragePool (a
-mean reduction over the spatial dims, cl/norm.cl's reduce kernel).
+3-D with unit leading spatial dims), MaxPool's Indices output included, GlobalAveragePool (a
+mean reduction over the spatial dims, cl/norm.cl's reduce kernel) and GlobalMaxPool (a max
+reduction over them, cl/reduce.cl's).
 
 The window geometry (kernel, strides, dilations, pads) goes through shape_info, so one build
 per (op, dtype, count_include_pad, indices) serves every pooling node and shape.
 """
 from __future__ import annotations
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
 from engine.ops.conv import _ints, spatial_out
 from engine.ops.norm import reduce_call
+from engine.ops.reduce import reduce_kernel
 
 # MaxPool also takes 8-bit integers (opset 12): the kernel's float max is exact for them
 DTYPES = {"MaxPool": ("f32", "f16", "i8", "u8"), "AveragePool": ("f32", "f16")}
@@ -73,16 +74,16 @@ def _pool_infer(node, ins, deps):
     return [y, Layout(y.shape, "i64")] if _indices(node) else [y]
 
 
-register("MaxPool", kernels=_pool_kernels, f16=True)(_pool_infer)
-register("AveragePool", kernels=_pool_kernels, f16=True)(_pool_infer)
+register("MaxPool", checked=22, kernels=_pool_kernels, f16=True)(_pool_infer)
+register("AveragePool", checked=22, kernels=_pool_kernels, f16=True)(_pool_infer)
 
 
-def _gap_check(node, ins):
+def _gap_check(node, ins, dtypes=("f32",)):
     x = ins[0]
-    if x.dtype != "f32":
-        raise ShapeInferenceError(f"GlobalAveragePool {node.name}: float32 only, got {x}")
+    if x.dtype not in dtypes:
+        raise ShapeInferenceError(f"{node.op} {node.name}: {', '.join(dtypes)} only, got {x}")
     if x.rank < 3:
-        raise ShapeInferenceError(f"GlobalAveragePool {node.name}: input {x} needs rank >= 3")
+        raise ShapeInferenceError(f"{node.op} {node.name}: input {x} needs rank >= 3")
     return x
 
 
@@ -91,7 +92,19 @@ def _gap_kernels(node, ins, outs, deps):
     return [reduce_call(node, x.shape, range(2, x.rank))]
 
 
-@register("GlobalAveragePool", kernels=_gap_kernels)
+@register("GlobalAveragePool", checked=22, kernels=_gap_kernels)
 def _gap(node, ins, deps):
     x = _gap_check(node, ins)
     return [Layout(tuple(x.shape[:2]) + (1,) * (x.rank - 2), "f32")]
+
+
+# ---- GlobalMaxPool: ReduceMax over the spatial dims (a float16 input gets Casts: engine/f16.py)
+def _gmp_kernels(node, ins, outs, deps):
+    x = _gap_check(node, ins, ("f32", "f64"))
+    return [reduce_kernel(node, x, outs[0], range(2, x.rank), "ReduceMax")]
+
+
+@register("GlobalMaxPool", checked=22, kernels=_gmp_kernels)
+def _gmp(node, ins, deps):
+    x = _gap_check(node, ins, ("f32", "f64"))
+    return [Layout(tuple(x.shape[:2]) + (1,) * (x.rank - 2), x.dtype)]

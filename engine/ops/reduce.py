@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.kernels import KernelCall
 from engine.layout import Layout, cl_type
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.activation import FLOATS, NUMERIC
 from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.norm import reduce_call
@@ -50,17 +50,22 @@ def reduce_axes(node, ins, deps):
 
 def _reduce_kernels(node, ins, outs, deps):
     axes, _ = reduce_axes(node, ins, deps)
-    dt = ins[0].dtype
-    init, acc, final = REDUCE[node.op]
+    return [reduce_kernel(node, ins[0], outs[0], axes, node.op)]
+
+
+def reduce_kernel(node, x: Layout, out: Layout, axes, kind: str) -> KernelCall:
+    """The reduce kernel of `kind` (a REDUCE key) over `axes` of `x`."""
+    dt = x.dtype
+    init, acc, final = REDUCE[kind]
     lo, hi = LIMITS[dt]
     tacc = "double" if dt == "f64" else "float" if dt in ("f32", "f16") else cl_type(dt)
-    jit = (("REDUCE", 1), ("T", cl_type(dt)), ("TOUT", cl_type(outs[0].dtype)), ("TACC", tacc),
+    jit = (("REDUCE", 1), ("T", cl_type(dt)), ("TOUT", cl_type(out.dtype)), ("TACC", tacc),
            ("LOWEST", f"({lo})"), ("HIGHEST", f"({hi})"),
            ("ISNAN(v)", "isnan(v)" if dt in FLOATS else "0"),
            ("REDUCE_INIT(acc)", init), ("REDUCE_ACC(acc, v)", acc), ("REDUCE_FINAL(acc)", final),
            ("IMPL_TAG", node.op))
-    mean = reduce_call(node, ins[0].shape, axes)   # the same dim grouping and work size
-    return [KernelCall("reduce", "reduce", jit, mean.args, mean.params, mean.gws, dims=mean.dims)]
+    mean = reduce_call(node, x.shape, axes)   # the same dim grouping and work size
+    return KernelCall("reduce", "reduce", jit, mean.args, mean.params, mean.gws, dims=mean.dims)
 
 
 def _reduce_infer(node, ins, deps):
@@ -77,8 +82,10 @@ def _reduce_infer(node, ins, deps):
     return [Layout(out, dt)]
 
 
+# checked: ReduceSum-13 and the others' 18 take `axes` as an input; ReduceMax/Min-20 take bool
 for _op in REDUCE:
-    register(_op, kernels=_reduce_kernels, shape_deps=(1,), host_ok=True)(_reduce_infer)
+    register(_op, checked=13 if _op == "ReduceSum" else 20 if _op in ("ReduceMax", "ReduceMin") else 18,
+             kernels=_reduce_kernels, shape_deps=(1,), host_ok=True)(_reduce_infer)
 
 
 # ---- ArgMax / ArgMin -------------------------------------------------------------------------
@@ -119,7 +126,7 @@ def _arg_infer(node, ins, deps):
 
 
 for _op in ("ArgMax", "ArgMin"):
-    register(_op, kernels=_arg_kernels, host_ok=True)(_arg_infer)
+    register(_op, checked=13, kernels=_arg_kernels, host_ok=True)(_arg_infer)
 
 
 # ---- CumSum ----------------------------------------------------------------------------------
@@ -139,7 +146,7 @@ def _cumsum_kernels(node, ins, outs, deps):
                        params=(x.shape[axis], _prod(x.shape[axis + 1:])), gws=(max(x.count, 1),))]
 
 
-@register("CumSum", kernels=_cumsum_kernels, shape_deps=(1,), host_ok=True)
+@register("CumSum", checked=14, kernels=_cumsum_kernels, shape_deps=(1,), host_ok=True)
 def _cumsum(node, ins, deps):
     if ins[0].dtype not in NUMERIC:
         raise ShapeInferenceError(f"CumSum {node.name}: element type {ins[0].dtype} is not supported")

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall, MAX_RANK
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.norm import _f
 
@@ -57,15 +56,9 @@ def _modes(node):
     return MODES[mode], COORD[coord], NEAREST[nearest]
 
 
-def _geometry(node, ins, deps):
-    """(output shape, per-dim float32 scales, roi starts, roi ends) for the current input and
-    scales/sizes (and roi, for tf_crop_and_resize) values."""
-    name = f"{node.op} {node.name}"
-    x = ins[0]
-    rank = x.rank
-    if rank > MAX_RANK or rank == 0:
-        raise ShapeInferenceError(f"{name}: input {x} must have rank 1..{MAX_RANK}")
-    old = node.op == "Upsample" or node.opset < 11
+def _scales_or_sizes(node, name, deps, old: bool):
+    """(scales, sizes), one of them None: inputs 2 and 3 (an empty one is absent), or before
+    opset 11 (and Upsample) input 1 or the `scales` attribute."""
     scales = deps.get(1) if old else deps.get(2)
     sizes = None if old else deps.get(3)
     if scales is not None and scales.size == 0:
@@ -76,6 +69,19 @@ def _geometry(node, ins, deps):
         scales = np.asarray(node.attrs["scales"], np.float32)
     if (scales is None) == (sizes is None):
         raise ShapeInferenceError(f"{name}: exactly one of scales and sizes must be given")
+    return scales, sizes
+
+
+def _geometry(node, ins, deps):
+    """(output shape, per-dim float32 scales, roi starts, roi ends) for the current input and
+    scales/sizes (and roi, for tf_crop_and_resize) values."""
+    name = f"{node.op} {node.name}"
+    x = ins[0]
+    rank = x.rank
+    if rank > MAX_RANK or rank == 0:
+        raise ShapeInferenceError(f"{name}: input {x} must have rank 1..{MAX_RANK}")
+    old = node.op == "Upsample" or node.opset < 11
+    scales, sizes = _scales_or_sizes(node, name, deps, old)
     axes = node.attrs.get("axes")
     axes = list(range(rank)) if axes is None else [norm_axis(int(a), rank) for a in axes]
     given = (scales if scales is not None else sizes).reshape(-1)
@@ -154,5 +160,5 @@ def _infer(node, ins, deps):
     return [Layout(out, ins[0].dtype)]
 
 
-register("Resize", kernels=_kernels, shape_deps=(1, 2, 3), f16=True)(_infer)
-register("Upsample", kernels=_kernels, shape_deps=(1,), f16=True)(_infer)
+register("Resize", checked=19, kernels=_kernels, shape_deps=(1, 2, 3), f16=True)(_infer)
+register("Upsample", checked=10, kernels=_kernels, shape_deps=(1,), f16=True)(_infer)

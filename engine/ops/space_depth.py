@@ -3,7 +3,7 @@ movement, each one strided copy (cl/movement.cl) over the output viewed as 6 dim
 from __future__ import annotations
 
 from engine.layout import Layout
-from engine.ops import register
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, contiguous_strides
 from engine.ops.movement import copy_call
 
@@ -40,7 +40,8 @@ def _d2s_kernels(node, ins, outs, deps):
     return [copy_call(node, ins[0].dtype, view, src, 0, contiguous_strides(view), 0)]
 
 
-@register("DepthToSpace", kernels=_d2s_kernels, f16=True)
+# checked 28: DepthToSpace-28 changes nothing
+@register("DepthToSpace", checked=28, kernels=_d2s_kernels, f16=True)
 def _depth_to_space(node, ins, deps):
     N, C, H, W, b = _check(node, ins)
     _mode(node)
@@ -63,7 +64,8 @@ def _s2d_kernels(node, ins, outs, deps):
     return [copy_call(node, ins[0].dtype, view, src, 0, contiguous_strides(view), 0)]
 
 
-@register("SpaceToDepth", kernels=_s2d_kernels, f16=True)
+# checked 28: SpaceToDepth-28 adds `mode` (DCR/CRD)
+@register("SpaceToDepth", checked=28, kernels=_s2d_kernels, f16=True)
 def _space_to_depth(node, ins, deps):
     N, C, H, W, b = _check(node, ins)
     _mode(node)

@@ -1,13 +1,12 @@
 """TopK on the device (cl/topk.cl). K is an input (opset 10+; the opset 1 attribute too): a
 memory dep, so its value decides the output shape, read from the device (8 bytes) only when it
-was computed there. The op is marked `dynamic_output` (seed 000): update_shape never skips it,
-since the same input layouts can come with a new K."""
+was computed there. The op is marked `dynamic_output` (the GPU plugin's preprocessing.md):
+update_shape never skips it, since the same input layouts can come with a new K."""
 from __future__ import annotations
 
-from engine.f16 import type_jit
 from engine.kernels import KernelCall
-from engine.layout import Layout
-from engine.ops import register
+from engine.layout import Layout, type_jit
+from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, norm_axis
 
 
@@ -52,7 +51,8 @@ def _kernels(node, ins, outs, deps):
                        params=(a, inner, k), gws=(max(a, 1), max(rows, 1)), lws=(WG, 1))]
 
 
-@register("TopK", kernels=_kernels, shape_deps=(1,), dynamic_output=True, f16=True)
+# checked 11: TopK-24 (types) is not checked yet (a model that picks it runs with the warning)
+@register("TopK", checked=11, kernels=_kernels, shape_deps=(1,), dynamic_output=True, f16=True)
 def _topk(node, ins, deps):
     axis, k, _ = _geometry(node, ins, deps)
     shape = tuple(k if d == axis else n for d, n in enumerate(ins[0].shape))

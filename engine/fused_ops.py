@@ -1,0 +1,96 @@
+"""What a fused node carries and how its kernel applies it: `Fusion` (the ops fused into a node,
+engine/fusion.py makes them), the FUSED_OPS / PROLOGUE_OPS hook JIT of cl/common.cl
+(`fused_jit`, used by the kernels of fusing ops) and the run-time check that the fusion holds
+for the current shapes (`fusion_valid`: the "Valid fusion?" step of the GPU plugin's
+overall_flow.md). Imports no engine module: the ops, the fusion passes and the runtime all read it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class FusedOp:
+    node: object                 # the original node (run on its own when unfused)
+    expr: str                    # C expression over a, b, c
+    operands: list               # per operand: ("v", k) value of step k (0 = producer) | ("t", name)
+
+
+@dataclass
+class Fusion:
+    ops: list = field(default_factory=list)
+    out: str = ""                # tensor the fused node writes (the last fused op's output)
+    extra: list = field(default_factory=list)  # extra input tensors, in kernel-argument order
+    # prologue fusion: the ops run before the node, on `base`, which replaces the node's input 0
+    prologue: bool = False
+    base: str = ""
+    # subgraph fusion (engine/attention_fusion.py): the node is an internal op standing for the nodes
+    # in `ops` (run as the unfused subgraph); check(own input layouts) -> unfuse reason or ''
+    subgraph: bool = False
+    check: object = None
+
+    def names(self) -> list[str]:
+        return [f.node.name for f in self.ops]
+
+    @property
+    def position(self) -> str:
+        return "subgraph" if self.subgraph else "prologue" if self.prologue else "epilogue"
+
+
+def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
+    """JIT constants that define the hook of `f` for a kernel whose extra inputs start at tensor
+    argument `first_extra_t` (see cl/common.cl). Epilogue: FUSED_OPS on the value stored to
+    tensor argument `ref_t`, operands indexed by broadcasting against it. Prologue: PROLOGUE_OPS
+    on values read from tensor argument `ref_t`, operands at the row offsets `ro[j] + pa * rs[j]`
+    the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read)."""
+    lines = []
+    for k, op in enumerate(f.ops, start=1):
+        vals = []
+        for kind, x in op.operands:
+            if kind == "v":
+                vals.append(f"v{x}")
+            else:
+                j = f.extra.index(x)
+                at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
+                    f"FUSED_OFF(si, {ref_t}, {first_extra_t + j}, o)"
+                vals.append(f"F{j}[{at}]")
+        decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
+        expr = re.sub(r"\bTOUT\b", "float", op.expr)
+        lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
+    lines.append(f"return v{len(f.ops)};")
+    params = "".join(f", __global const float* F{j}" for j in range(len(f.extra)))
+    # offsets are added where the kernel calls FUSED_OPS: T_OFF reads the runtime shape_info
+    # in both dynamic and static builds (cl/common.cl)
+    call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
+    hook = "PROLOGUE" if f.prologue else "FUSED"
+    jit = ((f"{hook}_OPS_BODY", " ".join(lines)), (f"{hook}_PARAMS", params), (f"{hook}_CALL", call))
+    if f.prologue:
+        jit += (("PROLOGUE_REF", ref_t), ("PROLOGUE_FIRST", first_extra_t),
+                ("PROLOGUE_NUM", len(f.extra)))
+    return jit
+
+
+def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:
+    """'' when the fused ops keep the layout of `produced` (the producer's output; for a
+    prologue, its base value) for the current shapes, else why not. `layouts` maps extra tensor
+    names to their current layouts. A subgraph fusion asks its own check (`own`: the node's
+    input layouts)."""
+    if f.check is not None:
+        return f.check(own)
+    shape = produced.shape
+    if produced.dtype != "f32":
+        return "dtype"
+    for op in f.ops:
+        others = [layouts[x] for kind, x in op.operands if kind == "t"]
+        if any(l is None or l.dtype != "f32" for l in others):
+            return "dtype"
+        try:
+            out = np.broadcast_shapes(tuple(shape), *[tuple(l.shape) for l in others])
+        except Exception:
+            return "broadcast_error"
+        if tuple(out) != tuple(shape):
+            return "broadcast_grows_input" if f.prologue else "broadcast_grows_output"
+    return ""

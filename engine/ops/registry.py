@@ -1,0 +1,80 @@
+"""The op registry: one `OpDef` per ONNX op type, registered by the family modules of
+engine/ops/ with `@register(name, **what the engine needs to know about the op)`.
+
+An op says these things, all from the current input layouts (never from a previous run):
+- `infer(node, ins, deps)`: output layouts; `deps` holds the host values of the inputs listed
+  in `shape_deps` (the memory deps of the GPU plugin's preprocessing.md: Reshape's target,
+  Slice's starts, ...);
+- `kernels(node, ins, outs, deps)`: the `KernelCall`s of its shape-agnostic device impl;
+- or `view=True` when its output is its first input's buffer under a new layout (no kernel);
+- optionally `static(node, ins, outs, deps, consts)`: a `StaticVariant` for a static build of
+  these shapes (None when it has none for them), `consts` the indices of constant inputs;
+  `static_on`: the device kinds where that static build is worth making under `--impls auto`;
+  `weights`: the input index holding weights (update_weights);
+- optionally `decompose(node)`: the internal ops (`internal=True`) the device runs instead;
+- how it fuses (engine/fusion.py): `fuse_expr`, `fusion_producer`, `prologue`;
+- `checked`: the newest ONNX schema version its implementation was read against
+  (engine/opsets.py).
+Every op also runs as a host impl (onnx.reference, or engine/host_ops.py) inside shape
+subgraphs and constant folding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+OPS: dict[str, "OpDef"] = {}
+
+# the schema version an op is taken as checked against when its register() names none (the
+# opset the engine was first written for)
+DEFAULT_CHECKED = 21
+
+
+@dataclass
+class OpDef:
+    name: str
+    infer: Callable
+    kernels: Callable | None = None
+    shape_deps: tuple = ()             # input indices whose values shape inference reads
+    view: bool = False                 # output aliases input 0's buffer
+    host_ok: bool = False              # may run on the host inside a shape subgraph
+    dynamic_output: bool = False       # output shape depends on data (NonZero, ...)
+    padded_ok: bool = False            # kernels read padded input layouts (Layout.pad)
+    # runtime_skip(node, ins, outs, deps) -> True when, for these shapes, the output is the input
+    # unchanged (a Transpose of unit dims, a no-op Slice/Expand): it becomes a view at run time
+    runtime_skip: Callable | None = None
+    static: Callable | None = None     # StaticVariant for the current shapes (engine/kernels.py)
+    # device kinds ("cpu", "gpu") where `static` is built in `--impls auto` (the GPU plugin's
+    # dynamic_impl.md: static impls for the critical ops); measured per op where it registers
+    static_on: frozenset = frozenset()
+    weights: int | None = None         # input index of the weights (when constant)
+    # decompose(node) -> [Node]: the primitives the device runs instead (program build, as the
+    # GPU plugin's program builder splits NonZero into count_nonzero + gather_nonzero)
+    decompose: Callable | None = None
+    internal: bool = False             # made only by decompose: never accepted from a model
+    # kernels (and static) take device="cpu" | "gpu": work-group shapes per device kind (GPUs: a
+    # work-group per row with a local reduction; CPUs: a work-item per row, no barriers)
+    per_device: bool = False
+    # kernels read/write float16 tensors (engine/f16.py); other ops get f16 <-> f32 Casts
+    f16: bool = False
+    # fusion (engine/fusion.py). fuse_expr: the C expression over a, b, c (float32) with which
+    # the op runs inside another node's kernel, or a function of the node giving it; None: the
+    # op is never fused into another. A binary one also runs in a consumer's prologue.
+    fuse_expr: str | Callable | None = None
+    # the op's kernel stores through the FUSED_OPS hook (cl/common.cl): it takes an epilogue
+    fusion_producer: bool = False
+    # the op's kernel reads input 0 through the PROLOGUE_OPS hook: the longest chain of binary
+    # fusable ops it takes there (0: none)
+    prologue: int = 0
+    checked: int = DEFAULT_CHECKED     # newest schema version checked (engine/opsets.py)
+
+
+def register(name: str, **kw):
+    def deco(fn):
+        OPS[name] = OpDef(name=name, infer=fn, **kw)
+        return fn
+    return deco
+
+
+def supported_ops() -> list[str]:
+    return sorted(k for k, v in OPS.items() if not v.internal)

@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 
 from dyncli import shapes as shape_spec
 from dyncli.inputs import random_inputs
-from dyncli.runner import UsageError, plan
+from dyncli.runner import UsageError, resolve_sequence
 from engine import Network, build_program, select_device
 from engine.device import describe
 from engine.model_file import load_model
@@ -81,7 +81,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     except ModelError as e:
         raise UsageError(str(e)) from None
     from dyncli.runner import RunOptions
-    seq, loaded = plan(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
+    seq, loaded = resolve_sequence(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
                                   model_shape=opts.model_shape), prog)
     names = list(prog.inputs)
     try:

@@ -1,6 +1,6 @@
 """The dyncli command line (Typer). Thin: parsing and presentation; the engine does the work.
-
-Exit statuses: 0 ok, 1 a check or expectation failed, 2 usage or input error, 130 interrupted.
+The commands of their own module (trace, predictor-sim, ops) are registered here; what they
+share with these (consoles, exit statuses, `fail`) is in dyncli/console.py.
 """
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from typing import List, Optional
 
 import typer
 import typer.core
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from dyncli import ops_cmd, predictor_sim, trace_cmd
 from dyncli import shapes as shape_spec
-from dyncli import trace_cmd
-
-EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, state
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
@@ -29,11 +27,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 _display_type = getattr(typer.core.TyperArgument, "display_type", None)
 if _display_type is not None:
     typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
-
-console = Console()
-err_console = Console(stderr=True)
-state = {"debug": False}
-
 
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors, and the "
@@ -52,11 +45,6 @@ def progress_shapes(shapes: dict) -> str:
     if len(vals) == 1:
         return shape_spec.format_shape(vals.pop())
     return " ".join(f"{k}:{shape_spec.format_shape(v)}" for k, v in shapes.items())[:40]
-
-
-def fail(msg: str, code: int = EXIT_USAGE):
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 @app.command(help="Run MODEL for a sequence of input shapes, print one row per inference and "
@@ -142,7 +130,7 @@ def run(
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
                       memory_pool=memory_pool, fast_path=fast_path, trace_level=trace_level)
-    exprs = trace_cmd.parse_expectations(expect, fail)
+    exprs = trace_cmd.parse_expectations(expect)
     show_progress = not (as_json or quiet) and sys.stderr.isatty()
     try:
         with Progress(TextColumn("inferences"), BarColumn(), MofNCompleteColumn(),
@@ -160,7 +148,7 @@ def run(
             raise
         fail(error_text(e))
     s = summary(result)
-    outcomes = trace_cmd.judge(exprs, s, fail) if result.status == "ok" else []
+    outcomes = trace_cmd.judge(exprs, s) if result.status == "ok" else []
     if outcomes:
         s["expect"] = outcomes
     if as_json:
@@ -173,7 +161,7 @@ def run(
         if not quiet and result.records:
             console.print(inference_table(result, wide=wide))
         console.print(summary_table(s))
-    expect_ok = trace_cmd.report(outcomes, console, err_console, quiet=as_json)
+    expect_ok = trace_cmd.report(outcomes, quiet=as_json)
     if result.status == "error":
         if state["debug"] and getattr(result, "exception", None):
             raise result.exception
@@ -290,13 +278,7 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
 
 
 app.command(help=trace_cmd.HELP)(trace_cmd.trace)
-
-from dyncli import predictor_sim  # noqa: E402 - registered after the helpers it uses
-
 app.command("predictor-sim", help=predictor_sim.HELP, epilog=predictor_sim.EPILOG)(predictor_sim.command)
-
-from dyncli import ops_cmd  # noqa: E402
-
 app.command("ops", help=ops_cmd.HELP)(ops_cmd.command)
 
 

@@ -17,6 +17,7 @@ from typing import List, Optional
 import typer
 
 from dyncli import shapes as shape_spec
+from dyncli.console import console, err_console, fail, state
 from dyncli.errors import os_error
 from dyncli.sim_patterns import PatternError, describe_patterns, parse_pattern
 from engine.layout import DTYPES
@@ -358,8 +359,6 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="Print per-policy figures as JSON (bytes as integers)."),
 ):
     from rich.markup import escape
-
-    from dyncli.cli import console, err_console, fail, state
 
     try:
         if sum(bool(x) for x in (shapes, pattern, from_trace)) != 1:

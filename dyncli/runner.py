@@ -145,7 +145,7 @@ def default_trace_path(model: str) -> str:
     return str(Path.cwd() / (Path(model).stem + ".trace.jsonl"))
 
 
-def plan(opts: RunOptions, prog) -> tuple[list[dict], list[dict] | None]:
+def resolve_sequence(opts: RunOptions, prog) -> tuple[list[dict], list[dict] | None]:
     """The sequence of input shapes (and loaded tensors, with --load-inputs)."""
     names = list(prog.inputs)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
@@ -265,7 +265,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         prog = build_program(model, opts.model)
     except ModelError as e:
         raise UsageError(str(e)) from None
-    seq, loaded = plan(opts, prog)
+    seq, loaded = resolve_sequence(opts, prog)
     check_input_sizes(seq, {n: l.dtype for n, l in prog.inputs.items()}, device)
     if opts.impls not in IMPL_MODES:
         raise UsageError(f"--impls must be one of {', '.join(IMPL_MODES)}, not {opts.impls!r}")

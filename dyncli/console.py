@@ -1,0 +1,23 @@
+"""What every dyncli command shares: the two Rich consoles, the exit statuses, `fail` (one line
+on stderr, then exit) and the `--debug` switch. Command modules import it; it imports no
+command module.
+
+Exit statuses: 0 ok, 1 a check or expectation failed, 2 usage or input error, 130 interrupted.
+"""
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+console = Console()
+err_console = Console(stderr=True)
+# set by the app's callback from --debug: tracebacks instead of one-line errors
+state = {"debug": False}
+
+
+def fail(msg: str, code: int = EXIT_USAGE):
+    """Print 'error: MSG' on stderr and exit with `code`."""
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

@@ -109,7 +109,7 @@ def trace_source(path: str) -> Source:
             b.run_allocations += e["action"] != "reuse"
     except FileNotFoundError:
         raise SimUsageError(f"--from-trace: no such file: {path}") from None
-    except (TraceError, UnicodeDecodeError) as e:
+    except TraceError as e:
         raise SimUsageError(f"--from-trace: {e}") from None
     except OSError as e:
         raise SimUsageError("--from-trace: " + os_error("read", path, e)) from None
@@ -358,8 +358,6 @@ def command(
                                             "policy to FILE.png (needs matplotlib: dyncli[plot])."),
     as_json: bool = typer.Option(False, "--json", help="Print per-policy figures as JSON (bytes as integers)."),
 ):
-    from rich.markup import escape
-
     try:
         if sum(bool(x) for x in (shapes, pattern, from_trace)) != 1:
             raise SimUsageError("give exactly one of --shapes, --pattern or --from-trace")
@@ -394,7 +392,7 @@ def command(
     except SimUsageError as e:
         if state["debug"]:
             raise
-        fail(escape(str(e)))  # messages quote [..] text (dyncli[plot], shapes): not Rich markup
+        fail(str(e))
 
     # the buffer the step tables, the chart and the plot show
     buf = next((b for b in src.buffers if b.name == node), None) or \
@@ -403,9 +401,9 @@ def command(
         try:
             plot(plot_path, buf, runs)
         except OSError as e:  # bad directory
-            fail(escape("--plot: " + os_error("write", plot_path, e)))
+            fail("--plot: " + os_error("write", plot_path, e))
         except ValueError as e:  # unknown image extension
-            fail(escape(f"--plot {plot_path}: {e}"))
+            fail(f"--plot {plot_path}: {e}")
     if as_json:
         print(json.dumps(to_json(src, runs, every), indent=1))
         return

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from dyncli.console import EXIT_CHECK, console, err_console, fail, state
+from dyncli.console import EXIT_CHECK, console, err_console, fail, state, warn
 from traces import expect as expectations
 
 HELP = ("Summarise a trace written by `dyncli run`: the run header, one row per inference, counter "
@@ -118,25 +118,23 @@ def trace(
             if state["debug"]:
                 raise
             fail(os_error("read the trace", path, e))
-        except (TraceError, UnicodeDecodeError) as e:
+        except TraceError as e:
             if state["debug"]:
                 raise
             fail(str(e))
         result = s.result()
         for w in caught:
-            err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+            warn(str(w.message))
         if result["status"] == "error":
             at = result["incomplete_inference"]
-            err_console.print(f"[yellow]warning:[/] {path}: run ended with an error at inference "
-                              f"{result['inferences'] if at is None else at}: {result['error']}; showing the "
-                              f"{result['inferences']} complete inferences", highlight=False)
+            warn(f"{path}: run ended with an error at inference "
+                 f"{result['inferences'] if at is None else at}: {result['error']}; showing the "
+                 f"{result['inferences']} complete inferences")
         elif result["incomplete_inference"] is not None:
-            err_console.print(f"[yellow]warning:[/] {path}: inference {result['incomplete_inference']} never "
-                              f"ended (run killed?); showing the {result['inferences']} complete inferences",
-                              highlight=False)
+            warn(f"{path}: inference {result['incomplete_inference']} never ended (run killed?); "
+                 f"showing the {result['inferences']} complete inferences")
         elif result["status"] == "incomplete":
-            err_console.print(f"[yellow]warning:[/] {path}: no run_end event (run killed or still running)",
-                              highlight=False)
+            warn(f"{path}: no run_end event (run killed or still running)")
         return result
 
     if diff:

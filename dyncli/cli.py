@@ -15,9 +15,9 @@ import typer.core
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from dyncli import ops_cmd, predictor_sim, trace_cmd
+from dyncli import inspect_cmd, ops_cmd, predictor_sim, trace_cmd
 from dyncli import shapes as shape_spec
-from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, state
+from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, show_warning, state
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
@@ -28,10 +28,25 @@ _display_type = getattr(typer.core.TyperArgument, "display_type", None)
 if _display_type is not None:
     typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("dyncli")
+        except PackageNotFoundError:   # run from a checkout that was never installed
+            v = "unknown (not installed)"
+        console.print(f"dyncli {v}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors, and the "
-                                     "OpenCL compiler's warnings.")):
+                                     "OpenCL compiler's warnings."),
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print dyncli's version and exit.")):
     state["debug"] = debug
+    warnings.showwarning = show_warning   # one line 'warning: ...', no source path
     if debug:   # kernel builds are silent otherwise (engine/kernels.py build_options)
         os.environ["DYNCLI_KERNEL_WARNINGS"] = "1"
         os.environ.setdefault("PYOPENCL_COMPILER_OUTPUT", "1")
@@ -60,6 +75,9 @@ def run(
                                      "repeats '1x16*3', benchmark_app form 'name[1,8][1,16]'."),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences, e.g. shapes.json holding "
                                              "'[{\"input_ids\": [1, 8], \"attention_mask\": [1, 8]}]'."),
+    grid: bool = typer.Option(False, "--grid", help="Ranges within an input form every combination "
+                              "(first dim slowest) instead of zipping: 'x:{1..4}x{8..64..8}' is 32 "
+                              "inferences; inputs still zip."),
     model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims, "
                                           "benchmark_app -shape style: 'data_0:?x3x?x?'."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
@@ -123,7 +141,7 @@ def run(
     from dyncli.runner import RunOptions, UsageError, error_text, execute_run
     from engine.device import DeviceError
 
-    opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
+    opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, grid=grid, model_shape=model_shape,
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
@@ -190,6 +208,7 @@ def bench(
     model: Optional[str] = typer.Argument(None, metavar="[MODEL]", help="ONNX model file (not needed with --kernel)."),
     shapes: List[str] = typer.Option([], "--shapes", "-s", metavar="SPEC", help="Input shapes, as for `dyncli run`."),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences."),
+    grid: bool = typer.Option(False, "--grid", help="Ranges within an input form every combination, as for `dyncli run`."),
     model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims: 'data_0:?x3x?x?'."),
     input_range: List[str] = typer.Option([], "--input-range", metavar="SPEC", help="Integer input range: 'input_ids:0..30000'."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
@@ -222,7 +241,7 @@ def bench(
                 raise UsageError("give a MODEL (with --shapes) or --kernel KIND:DIMS")
             if min(warmup, repeat - 1, same_runs - 2) < 0:
                 raise UsageError("--repeat must be >= 1, --warmup >= 0 and --same-runs >= 2")
-            opts = BenchOptions(model=model, shapes=shapes, shapes_file=shapes_file,
+            opts = BenchOptions(model=model, shapes=shapes, shapes_file=shapes_file, grid=grid,
                                 model_shape=model_shape, input_range=input_range, seed=seed,
                                 warmup=warmup, repeat=repeat, same_runs=same_runs, device=device,
                                 impls=impls, predictor=predictor, fast_path=fast_path, trace=trace,
@@ -277,6 +296,7 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     console.print(t)
 
 
+app.command("inspect", help=inspect_cmd.HELP)(inspect_cmd.command)
 app.command(help=trace_cmd.HELP)(trace_cmd.trace)
 app.command("predictor-sim", help=predictor_sim.HELP, epilog=predictor_sim.EPILOG)(predictor_sim.command)
 app.command("ops", help=ops_cmd.HELP)(ops_cmd.command)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -18,6 +19,18 @@ state = {"debug": False}
 
 
 def fail(msg: str, code: int = EXIT_USAGE):
-    """Print 'error: MSG' on stderr and exit with `code`."""
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    """Print 'error: MSG' on stderr and exit with `code`. MSG is plain text: brackets in it
+    (dyncli[check], name[1,8], a node's name) are printed as written, not read as Rich markup."""
+    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def warn(msg: str) -> None:
+    """'warning: MSG' on stderr, one line (MSG plain text, as for `fail`)."""
+    err_console.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """`warnings.showwarning` for the CLI: the message alone, as `warn` prints it (Python's
+    format adds the source line and path: noise to a user)."""
+    warn(str(message))

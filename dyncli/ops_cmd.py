@@ -6,8 +6,9 @@ import json
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from dyncli.console import console, fail
 
 HELP = ("List the supported ONNX ops: opset range, the schema version each was checked against, "
         "the element types its ONNX node tests pass with, and passed/total node tests. The "
@@ -40,14 +41,12 @@ def command(
     op: Optional[str] = typer.Option(None, "--op", help="Only this op (and its node tests' failures)."),
 ):
     from dyncli import conformance
-    console = Console()
     doc = conformance.run_all() if run else conformance.load_results()
     rows = op_rows(doc)
     if op:
         rows = [r for r in rows if r["op"] == op]
         if not rows:
-            console.print(f"error: {op} is not a supported op (`dyncli ops` lists them)", style="red")
-            raise typer.Exit(2)
+            fail(f"{op} is not a supported op (`dyncli ops` lists them)")
     summary = conformance.summary(doc) if doc else None
     if as_json:
         print(json.dumps({"ops": rows, "node_tests": summary,

@@ -13,11 +13,12 @@ from typing import List, Optional
 import typer
 import typer.core
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
 from dyncli import inspect_cmd, ops_cmd, predictor_sim, trace_cmd
 from dyncli import shapes as shape_spec
-from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, show_warning, state
+from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, print_wide, show_warning, state
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
@@ -137,7 +138,7 @@ def run(
                                      "'reallocs<=10', 'update_shape.skipped>=100' (repeatable; names in "
                                      "docs/expect.md); exit 1 when one fails."),
 ):
-    from dyncli.render import inference_table, summary, summary_table
+    from dyncli.render import inference_table, natural_width, summary, summary_lines, summary_table
     from dyncli.runner import RunOptions, UsageError, error_text, execute_run
     from engine.device import DeviceError
 
@@ -177,8 +178,14 @@ def run(
         print(json.dumps(s, indent=1, default=list))
     else:
         if not quiet and result.records:
-            console.print(inference_table(result, wide=wide))
+            table = inference_table(result, wide=wide, width=console.width)
+            if wide:   # every column at its width, past the terminal's: nothing dropped or cut
+                print_wide(table, natural_width(table))
+            else:
+                console.print(table)
         console.print(summary_table(s))
+        for line in summary_lines(s):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     expect_ok = trace_cmd.report(outcomes, quiet=as_json)
     if result.status == "error":
         if state["debug"] and getattr(result, "exception", None):
@@ -260,11 +267,9 @@ def bench(
         fail(str(e))
     if as_json:
         print(json.dumps(res, indent=1))
-    elif kernel:
-        console.print(kernel_table(res))
     else:
-        for t in bench_tables(res):
-            console.print(t)
+        for part in kernel_table(res, console.width) if kernel else bench_tables(res, console.width):
+            console.print(part, highlight=False, markup=False)
 
 
 @app.command(help="List OpenCL platforms and devices, and whether each can build kernels.")
@@ -287,13 +292,19 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    t = Table(title="OpenCL devices (select with --device P:D or PYOPENCL_CTX)")
-    for col in ("P:D", "platform", "device", "type", "memory", "CUs", "float16", "builds kernels"):
-        t.add_column(col, overflow="fold")   # wrapped at 80 columns, never cut
+    # one block per device, a property a line: long platform and device names stay whole
+    console.print("OpenCL devices (select with --device P:D or PYOPENCL_CTX)", highlight=False)
     for r in rows:
-        t.add_row(r["index"], r["platform"], r["name"], r["type"], f"{r['global_mem'] / 2**30:.1f} GiB",
-                  str(r["compute_units"]), r["float16"], "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")
-    console.print(t)
+        t = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+        t.add_column(no_wrap=True)
+        t.add_column(overflow="fold")
+        for k, v in (("platform", r["platform"]), ("type", r["type"]),
+                     ("memory", f"{r['global_mem'] / 2**30:.1f} GiB"), ("compute units", str(r["compute_units"])),
+                     ("float16", r["float16"]),
+                     ("builds kernels", "[green]yes[/]" if r["builds"] else f"[red]no[/]: {escape(r['build_error'])}")):
+            t.add_row(f"  {k}", v)
+        console.print(f"\n[bold]{r['index']}[/] {escape(r['name'])}", highlight=False)
+        console.print(t, highlight=False)
 
 
 app.command("inspect", help=inspect_cmd.HELP)(inspect_cmd.command)

@@ -25,6 +25,12 @@ def fail(msg: str, code: int = EXIT_USAGE):
     raise typer.Exit(code)
 
 
+def print_wide(renderable, width: int) -> None:
+    """Print at `width` columns even past the terminal's (a terminal wraps the lines; `--wide`
+    asked for every column whole). Console.print's own width cannot exceed the console's."""
+    Console(width=max(width, console.width), highlight=False).print(renderable, crop=False)
+
+
 def warn(msg: str) -> None:
     """'warning: MSG' on stderr, one line (MSG plain text, as for `fail`)."""
     err_console.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)

@@ -10,6 +10,7 @@ import typer
 from onnx import TensorProto
 
 from dyncli.console import console, fail, state
+from dyncli.shapes import format_dims
 
 HELP = ("Show MODEL's inputs and outputs (element type, dims with their names), opsets, node "
         "count by op and the ops dyncli does not run, without running it: what to write in "
@@ -62,15 +63,6 @@ def describe(path: str, model) -> dict:
         "ops": dict(Counter(n.op_type for n in g.node).most_common()),
         "unsupported": _unsupported(g),
     }
-
-
-def format_dims(dims: list | None) -> str:
-    if dims is None:
-        return "any rank (no declared shape)"
-    if not dims:
-        return "scalar"
-    sep = " x " if any(isinstance(d, str) for d in dims) else "x"   # 'batch x seq x 64'
-    return sep.join("?" if d is None else str(d) for d in dims)
 
 
 def _tensor_lines(title: str, rows: list[dict]) -> list[str]:

@@ -6,6 +6,7 @@ import json
 from typing import Optional
 
 import typer
+from rich import box
 from rich.table import Table
 
 from dyncli.console import console, fail
@@ -53,10 +54,11 @@ def command(
                           "onnx": doc.get("onnx") if doc else None,
                           "source": "run now" if run else conformance.NODE_RESULTS}, indent=1))
         return
-    t = Table(title=f"{len(rows)} supported ops", title_justify="left")
+    # op names, families and figures never wrap; the dtype list and the test count wrap at spaces
+    t = Table(title=f"{len(rows)} supported ops", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col, just in (("op", "left"), ("family", "left"), ("opsets", "right"), ("checked", "right"),
                       ("dtypes (node tests)", "left"), ("node tests", "right")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just, no_wrap=col not in ("dtypes (node tests)", "node tests"))
     for r in rows:
         lo, hi = r["opsets"]
         stale = "" if r["newest"] is None or r["checked"] >= r["newest"] else " !"

@@ -233,18 +233,20 @@ def step_table(r: PolicyRun, buf: Buffer, every: int, max_rows: int):
 
 
 def node_table(src: Source, runs: list[PolicyRun]):
-    from rich.table import Table
-    t = Table(title=f"reallocations per node output buffer ({len(src.buffers)} nodes; the run used "
-                    f"--predictor {src.run_predictor})", title_justify="left")
-    t.add_column("node")
-    t.add_column("steps", justify="right")
-    t.add_column("run", justify="right")
-    for r in runs:
-        t.add_column(r.name, justify="right")
-    for b in src.buffers:
-        t.add_row(b.name, str(len(b.shapes)), str(b.run_allocations),
-                  *(str(r.per_buffer[b.name].reallocations) for r in runs))
-    return t
+    """Reallocations per node buffer: the counts first, the node name last and whole (names of
+    exported models share long prefixes: cut, the rows would look identical)."""
+    from rich.console import Group
+    from rich.text import Text
+    heads = ["steps", "run"] + [r.name for r in runs]
+    rows = [[str(len(b.shapes)), str(b.run_allocations)] + [str(r.per_buffer[b.name].reallocations) for r in runs]
+            for b in src.buffers]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    out = [Text(f"reallocations per node output buffer ({len(src.buffers)} nodes; the run used "
+                f"--predictor {src.run_predictor})", style="italic"),
+           Text(line(heads) + "  node", style="bold")]
+    out += [Text(line(r) + "  " + b.name, no_wrap=True, overflow="ignore") for r, b in zip(rows, src.buffers)]
+    return Group(*out)
 
 
 def summary_table(src: Source, runs: list[PolicyRun]):
@@ -411,7 +413,7 @@ def command(
         for r in runs:
             console.print(step_table(r, buf, every, max_rows))
     if src.kind == "trace":
-        console.print(node_table(src, runs))
+        console.print(node_table(src, runs), crop=False)
     console.print(summary_table(src, runs))
     for line in chart_lines(buf, runs):
         console.print(line, highlight=False)

@@ -130,12 +130,15 @@ class RunResult:
     device_bytes: int = 0       # device memory held when the run ended
     impl_cache: int = 0         # impls in the impl cache when the run ended
     activation_bytes: int = 0   # of device_bytes, the buffers of non-constant tensors
+    first: InferRecord | None = None   # inference 0 (records keeps only the last rows)
 
     @property
     def check_failed(self) -> bool:
         return self.checks.failed > 0
 
     def add(self, rec: InferRecord) -> None:
+        if self.first is None:
+            self.first = rec
         self.records.append(rec)
         self.inferences += 1
         self.totals.add(rec.counters, rec.latency_ms)

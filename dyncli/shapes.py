@@ -68,6 +68,7 @@ __all__ = [
     "MAX_INFERENCES",
     "ShapeSpecError",
     "check_against_declared",
+    "format_dims",
     "format_inference",
     "format_shape",
     "parse_input_ranges",
@@ -111,6 +112,17 @@ def format_shape(shape: Sequence[int]) -> str:
 def format_inference(inference: Mapping[str, Sequence[int]]) -> str:
     """Format one inference as a ``--shapes`` SPEC that parses back to it."""
     return ",".join(f"{name}:{format_shape(shape)}" for name, shape in inference.items())
+
+
+def format_dims(dims: Sequence[int | str | None] | None) -> str:
+    """Declared dims for people: ``1x3x224x224``, ``batch x seq x 64`` (names kept, ``?`` for
+    unknown); None (no declared shape) is any rank."""
+    if dims is None:
+        return "any rank (no declared shape)"
+    if not dims:
+        return "scalar"
+    sep = " x " if any(isinstance(d, str) and d for d in dims) else "x"
+    return sep.join("?" if d is None or d == "" else str(d) for d in dims)
 
 
 def _format_declared(dims: Sequence[int | str | None]) -> str:

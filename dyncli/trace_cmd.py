@@ -73,7 +73,7 @@ def trace(
     limit: int = typer.Option(30, "--limit", metavar="N", help="How many changed decisions to list."),
 ):
     from dyncli.errors import os_error
-    from dyncli.trace_view import diff_rows, diff_table, trace_view
+    from dyncli.trace_view import diff_header, diff_rows, diff_table, header_lines, view_tables
     from traces.chrome import export_chrome
     from traces.query import EventFilter, parse_iters
     from traces.reader import TraceError, read_trace
@@ -143,6 +143,8 @@ def trace(
             print(json.dumps({"a": a, "b": b, "delta": {k: vb - va for k, va, vb in diff_rows(a, b)}},
                              indent=1, default=str))
         else:
+            for line in diff_header(a, b):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
             console.print(diff_table(a, b))
         return
 
@@ -179,6 +181,9 @@ def trace(
         if as_json:
             print(json.dumps({**s, "expect": outcomes} if exprs else s, indent=1, default=str))
         else:
-            console.print(trace_view(s, wide))
+            for line in header_lines(s):   # whole lines: the paths stay copyable
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+            for table in view_tables(s, wide):
+                console.print(table)
     if not report(outcomes, quiet=as_json or events or output == "-"):
         raise typer.Exit(EXIT_CHECK)

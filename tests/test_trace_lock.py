@@ -1,6 +1,6 @@
-"""The trace lock follows the file, not the name: a second run given a symlink or a hard link to
-a trace a live run writes is refused before it writes a byte, and the live run's trace stays
-whole."""
+"""The trace lock: a second run given a trace a live run writes (by its name, a symlink or a
+hard link: the lock follows the file, not the name) is refused before it writes a byte, and the
+live run's trace stays whole; the lock of a killed run is taken over."""
 import os
 import signal
 import subprocess
@@ -43,9 +43,10 @@ def test_lock_refuses_other_names_of_the_same_file(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["hard.jsonl", "sym.jsonl", "t.jsonl"]
 
 
-def test_second_run_through_a_link_is_refused(tmp_path):
+def test_second_run_on_the_same_file_refuses_by_any_name(tmp_path):
     model, trace = tmp_path / "mlp.onnx", tmp_path / "t.jsonl"
     onnx.save(mlp(), model)
+    (tmp_path / "sym.jsonl").symlink_to(trace)
     first = subprocess.Popen([sys.executable, "-m", "dyncli", "run", str(model), "--shapes", "2x32*100000",
                               "--trace", str(trace), "-q", "--impls", "dynamic"], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -53,14 +54,17 @@ def test_second_run_through_a_link_is_refused(tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline and not (trace.exists() and '"infer_end"' in trace.read_text()):
             time.sleep(0.2)
-        (tmp_path / "sym.jsonl").symlink_to(trace)
+        assert os.path.exists(f"{trace}.lock")
         os.link(trace, tmp_path / "hard.jsonl")
-        for other, says in (("sym.jsonl", f"is being written by another run (pid {first.pid})"),
-                            ("hard.jsonl", "is a trace file another run is writing")):
-            r = runner.invoke(app, ["run", str(model), "--shapes", "2x32", "--trace", str(tmp_path / other)])
-            assert r.exit_code == 2, r.output
+        busy = (f"is being written by another run (pid {first.pid}); give this run another --trace, "
+                f"or remove {trace}.lock if that run is gone")
+        for name, says in (("t.jsonl", busy), ("sym.jsonl", busy),
+                           ("hard.jsonl", "is a trace file another run is writing (under another name: "
+                                          "a hard link); give this run another --trace")):
+            r = runner.invoke(app, ["run", str(model), "--shapes", "2x32", "--trace", str(tmp_path / name)])
+            assert r.exit_code == 2 and "Traceback" not in r.output, r.output
             lines = [line for line in r.stderr.splitlines() if line.strip()]
-            assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.output, r.output
+            assert lines == [f"error: {tmp_path / name} {says}"], r.stderr
     finally:
         first.send_signal(signal.SIGINT)
         first.wait(60)
@@ -68,4 +72,20 @@ def test_second_run_through_a_link_is_refused(tmp_path):
     _, evs = read_trace(str(trace))
     evs = list(evs)   # one writer only: every line parses, the run ended once
     assert [e["kind"] for e in evs].count("run_end") == 1 and evs[-1]["action"] == "interrupted"
-    assert [e["kind"] for e in evs].count("header") == 0
+    assert not os.path.exists(f"{trace}.lock")
+
+
+def test_stale_lock_of_a_killed_run_is_taken_over(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "t.jsonl.lock").write_text(str(dead.pid))
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), model)
+    r = runner.invoke(app, ["run", str(model), "--shapes", "2x32", "--trace", str(trace), "--impls", "dynamic"])
+    assert r.exit_code == 0, r.output
+    assert not os.path.exists(f"{trace}.lock")
+    lock = TraceLock(str(trace))
+    lock.acquire()
+    assert open(lock.path).read() == str(os.getpid())
+    lock.release()

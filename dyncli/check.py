@@ -71,11 +71,11 @@ class Reference:
             raise OnnxRuntimeRefused(f"--check: onnxruntime refused the model: {ort_reason(e)}") from None
         self.outputs = [o.name for o in self.sess.get_outputs()]
 
-    def run(self, feeds: dict, it: int = 0) -> dict:
+    def run(self, feeds: dict) -> dict:
         try:
             return dict(zip(self.outputs, self.sess.run(None, feeds)))
         except Exception as e:  # noqa: BLE001
-            raise OnnxRuntimeRefused(f"--check: onnxruntime refused inference {it}: {ort_reason(e)}") from None
+            raise OnnxRuntimeRefused(f"--check: onnxruntime refused the inference: {ort_reason(e)}") from None
 
 
 # default (rtol, atol) of --check by the output's element type: a half has an 11-bit

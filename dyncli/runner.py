@@ -373,7 +373,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
                               {n: tuple(v) for n, v in net.output_shapes().items()},
                               net.counters["latency_ms"], dict(net.counters))
             if ref is not None:
-                want = ref.run(feeds, i)
+                want = ref.run(feeds)
                 for name in prog.outputs:
                     c = compare(name, outs[name], want[name], opts.rtol, opts.atol)
                     rec.checks.append(c)

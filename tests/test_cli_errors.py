@@ -213,6 +213,21 @@ def test_onnxruntime_refusing_the_model_is_one_line(tmp_path):
     assert "\x1b" not in line and "[ONNXRuntimeError]" not in line, line
 
 
+def test_onnxruntime_refusing_an_inference_is_one_line():
+    """A failure of onnxruntime's run (here a dim its model declares static) comes back as its
+    reason alone: no code prefix, no colour codes, no C++ text on further lines."""
+    from dyncli.check import OnnxRuntimeRefused, Reference, ort_reason
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy")
+    ref = Reference(_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y]))
+    assert ref.run({"x": np.ones(2, np.float32)})["y"].tolist() == [1.0, 1.0]
+    with pytest.raises(OnnxRuntimeRefused) as e:
+        ref.run({"x": np.ones(3, np.float32)})
+    assert str(e.value).startswith("--check: onnxruntime refused the inference: Got invalid dimensions for input: x")
+    assert "\n" not in str(e.value) and "[ONNXRuntimeError]" not in str(e.value)
+    coloured = RuntimeError("\x1b[1;31m[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : bad input\x1b[m\nat foo.cc:12")
+    assert ort_reason(coloured) == "bad input"
+
+
 # ---- markup and missing peers ------------------------------------------------------------------
 def test_install_hints_keep_their_brackets(tmp_path, monkeypatch):
     p = _save(mlp(), tmp_path / "mlp.onnx")

@@ -18,7 +18,7 @@ import typer
 
 from dyncli import shapes as shape_spec
 from dyncli.console import console, err_console, fail, state
-from dyncli.errors import os_error
+from dyncli.os_errors import os_error
 from dyncli.sim_patterns import PatternError, describe_patterns, parse_pattern
 from engine.layout import DTYPES
 from engine.predictors import POLICIES, AdaptiveSettings, make_predictor

@@ -14,7 +14,7 @@ import numpy as np
 
 from dyncli import shapes as shape_spec
 from dyncli.check import CheckUnavailable, OnnxRuntimeRefused, Reference, compare, relaxed_model
-from dyncli.errors import os_error
+from dyncli.os_errors import os_error
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe

@@ -62,7 +62,7 @@ from itertools import product
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 
-from dyncli.errors import os_error
+from dyncli.os_errors import os_error
 
 __all__ = [
     "MAX_INFERENCES",

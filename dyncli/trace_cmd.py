@@ -72,7 +72,7 @@ def trace(
                               "table (by default it fits the terminal, 80 columns included)."),
     limit: int = typer.Option(30, "--limit", metavar="N", help="How many changed decisions to list."),
 ):
-    from dyncli.errors import os_error
+    from dyncli.os_errors import os_error
     from dyncli.trace_view import diff_header, diff_rows, diff_table, header_lines, view_tables
     from traces.chrome import export_chrome
     from traces.query import EventFilter, parse_iters

@@ -71,15 +71,18 @@ def decode(files):
 def test_run_default_view(decode):
     out, trace = decode
     lines = readable(out)
-    rows = [line for line in lines if re.match(r"^ ?\d+ ", line)]
+    starts = [k for k, line in enumerate(lines) if re.match(r"^ ?\d+ ", line)]
     # one row per inference, every figure whole: #, inputs, ms, kern, shape, buffers, alloc, check
-    row = re.compile(r"^ ?(\d) +(1x1 \(x2\)|1x1, 1x\d), 1x2x\dx16( \(x4\))? +\d+\.\d\d +\d+ +\d+/\d+ +\d+/\d+/\d+ "
-                     r"+\d+(\.\d)? (B|KiB|MiB) +ok \de-\d\d *$")
-    assert [row.match(r).group(1) for r in rows if row.match(r)] == ["0", "1", "2", "3"], "\n".join(rows)
-    # a decode step's 6 inputs take at most two lines per inference, not one each
-    for r in rows:
-        after = lines[lines.index(r) + 1]
-        assert after in rows or after.strip() in ("(x4)", "") or after.startswith("kern:"), after
+    row = re.compile(r"^ ?(\d) +(.*?) +\d+\.\d\d +\d+ +\d+/\d+ +\d+/\d+/\d+ +\d+(\.\d)? (B|KiB|MiB) +ok \de-\d\d *$")
+    inputs = []
+    for n, k in enumerate(starts):
+        m = row.match(lines[k])
+        assert m and m.group(1) == str(n), lines[k]
+        end = starts[n + 1] if n + 1 < len(starts) else next(j for j in range(k, len(lines)) if not lines[j].strip())
+        # a decode step's 6 inputs take at most three lines per inference, not one each
+        assert end - k <= 3, lines[k:end]
+        inputs.append(" ".join([m.group(2)] + [line.strip() for line in lines[k + 1:end]]))
+    assert inputs == ["1x1 (x2), 1x2x0x16 (x4)"] + [f"1x1, 1x{n + 1}, 1x2x{n}x16 (x4)" for n in (1, 2, 3)]
     for head in ("#", "inputs", "ms", "kern", "shape", "buffers", "alloc", "check"):
         whole(out, head)
     whole(out, "1x2x3x16")

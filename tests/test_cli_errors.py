@@ -186,6 +186,14 @@ def test_nan_under_check_is_reported_in_words(tmp_path):
     assert r.exit_code == 0, r.output
     assert r.stderr == "" and "1 passed, 0 failed" in r.stdout
     from dyncli.check import compare
+    with np.errstate(all="raise"):   # the comparison itself never computes with NaN or inf - inf
+        c = compare("y", np.array([1, np.nan, 3, np.nan], np.float32), np.array([1, 2, np.nan, np.nan], np.float32))
+        assert not c.ok and c.detail == ("NaN where onnxruntime has a number at 1 element(s) (first at index 1); "
+                                         "a number where onnxruntime has NaN at 1 element(s) (first at index 2)")
+        c = compare("y", np.array([np.inf, 1], np.float32), np.array([-np.inf, 1], np.float32))
+        assert not c.ok and c.detail == "onnxruntime has -inf at index 0, dyncli inf"
+        assert compare("y", np.array([-np.inf, 1], np.float32), np.array([-np.inf, 1], np.float32)).ok
+    from dyncli.check import compare
     with np.errstate(all="raise"):   # the comparison itself never computes with a NaN
         c = compare("y", np.array([1.0, np.nan, 3.0], np.float32), np.array([1.0, 2.0, np.nan], np.float32))
     assert not c.ok and c.detail == "NaN where onnxruntime has a number at 1 element(s) (first at index 1); " \

@@ -19,6 +19,7 @@ Kept free of Typer/Rich: the CLI renders the returned dict.
 """
 from __future__ import annotations
 
+import importlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -29,10 +30,9 @@ from onnx import TensorProto, helper
 
 from dyncli import shapes as shape_spec
 from dyncli.inputs import random_inputs
-from dyncli.runner import UsageError, plan
+from dyncli.runner import RunOptions, UsageError, read_model, resolve_sequence
 from engine import Network, build_program, select_device
 from engine.device import describe
-from engine.model_file import load_model
 from engine.program import ModelError
 
 
@@ -41,6 +41,7 @@ class BenchOptions:
     model: str | None = None
     shapes: list = field(default_factory=list)
     shapes_file: str | None = None
+    grid: bool = False
     model_shape: list = field(default_factory=list)
     input_range: list = field(default_factory=list)
     seed: int = 0
@@ -75,14 +76,14 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     if opts.predictor not in ENGINE_POLICIES:
         raise UsageError(f"--predictor: unknown policy {opts.predictor!r}: choose from "
                          f"{', '.join(ENGINE_POLICIES)}")
+    check_peers(opts.compare)
+    model = read_model(opts.model)
     try:
-        model = load_model(opts.model)
         prog = build_program(model, opts.model)
     except ModelError as e:
         raise UsageError(str(e)) from None
-    from dyncli.runner import RunOptions
-    seq, loaded = plan(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
-                                  model_shape=opts.model_shape), prog)
+    seq, loaded = resolve_sequence(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
+                                              grid=opts.grid, model_shape=opts.model_shape), prog, model)
     names = list(prog.inputs)
     try:
         ranges = shape_spec.parse_input_ranges(opts.input_range, names) if opts.input_range else {}
@@ -186,28 +187,38 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     return out
 
 
+# --compare PEER -> how to install it
+PEERS = {"onnxruntime": "pip install 'dyncli[check]'", "torch": "pip install torch"}
+
+
+def check_peers(names: list) -> None:
+    """Before anything runs: each --compare names a peer that is installed."""
+    for name in names:
+        if name not in PEERS:
+            raise UsageError(f"--compare: unknown peer {name!r} ({', '.join(PEERS)})")
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise UsageError(f"--compare {name} needs {name}: {PEERS[name]}") from None
+
+
 def _peer(name: str, model, feeds, keys, opts, per_shape) -> dict:
     """The same inputs through a peer runtime: per shape median latency and our ratio."""
     if name == "torch":
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            return {"skipped": "torch is not importable"}
         return {"skipped": "torch cannot run an ONNX file (run the model's torch source for that peer)"}
-    if name != "onnxruntime":
-        raise UsageError(f"--compare: unknown peer {name!r} (onnxruntime, torch)")
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise UsageError("--compare onnxruntime needs onnxruntime: pip install 'dyncli[check]'") from None
+    import onnxruntime as ort
     so = ort.SessionOptions()
-    so.log_severity_level = 3
-    from dyncli.check import relaxed_model
-    relax = {i.name: tuple(None for _ in i.type.tensor_type.shape.dim) for i in model.graph.input}
-    sess = ort.InferenceSession(relaxed_model(model, relax).SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    for f in feeds * max(opts.warmup, 1):
-        sess.run(None, f)
+    so.log_severity_level = 4   # fatal only: its errors come back as exceptions, said once
+    from dyncli.check import ort_reason, relaxed_model
+    relax = {i.name: tuple(None for _ in i.type.tensor_type.shape.dim) for i in model.graph.input
+             if i.type.tensor_type.HasField("shape")}   # one without a shape takes any already
+    try:
+        sess = ort.InferenceSession(relaxed_model(model, relax).SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        for f in feeds * max(opts.warmup, 1):
+            sess.run(None, f)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors share no public base class
+        raise UsageError(f"--compare onnxruntime: onnxruntime refused the model: {ort_reason(e)}") from None
     times = {}
     for _ in range(opts.repeat):
         for f, k in zip(feeds, keys):

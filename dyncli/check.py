@@ -1,6 +1,7 @@
 """--check: onnxruntime on the same inputs as the reference for every output."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,21 @@ def relaxed_model(model: onnx.ModelProto, overrides: dict) -> onnx.ModelProto:
     return m
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# onnxruntime's exception text: '[ONNXRuntimeError] : 10 : INVALID_GRAPH : the reason'
+_ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*[A-Z_]+\s*:\s*")
+
+
+def ort_reason(e: Exception) -> str:
+    """The first line of onnxruntime's message, without its code prefix and colour codes."""
+    first = (_ANSI.sub("", str(e)).strip().splitlines() or ["no message"])[0]
+    return _ORT_PREFIX.sub("", first).strip() or "no message"
+
+
+class OnnxRuntimeRefused(RuntimeError):
+    """onnxruntime refused the model or an inference: one line, exit status 2."""
+
+
 class Reference:
     def __init__(self, model: onnx.ModelProto):
         try:
@@ -47,13 +63,19 @@ class Reference:
         except ImportError:
             raise CheckUnavailable("--check needs onnxruntime: pip install 'dyncli[check]'") from None
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        self.sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                         providers=["CPUExecutionProvider"])
+        opts.log_severity_level = 4   # fatal only: its errors come back as exceptions, said once
+        try:
+            self.sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                             providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's errors share no public base class
+            raise OnnxRuntimeRefused(f"--check: onnxruntime refused the model: {ort_reason(e)}") from None
         self.outputs = [o.name for o in self.sess.get_outputs()]
 
     def run(self, feeds: dict) -> dict:
-        return dict(zip(self.outputs, self.sess.run(None, feeds)))
+        try:
+            return dict(zip(self.outputs, self.sess.run(None, feeds)))
+        except Exception as e:  # noqa: BLE001
+            raise OnnxRuntimeRefused(f"--check: onnxruntime refused the inference: {ort_reason(e)}") from None
 
 
 # default (rtol, atol) of --check by the output's element type: a half has an 11-bit
@@ -77,14 +99,32 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = N
         bad = int(np.count_nonzero(got != want))
         return Comparison(name, bad == 0, float(bad and 1), 0.0, f"{bad} elements differ" if bad else "")
     g, w = got.astype(np.float64), want.astype(np.float64)
-    diff = np.abs(g - w)
-    finite = np.isfinite(w)
-    # nan/inf must match exactly where the reference has them
-    if not np.array_equal(np.isnan(g), np.isnan(w)) or not np.array_equal(g[~finite & ~np.isnan(w)],
-                                                                           w[~finite & ~np.isnan(w)]):
-        return Comparison(name, False, float("inf"), float("inf"), "non-finite values differ")
-    diff = np.where(finite, diff, 0.0)
+    # NaN and infinities must match exactly where either side has them; they are compared
+    # apart, so no arithmetic below meets them (numpy would warn on inf - inf)
+    g_nan, w_nan = np.isnan(g), np.isnan(w)
+    if not np.array_equal(g_nan, w_nan):
+        return Comparison(name, False, float("inf"), float("inf"), _nan_words(g_nan, w_nan))
+    w_inf = np.isinf(w)
+    if not np.array_equal(g[w_inf], w[w_inf]):
+        first = int(np.flatnonzero(w_inf & (g != w))[0])
+        return Comparison(name, False, float("inf"), float("inf"),
+                          f"onnxruntime has {w.flat[first]:+g} at index {first}, dyncli {g.flat[first]:g}")
+    finite = ~(w_nan | w_inf)
+    if not finite.any():
+        return Comparison(name, True, 0.0, 0.0)
+    gf, wf = g[finite], w[finite]
+    diff = np.abs(gf - wf)    # inf where dyncli alone has an infinity: a mismatch as any other
     max_abs = float(diff.max())
-    max_rel = float((diff / np.maximum(np.abs(w), 1e-12)).max())
-    ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(finite, w, 0.0))))
+    max_rel = float((diff / np.maximum(np.abs(wf), 1e-12)).max())
+    ok = bool(np.all(diff <= atol + rtol * np.abs(wf)))
     return Comparison(name, ok, max_abs, max_rel)
+
+
+def _nan_words(g_nan: np.ndarray, w_nan: np.ndarray) -> str:
+    parts = []
+    for mask, what in ((g_nan & ~w_nan, "NaN where onnxruntime has a number"),
+                       (w_nan & ~g_nan, "a number where onnxruntime has NaN")):
+        idx = np.flatnonzero(mask)
+        if idx.size:
+            parts.append(f"{what} at {idx.size} element(s) (first at index {int(idx[0])})")
+    return "; ".join(parts)

@@ -1,6 +1,6 @@
 """The dyncli command line (Typer). Thin: parsing and presentation; the engine does the work.
-
-Exit statuses: 0 ok, 1 a check or expectation failed, 2 usage or input error, 130 interrupted.
+The commands of their own module (trace, predictor-sim, ops) are registered here; what they
+share with these (consoles, exit statuses, `fail`) is in dyncli/console.py.
 """
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from typing import List, Optional
 
 import typer
 import typer.core
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
+from dyncli import inspect_cmd, ops_cmd, predictor_sim, trace_cmd
 from dyncli import shapes as shape_spec
-from dyncli import trace_cmd
-
-EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, print_wide, show_warning, state
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
@@ -30,15 +29,25 @@ _display_type = getattr(typer.core.TyperArgument, "display_type", None)
 if _display_type is not None:
     typer.core.TyperArgument.display_type = lambda self, ctx: "" if self.metavar else _display_type(self, ctx)
 
-console = Console()
-err_console = Console(stderr=True)
-state = {"debug": False}
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("dyncli")
+        except PackageNotFoundError:   # run from a checkout that was never installed
+            v = "unknown (not installed)"
+        console.print(f"dyncli {v}", highlight=False)
+        raise typer.Exit()
 
 
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors, and the "
-                                     "OpenCL compiler's warnings.")):
+                                     "OpenCL compiler's warnings."),
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print dyncli's version and exit.")):
     state["debug"] = debug
+    warnings.showwarning = show_warning   # one line 'warning: ...', no source path
     if debug:   # kernel builds are silent otherwise (engine/kernels.py build_options)
         os.environ["DYNCLI_KERNEL_WARNINGS"] = "1"
         os.environ.setdefault("PYOPENCL_COMPILER_OUTPUT", "1")
@@ -54,11 +63,6 @@ def progress_shapes(shapes: dict) -> str:
     return " ".join(f"{k}:{shape_spec.format_shape(v)}" for k, v in shapes.items())[:40]
 
 
-def fail(msg: str, code: int = EXIT_USAGE):
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 @app.command(help="Run MODEL for a sequence of input shapes, print one row per inference and "
                   "write a JSON Lines trace of every runtime decision.\n\n"
                   "Examples:\n\n"
@@ -72,6 +76,9 @@ def run(
                                      "repeats '1x16*3', benchmark_app form 'name[1,8][1,16]'."),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences, e.g. shapes.json holding "
                                              "'[{\"input_ids\": [1, 8], \"attention_mask\": [1, 8]}]'."),
+    grid: bool = typer.Option(False, "--grid", help="Ranges within an input form every combination "
+                              "(first dim slowest) instead of zipping: 'x:{1..4}x{8..64..8}' is 32 "
+                              "inferences; inputs still zip."),
     model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims, "
                                           "benchmark_app -shape style: 'data_0:?x3x?x?'."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
@@ -131,18 +138,18 @@ def run(
                                      "'reallocs<=10', 'update_shape.skipped>=100' (repeatable; names in "
                                      "docs/expect.md); exit 1 when one fails."),
 ):
-    from dyncli.render import inference_table, summary, summary_table
+    from dyncli.render import inference_table, natural_width, summary, summary_lines, summary_table
     from dyncli.runner import RunOptions, UsageError, error_text, execute_run
     from engine.device import DeviceError
 
-    opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, model_shape=model_shape,
+    opts = RunOptions(model=model, shapes=shapes, shapes_file=shapes_file, grid=grid, model_shape=model_shape,
                       seed=seed, input_range=input_range, load_inputs=load_inputs,
                       save_inputs=save_inputs, save_outputs=save_outputs, check=check, rtol=rtol,
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
                       memory_pool=memory_pool, fast_path=fast_path, trace_level=trace_level)
-    exprs = trace_cmd.parse_expectations(expect, fail)
+    exprs = trace_cmd.parse_expectations(expect)
     show_progress = not (as_json or quiet) and sys.stderr.isatty()
     try:
         with Progress(TextColumn("inferences"), BarColumn(), MofNCompleteColumn(),
@@ -160,7 +167,7 @@ def run(
             raise
         fail(error_text(e))
     s = summary(result)
-    outcomes = trace_cmd.judge(exprs, s, fail) if result.status == "ok" else []
+    outcomes = trace_cmd.judge(exprs, s) if result.status == "ok" else []
     if outcomes:
         s["expect"] = outcomes
     if as_json:
@@ -171,9 +178,15 @@ def run(
         print(json.dumps(s, indent=1, default=list))
     else:
         if not quiet and result.records:
-            console.print(inference_table(result, wide=wide))
+            table = inference_table(result, wide=wide, width=console.width)
+            if wide:   # every column at its width, past the terminal's: nothing dropped or cut
+                print_wide(table, natural_width(table))
+            else:
+                console.print(table)
         console.print(summary_table(s))
-    expect_ok = trace_cmd.report(outcomes, console, err_console, quiet=as_json)
+        for line in summary_lines(s):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    expect_ok = trace_cmd.report(outcomes, quiet=as_json)
     if result.status == "error":
         if state["debug"] and getattr(result, "exception", None):
             raise result.exception
@@ -202,6 +215,7 @@ def bench(
     model: Optional[str] = typer.Argument(None, metavar="[MODEL]", help="ONNX model file (not needed with --kernel)."),
     shapes: List[str] = typer.Option([], "--shapes", "-s", metavar="SPEC", help="Input shapes, as for `dyncli run`."),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", metavar="FILE", help="JSON list of inferences."),
+    grid: bool = typer.Option(False, "--grid", help="Ranges within an input form every combination, as for `dyncli run`."),
     model_shape: List[str] = typer.Option([], "--model-shape", metavar="SPEC", help="Relax declared input dims: 'data_0:?x3x?x?'."),
     input_range: List[str] = typer.Option([], "--input-range", metavar="SPEC", help="Integer input range: 'input_ids:0..30000'."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
@@ -234,7 +248,7 @@ def bench(
                 raise UsageError("give a MODEL (with --shapes) or --kernel KIND:DIMS")
             if min(warmup, repeat - 1, same_runs - 2) < 0:
                 raise UsageError("--repeat must be >= 1, --warmup >= 0 and --same-runs >= 2")
-            opts = BenchOptions(model=model, shapes=shapes, shapes_file=shapes_file,
+            opts = BenchOptions(model=model, shapes=shapes, shapes_file=shapes_file, grid=grid,
                                 model_shape=model_shape, input_range=input_range, seed=seed,
                                 warmup=warmup, repeat=repeat, same_runs=same_runs, device=device,
                                 impls=impls, predictor=predictor, fast_path=fast_path, trace=trace,
@@ -253,11 +267,9 @@ def bench(
         fail(str(e))
     if as_json:
         print(json.dumps(res, indent=1))
-    elif kernel:
-        console.print(kernel_table(res))
     else:
-        for t in bench_tables(res):
-            console.print(t)
+        for part in kernel_table(res, console.width) if kernel else bench_tables(res, console.width):
+            console.print(part, highlight=False, markup=False)
 
 
 @app.command(help="List OpenCL platforms and devices, and whether each can build kernels.")
@@ -280,23 +292,24 @@ def devices(as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    t = Table(title="OpenCL devices (select with --device P:D or PYOPENCL_CTX)")
-    for col in ("P:D", "platform", "device", "type", "memory", "CUs", "float16", "builds kernels"):
-        t.add_column(col, overflow="fold")   # wrapped at 80 columns, never cut
+    # one block per device, a property a line: long platform and device names stay whole
+    console.print("OpenCL devices (select with --device P:D or PYOPENCL_CTX)", highlight=False)
     for r in rows:
-        t.add_row(r["index"], r["platform"], r["name"], r["type"], f"{r['global_mem'] / 2**30:.1f} GiB",
-                  str(r["compute_units"]), r["float16"], "[green]yes[/]" if r["builds"] else f"[red]no[/]: {r['build_error']}")
-    console.print(t)
+        t = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+        t.add_column(no_wrap=True)
+        t.add_column(overflow="fold")
+        for k, v in (("platform", r["platform"]), ("type", r["type"]),
+                     ("memory", f"{r['global_mem'] / 2**30:.1f} GiB"), ("compute units", str(r["compute_units"])),
+                     ("float16", r["float16"]),
+                     ("builds kernels", "[green]yes[/]" if r["builds"] else f"[red]no[/]: {escape(r['build_error'])}")):
+            t.add_row(f"  {k}", v)
+        console.print(f"\n[bold]{r['index']}[/] {escape(r['name'])}", highlight=False)
+        console.print(t, highlight=False)
 
 
+app.command("inspect", help=inspect_cmd.HELP)(inspect_cmd.command)
 app.command(help=trace_cmd.HELP)(trace_cmd.trace)
-
-from dyncli import predictor_sim  # noqa: E402 - registered after the helpers it uses
-
 app.command("predictor-sim", help=predictor_sim.HELP, epilog=predictor_sim.EPILOG)(predictor_sim.command)
-
-from dyncli import ops_cmd  # noqa: E402
-
 app.command("ops", help=ops_cmd.HELP)(ops_cmd.command)
 
 

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from dyncli.errors import os_error
+from dyncli.os_errors import os_error
 from engine.layout import np_dtype
 
 

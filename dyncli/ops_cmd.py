@@ -6,8 +6,10 @@ import json
 from typing import Optional
 
 import typer
-from rich.console import Console
+from rich import box
 from rich.table import Table
+
+from dyncli.console import console, fail
 
 HELP = ("List the supported ONNX ops: opset range, the schema version each was checked against, "
         "the element types its ONNX node tests pass with, and passed/total node tests. The "
@@ -40,24 +42,23 @@ def command(
     op: Optional[str] = typer.Option(None, "--op", help="Only this op (and its node tests' failures)."),
 ):
     from dyncli import conformance
-    console = Console()
     doc = conformance.run_all() if run else conformance.load_results()
     rows = op_rows(doc)
     if op:
         rows = [r for r in rows if r["op"] == op]
         if not rows:
-            console.print(f"error: {op} is not a supported op (`dyncli ops` lists them)", style="red")
-            raise typer.Exit(2)
+            fail(f"{op} is not a supported op (`dyncli ops` lists them)")
     summary = conformance.summary(doc) if doc else None
     if as_json:
         print(json.dumps({"ops": rows, "node_tests": summary,
                           "onnx": doc.get("onnx") if doc else None,
                           "source": "run now" if run else conformance.NODE_RESULTS}, indent=1))
         return
-    t = Table(title=f"{len(rows)} supported ops", title_justify="left")
+    # op names, families and figures never wrap; the dtype list and the test count wrap at spaces
+    t = Table(title=f"{len(rows)} supported ops", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col, just in (("op", "left"), ("family", "left"), ("opsets", "right"), ("checked", "right"),
                       ("dtypes (node tests)", "left"), ("node tests", "right")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just, no_wrap=col not in ("dtypes (node tests)", "node tests"))
     for r in rows:
         lo, hi = r["opsets"]
         stale = "" if r["newest"] is None or r["checked"] >= r["newest"] else " !"

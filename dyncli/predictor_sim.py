@@ -17,7 +17,8 @@ from typing import List, Optional
 import typer
 
 from dyncli import shapes as shape_spec
-from dyncli.errors import os_error
+from dyncli.console import console, err_console, fail, state
+from dyncli.os_errors import os_error
 from dyncli.sim_patterns import PatternError, describe_patterns, parse_pattern
 from engine.layout import DTYPES
 from engine.predictors import POLICIES, AdaptiveSettings, make_predictor
@@ -108,7 +109,7 @@ def trace_source(path: str) -> Source:
             b.run_allocations += e["action"] != "reuse"
     except FileNotFoundError:
         raise SimUsageError(f"--from-trace: no such file: {path}") from None
-    except (TraceError, UnicodeDecodeError) as e:
+    except TraceError as e:
         raise SimUsageError(f"--from-trace: {e}") from None
     except OSError as e:
         raise SimUsageError("--from-trace: " + os_error("read", path, e)) from None
@@ -232,18 +233,20 @@ def step_table(r: PolicyRun, buf: Buffer, every: int, max_rows: int):
 
 
 def node_table(src: Source, runs: list[PolicyRun]):
-    from rich.table import Table
-    t = Table(title=f"reallocations per node output buffer ({len(src.buffers)} nodes; the run used "
-                    f"--predictor {src.run_predictor})", title_justify="left")
-    t.add_column("node")
-    t.add_column("steps", justify="right")
-    t.add_column("run", justify="right")
-    for r in runs:
-        t.add_column(r.name, justify="right")
-    for b in src.buffers:
-        t.add_row(b.name, str(len(b.shapes)), str(b.run_allocations),
-                  *(str(r.per_buffer[b.name].reallocations) for r in runs))
-    return t
+    """Reallocations per node buffer: the counts first, the node name last and whole (names of
+    exported models share long prefixes: cut, the rows would look identical)."""
+    from rich.console import Group
+    from rich.text import Text
+    heads = ["steps", "run"] + [r.name for r in runs]
+    rows = [[str(len(b.shapes)), str(b.run_allocations)] + [str(r.per_buffer[b.name].reallocations) for r in runs]
+            for b in src.buffers]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    out = [Text(f"reallocations per node output buffer ({len(src.buffers)} nodes; the run used "
+                f"--predictor {src.run_predictor})", style="italic"),
+           Text(line(heads) + "  node", style="bold")]
+    out += [Text(line(r) + "  " + b.name, no_wrap=True, overflow="ignore") for r, b in zip(rows, src.buffers)]
+    return Group(*out)
 
 
 def summary_table(src: Source, runs: list[PolicyRun]):
@@ -357,10 +360,6 @@ def command(
                                             "policy to FILE.png (needs matplotlib: dyncli[plot])."),
     as_json: bool = typer.Option(False, "--json", help="Print per-policy figures as JSON (bytes as integers)."),
 ):
-    from rich.markup import escape
-
-    from dyncli.cli import console, err_console, fail, state
-
     try:
         if sum(bool(x) for x in (shapes, pattern, from_trace)) != 1:
             raise SimUsageError("give exactly one of --shapes, --pattern or --from-trace")
@@ -395,7 +394,7 @@ def command(
     except SimUsageError as e:
         if state["debug"]:
             raise
-        fail(escape(str(e)))  # messages quote [..] text (dyncli[plot], shapes): not Rich markup
+        fail(str(e))
 
     # the buffer the step tables, the chart and the plot show
     buf = next((b for b in src.buffers if b.name == node), None) or \
@@ -404,9 +403,9 @@ def command(
         try:
             plot(plot_path, buf, runs)
         except OSError as e:  # bad directory
-            fail(escape("--plot: " + os_error("write", plot_path, e)))
+            fail("--plot: " + os_error("write", plot_path, e))
         except ValueError as e:  # unknown image extension
-            fail(escape(f"--plot {plot_path}: {e}"))
+            fail(f"--plot {plot_path}: {e}")
     if as_json:
         print(json.dumps(to_json(src, runs, every), indent=1))
         return
@@ -414,7 +413,7 @@ def command(
         for r in runs:
             console.print(step_table(r, buf, every, max_rows))
     if src.kind == "trace":
-        console.print(node_table(src, runs))
+        console.print(node_table(src, runs), crop=False)
     console.print(summary_table(src, runs))
     for line in chart_lines(buf, runs):
         console.print(line, highlight=False)

@@ -1,19 +1,75 @@
-"""Rich rendering of run results (tables, summary) and their JSON form."""
+"""Rich rendering of run results (tables, summary) and their JSON form.
+
+At 80 columns nothing is cut: numbers and headers never wrap (tables that do not fit are
+split into several, each repeating the key column), paths and device names are printed on
+lines of their own that a terminal wraps, and shape cells wrap at spaces only."""
 from __future__ import annotations
 
+import io
+import statistics
+from collections import Counter
+
 from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from dyncli.shapes import format_shape
 from engine.diagnose import nbytes_text
 
+# Inputs written name:shape up to this many characters; past it, the distinct shapes alone.
+NAMED_SHAPES_WITHIN = 40
+INPUTS_WIDTH = 28
+COMPACT_LEGEND = "inputs of several shapes: the distinct shapes in input order, (xN): N inputs"
 
-def _shapes(d: dict) -> str:
-    """One shape when every tensor has it (the usual ids/mask pair), else name:shape pairs."""
-    vals = {tuple(v) for v in d.values()}
-    if len(vals) == 1:
-        return format_shape(vals.pop()) + (f" (x{len(d)})" if len(d) > 1 else "")
-    return " ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
+
+def _shapes(d: dict, named_within: int = NAMED_SHAPES_WITHIN) -> str:
+    """One shape when every tensor has it (the usual ids/mask pair), name:shape pairs when they
+    are short, else the distinct shapes in input order with their counts: a decode step's KV
+    inputs take one line, not one each ('1x1, 1x6, 1x2x5x16 (x4)')."""
+    vals = [tuple(v) for v in d.values()]
+    if len(set(vals)) == 1:
+        return format_shape(vals[0]) + (f" (x{len(d)})" if len(d) > 1 else "")
+    named = " ".join(f"{k}:{format_shape(v)}" for k, v in d.items())
+    if len(named) <= named_within:
+        return named
+    return ", ".join(format_shape(v) + (f" (x{n})" if n > 1 else "") for v, n in Counter(vals).items())
+
+
+def _longest_word(cells) -> int:
+    return max((len(w) for c in cells for w in c.split()), default=1)
+
+
+_MEASURE = Console(width=100_000, file=io.StringIO())
+
+
+def natural_width(renderable) -> int:
+    """The width `renderable` takes when nothing is wrapped."""
+    return Measurement.get(_MEASURE, _MEASURE.options, renderable).maximum
+
+
+def fitted_tables(title: str, columns: list[tuple[str, str]], rows: list[list[str]], width: int,
+                  keys: int = 1) -> list[Table]:
+    """`columns` ((header, justify)) in as few tables as fit `width`, each repeating the first
+    `keys` columns: a narrow terminal gets more tables, never a cut number or header."""
+    def make(idx: list[int], head: str | None) -> Table:
+        t = Table(title=head, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for i in idx:
+            name, just = columns[i]
+            t.add_column(name, justify=just, no_wrap=i >= keys, overflow="fold",
+                         min_width=_longest_word([name] + [r[i] for r in rows]))
+        for r in rows:
+            t.add_row(*(r[i] for i in idx))
+        return t
+
+    groups, cur = [], list(range(keys))
+    for i in range(keys, len(columns)):
+        if len(cur) > keys and natural_width(make(cur + [i], None)) > width:
+            groups.append(cur)
+            cur = list(range(keys))
+        cur.append(i)
+    groups.append(cur)
+    return [make(g, title if k == 0 else None) for k, g in enumerate(groups)]
 
 
 _bytes = nbytes_text
@@ -39,22 +95,45 @@ INFERENCE_LEGEND = ("kern: kernels enqueued; shape: shape inference run/skipped;
                     "reused/pooled/new; alloc: bytes allocated; --wide adds outputs and peak bytes")
 
 
-def inference_table(result, wide: bool = False) -> Table:
+def inference_table(result, wide: bool = False, width: int = 80) -> Table:
+    """Narrow (the default) fits `width`; `wide` has every column at its natural width (print
+    it with console.print_wide: wider than the terminal, nothing dropped)."""
     shown, total = len(result.records), result.inferences
-    title = f"{result.model}: one row per inference" + (
+    title = "one row per inference" + (
         f" (the last {shown} of {total}; the trace has them all)" if total > shown else "")
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
-              caption=None if wide else INFERENCE_LEGEND, caption_justify="left")
+    within = 10 ** 9 if wide else NAMED_SHAPES_WITHIN
+    shapes = {r.iter: (_shapes(r.in_shapes, within), _shapes(r.out_shapes, within)) for r in result.records}
+    compact = not wide and any(", " in i for i, _ in shapes.values())
+    legend = INFERENCE_LEGEND + ("; " + COMPACT_LEGEND if compact else "")
+
+    def build(inputs_width: int | None) -> Table:
+        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  caption=None if wide else legend, caption_justify="left")
+        for short, long, just, _ in cols:
+            shape_col = short in ("inputs", "outputs")
+            cells = [v[short == "outputs"] for v in shapes.values()]
+            t.add_column(long if wide else short, justify=just, no_wrap=not shape_col, overflow="fold",
+                         min_width=max(_longest_word(cells), inputs_width or 1) if shape_col else None)
+        return t
+
     cols = [c for c in INFERENCE_COLUMNS if wide or not c[3]]
-    for short, long, just, _ in cols:
-        t.add_column(long if wide else short, justify=just,
-                     no_wrap=short not in ("inputs", "outputs"), overflow="fold")
+    t = build(None)
+    _inference_rows(result, cols, shapes, t, wide)
+    if not wide:   # the inputs column takes what the figures leave: one line per inference if it can
+        longest = max((len(v[0]) for v in shapes.values()), default=1)
+        others = natural_width(t) - longest
+        t = build(min(longest, width - others))
+        _inference_rows(result, cols, shapes, t, wide)
+    return t
+
+
+def _inference_rows(result, cols, shapes, t: Table, wide: bool) -> Table:
     has_check = any(r.checks for r in result.records)
     if has_check:
         t.add_column("check\nmax abs" if wide else "check", justify="right", no_wrap=True)
     for r in result.records:
         c = r.counters
-        cells = {"#": str(r.iter), "inputs": _shapes(r.in_shapes), "outputs": _shapes(r.out_shapes),
+        cells = {"#": str(r.iter), "inputs": shapes[r.iter][0], "outputs": shapes[r.iter][1],
                  "ms": f"{r.latency_ms:.2f}", "kern": str(c.get("kernels", 0)),
                  "shape": f"{c.get('update_shape.infer', 0)}/{c.get('update_shape.skip', 0)}",
                  "buffers": f"{c.get('realloc.reuse', 0)}/{c.get('realloc.from_pool', 0)}/{c.get('realloc.alloc', 0)}",
@@ -67,6 +146,36 @@ def inference_table(result, wide: bool = False) -> Table:
     return t
 
 
+def first_inference(result) -> dict | None:
+    """Where the first inference's time went, from its counters (the trace's infer_end has the
+    same), when it is slow: over twice the median of the later ones, or alone and building
+    kernels. None otherwise."""
+    rec = result.first
+    if rec is None:
+        return None
+    later = [r.latency_ms for r in result.records if r.iter > 0]
+    median = statistics.median(later) if later else None
+    c = rec.counters
+    if (median is not None and rec.latency_ms <= 2 * median) or (median is None and not c.get("compiles")):
+        return None
+    return {"latency_ms": rec.latency_ms, "later_median_ms": median, "compiles": c.get("compiles", 0),
+            "compile_ms": c.get("compile_ms", 0.0), "compile_ms_critical": c.get("compile_ms_critical", 0.0),
+            "allocations": c.get("realloc.alloc", 0), "bytes_allocated": c.get("bytes_allocated", 0)}
+
+
+def first_inference_line(f: dict) -> str:
+    """'inference 0: 9703 ms (later: median 22.8 ms); kernel builds: 24 programs, 1921 ms in the
+    flow + 26081 ms on build threads (it waits for those it needs); 17 new buffers (1.9 KiB)'."""
+    later = f" (later: median {f['later_median_ms']:.1f} ms)" if f["later_median_ms"] is not None else ""
+    off = f["compile_ms"] - f["compile_ms_critical"]
+    builds = (f"kernel builds: {f['compiles']} program{'s' if f['compiles'] != 1 else ''}, "
+              f"{f['compile_ms_critical']:.0f} ms in the flow"
+              + (f" + {off:.0f} ms on build threads (it waits for those it needs)" if off >= 1 else "")
+              if f["compiles"] else "no kernel builds")
+    return (f"inference 0: {f['latency_ms']:.0f} ms{later}; {builds}; {f['allocations']} new "
+            f"buffer{'s' if f['allocations'] != 1 else ''} ({_bytes(f['bytes_allocated'])})")
+
+
 def summary(result) -> dict:
     totals = result.totals  # the same sums `dyncli trace` makes from the trace's infer_end events
     return {
@@ -77,18 +186,29 @@ def summary(result) -> dict:
         "latency_ms": totals.latency(),
         "counters": totals.counters_dict(),
         "check": result.checks.as_dict(),
+        "first_inference": first_inference(result),
         "trace": result.trace_path,
     }
 
 
+def summary_lines(s: dict) -> list[str]:
+    """What follows the summary table on lines of its own (never cut: a terminal wraps them):
+    the device, where a slow first inference's time went, the trace path to copy."""
+    lines = [f"model: {s['model']}", f"device: {s['device']}"]
+    if s.get("first_inference"):
+        lines.append(first_inference_line(s["first_inference"]))
+    lines.append(f"trace: {s['trace']}")
+    return lines
+
+
 def summary_table(s: dict) -> Table:
+    """The counters; the device and trace path are in summary_lines."""
     t = Table(title="summary", title_justify="left", show_header=False)
-    t.add_column(justify="left")
-    t.add_column(justify="right")
+    t.add_column(justify="left", no_wrap=True)
+    t.add_column(justify="right", overflow="fold")   # wraps at spaces: '3 / 4', 'reason n, ...'
     c = s["counters"]
     lat = s["latency_ms"]
     rows = [
-        ("device", s["device"]),
         ("inferences", f"{s['inferences']}/{s['planned']}"),
         ("nodes (after folding)", f"{s['nodes']} ({s['folded_nodes']} folded, {s['fused_nodes']} fused)"),
         ("latency ms: first / median / max", f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['max']:.2f}"),
@@ -127,38 +247,39 @@ def summary_table(s: dict) -> Table:
         rows.append(("check vs onnxruntime", f"{ch['passed']} passed, {ch['failed']} failed"))
         for name, e in ch["per_output"].items():
             rows.append((f"  {name}: max abs / rel err", f"{e['max_abs']:.2e} / {e['max_rel']:.2e}"))
-    rows.append(("trace", s["trace"]))
     for k, v in rows:
         t.add_row(k, v)
     return t
 
 
-def bench_tables(r: dict) -> list:
-    """`dyncli bench MODEL`: one row per distinct shape, then the summary."""
+def bench_tables(r: dict, width: int = 80) -> list:
+    """`dyncli bench MODEL`: the model and device, one row per distinct shape (in several tables
+    when the columns do not fit `width`), then the summary."""
     peers = r.get("peers", {})
     ort = peers.get("onnxruntime", {}).get("shapes", {})
-    t = Table(title=f"{r['model']} ({', '.join(r['inputs'])}) on {r['device']}",
-              title_justify="left")
-    cols = ["shape", "first ms", "median", "p90", "alone", "host", "kernels", "replayed"]
-    if any("device_ms" in v for v in r["shapes"].values()):
-        cols.append("device")
+    cols = [("shape", "left"), ("first ms", "right"), ("median", "right"), ("p90", "right"),
+            ("alone", "right"), ("host", "right"), ("kernels", "right"), ("replayed", "right")]
+    has_device = any("device_ms" in v for v in r["shapes"].values())
+    if has_device:
+        cols.append(("device", "right"))
     if ort:
-        cols += ["ort ms", "x ort"]
-    for c in cols:
-        t.add_column(c, justify="left" if c == "shape" else "right")
+        cols += [("ort ms", "right"), ("x ort", "right")]
+    rows = []
     for k, v in r["shapes"].items():
         row = [k, f"{v['first_seen_ms']:.2f}", f"{v['median_ms']:.3f}", f"{v['p90_ms']:.3f}",
                f"{v['same_shape_ms']:.3f}", f"{v['host_ms']:.3f}", str(v["kernels"]),
                f"{v['replayed']}/{v['inferences']}"]
-        if "device" in cols:
+        if has_device:
             row.append(f"{v.get('device_ms', float('nan')):.3f}")
         if ort:
             row += [f"{ort[k]['median_ms']:.3f}", f"{ort[k]['ratio']:.2f}"]
-        t.add_row(*row)
+        rows.append(row)
+    head = f"{r['model']} ({', '.join(r['inputs'])}) on {r['device']}"
+    tables = fitted_tables("per shape (ms)", cols, rows, width)
     sq = r["sequence"]
     s = Table(title="summary (ms)", show_header=False, title_justify="left")
     s.add_column("what")
-    s.add_column("value", justify="right")
+    s.add_column("value", justify="right", no_wrap=True)
     s.add_row("sequence mean / median / p90", f"{sq['mean_ms']:.3f} / {sq['median_ms']:.3f} / {sq['p90_ms']:.3f}")
     s.add_row("dynamic overhead (mean / alone)", f"{r['dynamic_overhead']:.2f}")
     if r["steady_host_us_per_kernel"] is not None:
@@ -171,15 +292,12 @@ def bench_tables(r: dict) -> list:
     for name, p in peers.items():
         s.add_row(f"{name}", p["skipped"] if "skipped" in p else
                   f"mean {p['mean_ms']:.3f} (x{sq['mean_ms'] / p['mean_ms']:.2f})")
-    return [t, s]
+    return [head, *tables, s]
 
 
-def kernel_table(r: dict) -> Table:
-    t = Table(title=f"kernels on {r['device']} (median of profiling events)", title_justify="left")
-    for c in ("kernel", "dynamic us", "dynamic", "static us", "static"):
-        t.add_column(c, justify="left" if c == "kernel" else "right")
-    for k in r["kernels"]:
-        u = k["unit"]
-        t.add_row(k["kernel"], f"{k['dynamic']['us']:.1f}", f"{k['dynamic'][u]:.2f} {u}",
-                  f"{k['static']['us']:.1f}", f"{k['static'][u]:.2f} {u}")
-    return t
+def kernel_table(r: dict, width: int = 80) -> list:
+    cols = [("kernel", "left"), ("dynamic us", "right"), ("dynamic", "right"), ("static us", "right"),
+            ("static", "right")]
+    rows = [[k["kernel"], f"{k['dynamic']['us']:.1f}", f"{k['dynamic'][k['unit']]:.2f} {k['unit']}",
+             f"{k['static']['us']:.1f}", f"{k['static'][k['unit']]:.2f} {k['unit']}"] for k in r["kernels"]]
+    return [f"kernels on {r['device']} (median of profiling events)", *fitted_tables("", cols, rows, width)]

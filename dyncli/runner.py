@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from dyncli import shapes as shape_spec
-from dyncli.check import Reference, compare, relaxed_model
-from dyncli.errors import os_error
+from dyncli.check import CheckUnavailable, OnnxRuntimeRefused, Reference, compare, relaxed_model
+from dyncli.os_errors import os_error
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
 from engine.device import describe
@@ -44,6 +44,7 @@ class RunOptions:
     model: str
     shapes: list = field(default_factory=list)
     shapes_file: str | None = None
+    grid: bool = False             # --grid: ranges within an input form every combination
     model_shape: list = field(default_factory=list)
     seed: int = 0
     input_range: list = field(default_factory=list)
@@ -129,12 +130,15 @@ class RunResult:
     device_bytes: int = 0       # device memory held when the run ended
     impl_cache: int = 0         # impls in the impl cache when the run ended
     activation_bytes: int = 0   # of device_bytes, the buffers of non-constant tensors
+    first: InferRecord | None = None   # inference 0 (records keeps only the last rows)
 
     @property
     def check_failed(self) -> bool:
         return self.checks.failed > 0
 
     def add(self, rec: InferRecord) -> None:
+        if self.first is None:
+            self.first = rec
         self.records.append(rec)
         self.inferences += 1
         self.totals.add(rec.counters, rec.latency_ms)
@@ -145,7 +149,31 @@ def default_trace_path(model: str) -> str:
     return str(Path.cwd() / (Path(model).stem + ".trace.jsonl"))
 
 
-def plan(opts: RunOptions, prog) -> tuple[list[dict], list[dict] | None]:
+def read_model(path: str, max_bytes: int | None = None):
+    """The ONNX model at `path`, checked as untrusted input (engine/model_file.py), with the
+    file's own faults named: an empty file, a file that parses as a model with no graph."""
+    try:
+        if os.path.getsize(path) == 0:
+            raise UsageError(f"{path} is empty (0 bytes): not an ONNX model")
+    except OSError:
+        pass   # load_model names a missing or unreadable file
+    try:
+        model = load_model(path, max_bytes=max_bytes)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+    if not model.graph.node and not model.graph.input and not model.opset_import:
+        raise UsageError(f"{path} is not an ONNX model: it has no graph and no opset")
+    return model
+
+
+def declared_dims(prog, model) -> dict:
+    """Graph input -> its declared dims (int, dim_param name or None), or None for an input
+    declared without a shape: ONNX allows that, and it takes any rank."""
+    shapeless = {vi.name for vi in model.graph.input if not vi.type.tensor_type.HasField("shape")}
+    return {n: None if n in shapeless else d for n, d in prog.input_dim_names.items()}
+
+
+def resolve_sequence(opts: RunOptions, prog, model) -> tuple[list[dict], list[dict] | None]:
     """The sequence of input shapes (and loaded tensors, with --load-inputs)."""
     names = list(prog.inputs)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
@@ -155,13 +183,14 @@ def plan(opts: RunOptions, prog) -> tuple[list[dict], list[dict] | None]:
             loaded = load_inputs(opts.load_inputs, names, dtypes)
             seq = [{n: tuple(v.shape) for n, v in feeds.items()} for feeds in loaded]
         else:
-            seq = shape_spec.parse_shapes(opts.shapes, names) if opts.shapes else []
+            seq = shape_spec.parse_shapes(opts.shapes, names, opts.grid) if opts.shapes else []
             if opts.shapes_file:
-                seq += shape_spec.parse_shapes_file(opts.shapes_file, names)
+                seq += shape_spec.parse_shapes_file(opts.shapes_file, names, opts.grid)
+                shape_spec.check_run_length(len(seq))
         if not seq:
             raise UsageError("no inferences to run: give --shapes, --shapes-file or --load-inputs "
-                             f"(model inputs: {describe_inputs(prog)})")
-        declared = dict(prog.input_dim_names)
+                             f"(model inputs: {describe_inputs(prog, model)})")
+        declared = {n: d for n, d in declared_dims(prog, model).items() if d is not None}
         declared.update(shape_spec.parse_model_shape(opts.model_shape, names) if opts.model_shape else {})
         for inf in seq:
             shape_spec.check_against_declared(inf, declared)
@@ -216,8 +245,9 @@ def parse_feedback(specs: list, prog, model=None) -> dict:
                 raise UsageError(f"--feedback: input {inp!r} is fed twice")
             declared_out = next((_declared_dims(o) for o in model.graph.output if o.name == out),
                                 None) if model is not None else None
-            declared_in = tuple(d if isinstance(d, int) else None for d in prog.input_dim_names[inp])
-            if declared_out is not None and _shape_clash(declared_out, declared_in):
+            dims_in = declared_dims(prog, model)[inp] if model is not None else prog.input_dim_names[inp]
+            declared_in = None if dims_in is None else tuple(d if isinstance(d, int) else None for d in dims_in)
+            if None not in (declared_out, declared_in) and _shape_clash(declared_out, declared_in):
                 fmt = lambda d: shape_spec.format_shape(tuple("?" if x is None else x for x in d))  # noqa: E731
                 raise UsageError(f"--feedback {item!r}: output {out!r} is declared {fmt(declared_out)} "
                                  f"but input {inp!r} {fmt(declared_in)}; their shapes cannot match")
@@ -225,9 +255,10 @@ def parse_feedback(specs: list, prog, model=None) -> dict:
     return pairs
 
 
-def describe_inputs(prog) -> str:
-    return ", ".join(f"{n}:{shape_spec.format_shape(tuple('?' if d is None else d for d in dims))}"
-                     for n, dims in prog.input_dim_names.items())
+def describe_inputs(prog, model) -> str:
+    return ", ".join(f"{n}:any rank (no declared shape)" if dims is None else
+                     f"{n}:{shape_spec.format_shape(tuple('?' if d is None else d for d in dims))}"
+                     for n, dims in declared_dims(prog, model).items())
 
 
 def open_trace(path: str, level: str, header: dict):
@@ -251,7 +282,7 @@ def open_trace(path: str, level: str, header: dict):
 
 def error_text(e: Exception) -> str:
     """One line for an engine error; no class names (--debug shows the traceback)."""
-    if isinstance(e, (InferenceError, ModelError, UsageError)):
+    if isinstance(e, (InferenceError, ModelError, UsageError, OnnxRuntimeRefused)):
         return str(e)
     first = (str(e).splitlines() or [""])[0]
     return f"internal error: {first or 'no message'} (`dyncli --debug run ...` shows where)"
@@ -260,12 +291,12 @@ def error_text(e: Exception) -> str:
 def execute_run(opts: RunOptions, progress=None) -> RunResult:
     """Run the whole sequence. `progress(i, n, shapes)` is called after each inference."""
     device = select_device(opts.device)
+    model = read_model(opts.model, device.max_mem_alloc_size)
     try:
-        model = load_model(opts.model, max_bytes=device.max_mem_alloc_size)
         prog = build_program(model, opts.model)
     except ModelError as e:
         raise UsageError(str(e)) from None
-    seq, loaded = plan(opts, prog)
+    seq, loaded = resolve_sequence(opts, prog, model)
     check_input_sizes(seq, {n: l.dtype for n, l in prog.inputs.items()}, device)
     if opts.impls not in IMPL_MODES:
         raise UsageError(f"--impls must be one of {', '.join(IMPL_MODES)}, not {opts.impls!r}")
@@ -286,18 +317,24 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     ref = None
     if opts.check:
         overrides = shape_spec.parse_model_shape(opts.model_shape, names) if opts.model_shape else {}
-        # relax every input so the reference accepts whatever --shapes asked for
-        relax = {n: overrides.get(n, tuple(None for _ in prog.inputs[n].shape)) for n in names}
-        ref = Reference(relaxed_model(model, relax))
+        # relax every input so the reference accepts whatever --shapes asked for (an input
+        # without a declared shape takes any already)
+        dims = declared_dims(prog, model)
+        relax = {n: overrides.get(n, None if dims[n] is None else tuple(None for _ in dims[n]))
+                 for n in names}
+        try:
+            ref = Reference(relaxed_model(model, relax))
+        except (CheckUnavailable, OnnxRuntimeRefused) as e:
+            raise UsageError(str(e)) from None
 
     trace_path = opts.trace or default_trace_path(opts.model)
     header = {"model": os.path.abspath(opts.model), "device": describe(device),
               "float16": {**half_support(device), **cast_summary(prog)},
               "options": {k: v for k, v in vars(opts).items() if k not in ("model",)},
-              "inputs": {n: list(d) for n, d in prog.input_dim_names.items()},
+              "inputs": {n: None if d is None else list(d) for n, d in declared_dims(prog, model).items()},
               "outputs": prog.outputs, "nodes": prog.node_count(), "fusions": fusion_map(prog)}
     feedback = parse_feedback(opts.feedback, prog, model)
-    declared = dict(prog.input_dim_names)
+    declared = {n: d for n, d in declared_dims(prog, model).items() if d is not None}
     writer, lock = open_trace(trace_path, opts.trace_level, header)
     result = RunResult(opts.model, describe(device), writer.path, planned=len(seq),
                        nodes=prog.node_count(), folded=prog.folded, fused=prog.fused)

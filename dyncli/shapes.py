@@ -28,8 +28,13 @@ Grammar:
 * Several ranges or bracket lists in one SPEC are zipped, within an input and
   across inputs, so they must expand to the same length; an input (or a dim)
   with a single value is repeated to match (ids:1x{8..16},mask:1x16).
+* --grid: the ranges within one input form every combination instead
+  (first dim slowest): x:{1..2}x{8..16..8} is 1x8, 1x16, 2x8, 2x16; inputs
+  are still zipped (ids:{1..2}x{8..16..8},mask:{1..2}x{8..16..8} is 4
+  inferences).
 * *N repeats the SPEC's whole expansion N times (ids:1x16*3).
-* One SPEC may expand to at most 100000 inferences.
+* A run may have at most 100000 inferences, all SPECs and the shapes file
+  together; a larger expansion is refused before it is built.
 
 --shapes-file FILE is JSON: either a list of entries or
 {"shapes": [entries]}. An entry is an object mapping every input name to
@@ -50,23 +55,27 @@ model.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
+from itertools import product
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 
-from dyncli.errors import os_error
+from dyncli.os_errors import os_error
 
 __all__ = [
     "MAX_INFERENCES",
     "ShapeSpecError",
     "check_against_declared",
+    "format_dims",
     "format_inference",
     "format_shape",
     "parse_input_ranges",
     "parse_model_shape",
     "parse_shapes",
     "parse_shapes_file",
+    "check_run_length",
 ]
 
 # Guards against typos such as {1..10000000} exhausting memory.
@@ -103,6 +112,17 @@ def format_shape(shape: Sequence[int]) -> str:
 def format_inference(inference: Mapping[str, Sequence[int]]) -> str:
     """Format one inference as a ``--shapes`` SPEC that parses back to it."""
     return ",".join(f"{name}:{format_shape(shape)}" for name, shape in inference.items())
+
+
+def format_dims(dims: Sequence[int | str | None] | None) -> str:
+    """Declared dims for people: ``1x3x224x224``, ``batch x seq x 64`` (names kept, ``?`` for
+    unknown); None (no declared shape) is any rank."""
+    if dims is None:
+        return "any rank (no declared shape)"
+    if not dims:
+        return "scalar"
+    sep = " x " if any(isinstance(d, str) and d for d in dims) else "x"
+    return sep.join("?" if d is None or d == "" else str(d) for d in dims)
 
 
 def _format_declared(dims: Sequence[int | str | None]) -> str:
@@ -241,12 +261,24 @@ def _expand_dim(token: str) -> Sequence[int]:
     return values
 
 
-def _expand_dims(tokens: Sequence[str]) -> list[Shape]:
-    """All shapes one DIMS/LIST stands for (ranges zipped)."""
+def _expand_dims(tokens: Sequence[str], grid: bool = False) -> list[Shape]:
+    """All shapes one DIMS/LIST stands for: ranges zipped, or every combination with `grid`."""
     for t in tokens:
         if not t:
             raise ShapeSpecError("empty dimension (doubled separator?)")
-    return _broadcast_zip([_expand_dim(t) for t in tokens], [repr(t) for t in tokens])
+    values = [_expand_dim(t) for t in tokens]
+    if not grid:
+        return _broadcast_zip(values, [repr(t) for t in tokens])
+    n = math.prod(len(v) for v in values)
+    if n > MAX_INFERENCES:   # counted before the combinations are built
+        raise ShapeSpecError(f"the grid of {' x '.join(str(len(v)) for v in values)} values is "
+                             f"{n} shapes; the limit is {MAX_INFERENCES}")
+    return list(product(*values))
+
+
+def _check_total(n: int, what: str) -> None:
+    if n > MAX_INFERENCES:
+        raise ShapeSpecError(f"{what} give more than {MAX_INFERENCES} inferences, the limit of a run")
 
 
 def _split_repeat(spec: str) -> tuple[str, int]:
@@ -259,7 +291,7 @@ def _split_repeat(spec: str) -> tuple[str, int]:
     return body, int(count)
 
 
-def _parse_spec(spec: str, input_names: Sequence[str]) -> list[Inference]:
+def _parse_spec(spec: str, input_names: Sequence[str], grid: bool = False) -> list[Inference]:
     """Expand one SPEC into its inferences (raises without spec context)."""
     if not spec.strip():
         raise ShapeSpecError("empty shape spec")
@@ -271,9 +303,13 @@ def _parse_spec(spec: str, input_names: Sequence[str]) -> list[Inference]:
             raise ShapeSpecError(f"input {name!r} is given twice")
         try:
             if groups is not None:
-                per_input[name] = [s for g in groups for s in _expand_dims(_dim_tokens(g, ","))]
+                shapes: list[Shape] = []
+                for g in groups:   # the total is checked group by group: memory stays bounded
+                    shapes += _expand_dims(_dim_tokens(g, ","), grid)
+                    _check_total(len(shapes), "its bracket groups")
+                per_input[name] = shapes
             else:
-                per_input[name] = _expand_dims(_dim_tokens(dims, "x"))
+                per_input[name] = _expand_dims(_dim_tokens(dims, "x"), grid)
         except ShapeSpecError as e:
             raise ShapeSpecError(f"input {name!r}: {e}") from None
     _require_all(per_input, input_names)
@@ -290,26 +326,33 @@ def _require_all(given: Mapping[str, object], input_names: Sequence[str]) -> Non
         raise ShapeSpecError(f"no shape for input(s) {_name_list(missing)}; every model input needs one")
 
 
-def parse_shapes(specs: Sequence[str], input_names: Sequence[str]) -> list[Inference]:
+def parse_shapes(specs: Sequence[str], input_names: Sequence[str], grid: bool = False) -> list[Inference]:
     """Expand ``--shapes`` values into a list of inferences.
 
     Each inference maps every name of ``input_names`` (in that order) to a
     tuple of ints. The inferences of each SPEC are concatenated in order; no
-    SPECs gives an empty list. See the module docstring for the grammar.
+    SPECs gives an empty list. See the module docstring for the grammar;
+    ``grid`` is --grid.
     """
     result: list[Inference] = []
     for spec in specs:
         try:
-            result.extend(_parse_spec(spec, input_names))
+            result.extend(_parse_spec(spec, input_names, grid))
         except ShapeSpecError as e:
             raise ShapeSpecError(f"shape spec {spec!r}: {e}") from None
+        _check_total(len(result), f"the {len(specs)} --shapes")
     return result
 
 
-def _parse_file_entry(entry: object, input_names: Sequence[str]) -> list[Inference]:
+def check_run_length(n: int) -> None:
+    """Refuse a run of more than MAX_INFERENCES (--shapes and --shapes-file together)."""
+    _check_total(n, "--shapes and --shapes-file together")
+
+
+def _parse_file_entry(entry: object, input_names: Sequence[str], grid: bool) -> list[Inference]:
     if isinstance(entry, str):
         try:
-            return _parse_spec(entry, input_names)
+            return _parse_spec(entry, input_names, grid)
         except ShapeSpecError as e:
             raise ShapeSpecError(f"{entry!r}: {e}") from None
     if not isinstance(entry, dict):
@@ -324,7 +367,7 @@ def _parse_file_entry(entry: object, input_names: Sequence[str]) -> list[Inferen
     return [{n: tuple(entry[n]) for n in input_names}]
 
 
-def parse_shapes_file(path: str, input_names: Sequence[str]) -> list[Inference]:
+def parse_shapes_file(path: str, input_names: Sequence[str], grid: bool = False) -> list[Inference]:
     """Read a JSON shapes file (see the module docstring) into inferences."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -354,7 +397,7 @@ def parse_shapes_file(path: str, input_names: Sequence[str]) -> list[Inference]:
     result: list[Inference] = []
     for i, entry in enumerate(data):
         try:
-            result.extend(_parse_file_entry(entry, input_names))
+            result.extend(_parse_file_entry(entry, input_names, grid))
         except ShapeSpecError as e:
             raise ShapeSpecError(f"{where}, {prefix}[{i}]: {e}") from None
         if len(result) > MAX_INFERENCES:

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from dyncli.console import EXIT_CHECK, console, err_console, fail, state, warn
 from traces import expect as expectations
 
 HELP = ("Summarise a trace written by `dyncli run`: the run header, one row per inference, counter "
@@ -24,14 +25,14 @@ HELP = ("Summarise a trace written by `dyncli run`: the run header, one row per 
         "Exit statuses: 0 ok, 1 an --expect failed, 2 usage error or unreadable/corrupt trace.")
 
 
-def parse_expectations(exprs: list[str], fail) -> list:
+def parse_expectations(exprs: list[str]) -> list:
     try:
         return [expectations.parse(e) for e in exprs]
     except expectations.ExpectError as e:
         fail(str(e))
 
 
-def judge(exprs: list, summary: dict, fail) -> list[dict]:
+def judge(exprs: list, summary: dict) -> list[dict]:
     """Outcomes of the expectations (exit 2 on an unknown name)."""
     try:
         return expectations.evaluate_all(exprs, summary)
@@ -39,7 +40,7 @@ def judge(exprs: list, summary: dict, fail) -> list[dict]:
         fail(str(e))
 
 
-def report(outcomes: list[dict], console, err_console, quiet: bool) -> bool:
+def report(outcomes: list[dict], quiet: bool) -> bool:
     """Print each outcome (failures on stderr); True when all hold."""
     for o in outcomes:
         if not o["ok"]:
@@ -71,9 +72,8 @@ def trace(
                               "table (by default it fits the terminal, 80 columns included)."),
     limit: int = typer.Option(30, "--limit", metavar="N", help="How many changed decisions to list."),
 ):
-    from dyncli.cli import console, err_console, fail, state, EXIT_CHECK
-    from dyncli.errors import os_error
-    from dyncli.trace_view import diff_rows, diff_table, trace_view
+    from dyncli.os_errors import os_error
+    from dyncli.trace_view import diff_header, diff_rows, diff_table, header_lines, view_tables
     from traces.chrome import export_chrome
     from traces.query import EventFilter, parse_iters
     from traces.reader import TraceError, read_trace
@@ -89,7 +89,7 @@ def trace(
         fail("--diff compares summaries; --expect, --events and --format chrome take one trace")
     if group_by is not None and group_by not in GROUP_KEYS:
         fail(f"--group-by {group_by!r}: expected one of {', '.join(GROUP_KEYS)}")
-    exprs = parse_expectations(expect, fail)
+    exprs = parse_expectations(expect)
     try:
         flt = EventFilter(parse_iters(iters) if iters else None, node, op, kind, action)
     except ValueError as e:
@@ -118,25 +118,23 @@ def trace(
             if state["debug"]:
                 raise
             fail(os_error("read the trace", path, e))
-        except (TraceError, UnicodeDecodeError) as e:
+        except TraceError as e:
             if state["debug"]:
                 raise
             fail(str(e))
         result = s.result()
         for w in caught:
-            err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+            warn(str(w.message))
         if result["status"] == "error":
             at = result["incomplete_inference"]
-            err_console.print(f"[yellow]warning:[/] {path}: run ended with an error at inference "
-                              f"{result['inferences'] if at is None else at}: {result['error']}; showing the "
-                              f"{result['inferences']} complete inferences", highlight=False)
+            warn(f"{path}: run ended with an error at inference "
+                 f"{result['inferences'] if at is None else at}: {result['error']}; showing the "
+                 f"{result['inferences']} complete inferences")
         elif result["incomplete_inference"] is not None:
-            err_console.print(f"[yellow]warning:[/] {path}: inference {result['incomplete_inference']} never "
-                              f"ended (run killed?); showing the {result['inferences']} complete inferences",
-                              highlight=False)
+            warn(f"{path}: inference {result['incomplete_inference']} never ended (run killed?); "
+                 f"showing the {result['inferences']} complete inferences")
         elif result["status"] == "incomplete":
-            err_console.print(f"[yellow]warning:[/] {path}: no run_end event (run killed or still running)",
-                              highlight=False)
+            warn(f"{path}: no run_end event (run killed or still running)")
         return result
 
     if diff:
@@ -145,6 +143,8 @@ def trace(
             print(json.dumps({"a": a, "b": b, "delta": {k: vb - va for k, va, vb in diff_rows(a, b)}},
                              indent=1, default=str))
         else:
+            for line in diff_header(a, b):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
             console.print(diff_table(a, b))
         return
 
@@ -176,11 +176,14 @@ def trace(
         s = summarise(files[0], print_events)
     else:
         s = summarise(files[0])
-    outcomes = judge(exprs, s, fail)
+    outcomes = judge(exprs, s)
     if fmt == "summary" and not events:
         if as_json:
             print(json.dumps({**s, "expect": outcomes} if exprs else s, indent=1, default=str))
         else:
-            console.print(trace_view(s, wide))
-    if not report(outcomes, console, err_console, quiet=as_json or events or output == "-"):
+            for line in header_lines(s):   # whole lines: the paths stay copyable
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+            for table in view_tables(s, wide):
+                console.print(table)
+    if not report(outcomes, quiet=as_json or events or output == "-"):
         raise typer.Exit(EXIT_CHECK)

@@ -6,32 +6,34 @@ import json
 
 from rich import box
 from rich.console import Group
-from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from dyncli.render import _bytes, _shapes
+from dyncli.shapes import format_dims
 from traces.schema import KINDS
 
 
-def header_panel(s: dict) -> Panel:
+def header_lines(s: dict) -> list[str]:
+    """The run header as plain lines (printed whole: paths and device names are never cut)."""
     h = s["header"]
     opts = h.get("options") or {}
-    lines = [f"[bold]model[/]   {h.get('model', '?')}", f"[bold]device[/]  {h.get('device', '?')}",
-             f"[bold]nodes[/]   {h.get('nodes', '?')}   [bold]inputs[/] "
-             + ", ".join(f"{k}:{'x'.join(str(d) for d in v)}" for k, v in (h.get("inputs") or {}).items())]
+    inputs = ", ".join(f"{k}: {format_dims(v)}" for k, v in (h.get("inputs") or {}).items())
+    lines = [f"trace   {s['trace']}", f"model   {h.get('model', '?')}", f"device  {h.get('device', '?')}"]
     if h.get("float16"):   # how half tensors ran (engine/f16.py)
         f16 = h["float16"]
         wrapped = (f"; {f16['casts']} Casts around {', '.join(f16['f32_ops'])}"
                    if f16.get("casts") else "")
-        lines.insert(2, f"[bold]float16[/] stored half, computed {f16['compute']} "
-                        f"(cl_khr_fp16: {'yes' if f16['cl_khr_fp16'] else 'no'}){wrapped}")
+        lines.append(f"float16 stored half, computed {f16['compute']} "
+                     f"(cl_khr_fp16: {'yes' if f16['cl_khr_fp16'] else 'no'}){wrapped}")
+    lines.append(f"nodes   {h.get('nodes', '?')}   inputs {inputs}")
     shown = {k: v for k, v in opts.items() if v not in (None, [], False, "")}
     if shown:
-        lines.append("[bold]options[/] " + "  ".join(f"{k}={json.dumps(v)}" for k, v in shown.items()))
-    status = s["status"] if s["status"] != "incomplete" else "[yellow]no run_end (killed?)[/]"
-    lines.append(f"[bold]status[/]  {status}   [bold]events[/] {s['events']}"
-                 + (f"   [bold]filters[/] {s['filters']}" if s["filters"] else ""))
-    return Panel("\n".join(lines), title=s["trace"], title_align="left", highlight=False)
+        lines.append("options " + "  ".join(f"{k}={json.dumps(v)}" for k, v in shown.items()))
+    status = s["status"] if s["status"] != "incomplete" else "no run_end (killed?)"
+    filters = "  ".join(f"--{k} {v}" for k, v in s["filters"].items())
+    lines.append(f"status  {status}   events {s['events']}" + (f"   filters {filters}" if filters else ""))
+    return lines
 
 
 def _kind_actions(rows: list[dict]) -> dict[str, list[str]]:
@@ -82,7 +84,20 @@ def inference_table(s: dict, wide: bool = False) -> Table:
 
 
 def _num(v) -> str:
-    return f"{v:.2f}" if isinstance(v, float) and not v.is_integer() else f"{v:g}"
+    """2 decimals for a fraction, whole numbers in full (never 1.52094e+06)."""
+    return f"{v:.2f}" if isinstance(v, float) and not v.is_integer() else str(int(v))
+
+
+def indented_names(names: list[str]) -> list[str]:
+    """Counter names as rows: a 'kind.action.reason' right under its 'kind.action' shows as its
+    indented reason, so long names need no folding at 80 columns."""
+    out, prev = [], None
+    for n in names:
+        parts = n.split(".")
+        out.append("    " + parts[2] if len(parts) == 3 and prev == ".".join(parts[:2]) else n)
+        if len(parts) == 2:
+            prev = n
+    return out
 
 
 def counters_table(s: dict) -> Table:
@@ -93,8 +108,8 @@ def counters_table(s: dict) -> Table:
     t.add_row("inferences", str(s["inferences"]))
     t.add_row("latency ms: first / median / mean / max",
               f"{lat['first']:.2f} / {lat['median']:.2f} / {lat['mean']:.2f} / {lat['max']:.2f}")
-    for k, v in s["counters"].items():
-        t.add_row(k, _bytes(v) if "bytes" in k else _num(v))
+    for (k, v), shown in zip(s["counters"].items(), indented_names(list(s["counters"]))):
+        t.add_row(shown, _bytes(v) if "bytes" in k else _num(v))
     if s["check"]:
         c = s["check"]
         t.add_row("check vs onnxruntime", f"{c['passed']} passed, {c['failed']} failed (max abs {c['max_abs']:.1e})")
@@ -121,29 +136,35 @@ def cost_table(rows: list[dict], key: str, title: str, wide: bool = False) -> Ta
     return t
 
 
-def changes_table(s: dict, wide: bool = False) -> Table:
-    """Narrow: the op goes (node names usually say it) and every cell folds instead of cutting."""
+def changes_table(s: dict, wide: bool = False) -> Group:
+    """One change a paragraph: '#iter node [op] kind.action (reason): key=value ...', wrapped
+    at spaces (a table would fold the long impl names inside their words at 80 columns)."""
     shown, total = len(s["changes"]), s["changes_total"]
     title = "decisions that changed something" + (f" (first {shown} of {total}; --limit)" if total > shown else "")
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("#", "node") + (("op",) if wide else ()) + ("decision", "detail"):
-        t.add_column(col, justify="right" if col == "#" else "left", overflow="fold",
-                     ratio=3 if col == "detail" else None if col == "#" else 2)
+    lines = [Text(title, style="italic")]
     for c in s["changes"]:
         detail = {k: v for k, v in c.items() if k not in ("iter", "node", "op", "kind", "action", "reason")}
         dec = f"{c['kind']}.{c['action']}" + (f" ({c['reason']})" if c["reason"] else "")
-        t.add_row(str(c["iter"]), c["node"], *([c["op"]] if wide else []), dec,
-                  " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in detail.items()))
-    return t
+        head = f"#{c['iter']} {c['node'] or '(run)'}" + (f" [{c['op']}]" if wide and c["op"] else "")
+        body = " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in detail.items())
+        lines.append(Text(f"  {head} {dec}" + (f": {body}" if body else "")))
+    return Group(*lines)
+
+
+def view_tables(s: dict, wide: bool = False) -> list:
+    """The tables that answer the question asked: with --group-by the grouped table alone; with
+    an event filter (--node, --op, --kind, --action) the matching decisions per inference, the
+    matching nodes and their changes; else the whole report (--iter narrows every table)."""
+    if "groups" in s:
+        return [cost_table(s["groups"], s["group_by"], f"grouped by {s['group_by']}", wide)]
+    nodes = cost_table(s["top_nodes"], "node", "nodes that cost most (time between events, ms)", wide)
+    if set(s["filters"]) - {"iter"}:
+        return [inference_table(s, wide), nodes, changes_table(s, wide)]
+    return [inference_table(s, wide), counters_table(s), nodes, changes_table(s, wide)]
 
 
 def trace_view(s: dict, wide: bool = False) -> Group:
-    parts = [header_panel(s), inference_table(s, wide), counters_table(s),
-             cost_table(s["top_nodes"], "node", "nodes that cost most (time between events, ms)", wide),
-             changes_table(s, wide)]
-    if "groups" in s:
-        parts.append(cost_table(s["groups"], s["group_by"], f"grouped by {s['group_by']}", wide))
-    return Group(*parts)
+    return Group(*(Text(line) for line in header_lines(s)), *view_tables(s, wide))
 
 
 def diff_rows(a: dict, b: dict) -> list[tuple[str, float, float]]:
@@ -156,14 +177,39 @@ def diff_rows(a: dict, b: dict) -> list[tuple[str, float, float]]:
     return rows
 
 
+def _value(name: str, v) -> str:
+    return _bytes(v) if "bytes" in name else _num(v)
+
+
+def _delta(name: str, d) -> str:
+    if d == 0:
+        return "0"
+    sign = "+" if d > 0 else "-"
+    return sign + (_bytes(abs(d)) if "bytes" in name else _num(abs(d)))
+
+
+def diff_header(a: dict, b: dict) -> list[str]:
+    """The two traces and what differed in how they were run: model, device, each option."""
+    lines = [f"A: {a['trace']}", f"B: {b['trace']}"]
+    ha, hb = a["header"], b["header"]
+    differ = [f"{k}: {ha.get(k)} -> {hb.get(k)}" for k in ("model", "device") if ha.get(k) != hb.get(k)]
+    oa, ob = ha.get("options") or {}, hb.get("options") or {}
+    differ += [f"{k}: {json.dumps(oa.get(k))} -> {json.dumps(ob.get(k))}"
+               for k in sorted(set(oa) | set(ob)) if k != "trace" and oa.get(k) != ob.get(k)]
+    lines.append("differ: " + ("; ".join(differ) if differ else "nothing (same model, device and options)"))
+    return lines
+
+
 def diff_table(a: dict, b: dict) -> Table:
-    t = Table(title=f"A: {a['trace']}\nB: {b['trace']}", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("metric", "A", "B", "B - A", "B / A"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    for name, va, vb in diff_rows(a, b):
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("metric", justify="left", no_wrap=True)
+    for col in ("A", "B", "B - A", "B / A"):
+        t.add_column(col, justify="right", no_wrap=True)
+    rows = diff_rows(a, b)
+    for (name, va, vb), shown in zip(rows, indented_names([r[0] for r in rows])):
         d = vb - va
         style = "" if d == 0 else ("green" if d < 0 else "red")
         ratio = f"{vb / va:.2f}x" if va else "-"
-        t.add_row(name, _num(va), _num(vb), f"[{style}]{d:+g}[/]" if style and not isinstance(d, float)
-                  else (f"[{style}]{d:+.2f}[/]" if style else "0"), ratio)
+        delta = _delta(name, d)
+        t.add_row(shown, _value(name, va), _value(name, vb), f"[{style}]{delta}[/]" if style else delta, ratio)
     return t

@@ -70,6 +70,8 @@ def _declared(vi) -> tuple[Layout, tuple]:
         raise ModelError(f"input {vi.name!r} has element type "
                          f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, not supported "
                          "(float32, float64, bool and the 8 to 64-bit integers are)")
+    if not tt.HasField("shape"):   # no shape declared: any rank; an unknown dim keeps it dynamic
+        return Layout((None,), dt), ()
     names, shape = [], []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):

@@ -499,3 +499,66 @@ def test_bracket_form_matches_trtexec_form(shapes, repeat):
     assert parse_shapes([f"x:{format_shape(s)}*{repeat}" for s in shapes], ["x"]) == [
         {"x": s} for s in shapes for _ in range(repeat)
     ]
+
+
+# --------------------------------------------------------------------------
+# Limits of a whole run, refused before the shapes are built; --grid
+
+
+def _peak_bytes(fn, *args) -> int:
+    """Peak memory Python allocated while fn ran (it is expected to raise ShapeSpecError)."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        errmsg(fn, *args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_bracket_groups_over_the_limit_refused_in_bounded_memory():
+    groups = "".join(f"[1,{{1..{MAX_INFERENCES}}}]" for _ in range(12))   # 1.2 million shapes
+    msg = errmsg(parse_shapes, [f"x{groups}"], ["x"])
+    assert "bracket groups give more than 100000 inferences, the limit of a run" in msg
+    assert _peak_bytes(parse_shapes, [f"x{groups}"], ["x"]) < 64 * 2**20
+
+
+def test_many_specs_over_the_limit_together():
+    half = f"x:{{1..{MAX_INFERENCES // 2 + 1}}}"
+    assert len(parse_shapes([half], ["x"])) == MAX_INFERENCES // 2 + 1   # one alone is fine
+    msg = errmsg(parse_shapes, [half, half], ["x"])
+    assert msg == "the 2 --shapes give more than 100000 inferences, the limit of a run"
+    assert _peak_bytes(parse_shapes, [half] * 40, ["x"]) < 96 * 2**20
+
+
+def test_shapes_and_shapes_file_together_over_the_limit(tmp_path):
+    from dyncli.runner import RunOptions, UsageError, resolve_sequence
+    from engine import build_program
+    from tests.models import mlp
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps([f"{{1..{MAX_INFERENCES // 2 + 1}}}x32"]))
+    prog = build_program(mlp())
+    opts = RunOptions(model="m", shapes=[f"{{1..{MAX_INFERENCES // 2 + 1}}}x32"], shapes_file=str(f))
+    with pytest.raises(UsageError, match="--shapes and --shapes-file together give more than 100000"):
+        resolve_sequence(opts, prog, mlp())
+
+
+def test_grid_forms_every_combination_within_an_input():
+    got = parse_shapes(["x:{1..2}x{8..16..8}x4"], ["x"], grid=True)
+    assert [i["x"] for i in got] == [(1, 8, 4), (1, 16, 4), (2, 8, 4), (2, 16, 4)]
+    # without --grid the same ranges zip (and must match in length)
+    assert [i["x"] for i in parse_shapes(["x:{1..2}x{8..16..8}"], ["x"])] == [(1, 8), (2, 16)]
+    assert "different lengths" in errmsg(parse_shapes, ["x:{1..3}x{8..16..8}"], ["x"])
+    assert [i["x"] for i in parse_shapes(["x:{1..3}x{8..16..8}"], ["x"], True)][-1] == (3, 16)
+    # inputs still zip: ids and mask move together
+    both = parse_shapes(["input_ids:{1..2}x{8..16..8},attention_mask:{1..2}x{8..16..8}"], BERT, grid=True)
+    assert [(i["input_ids"], i["attention_mask"]) for i in both] == \
+        [((1, 8), (1, 8)), ((1, 16), (1, 16)), ((2, 8), (2, 8)), ((2, 16), (2, 16))]
+    # brackets: each group's grid, concatenated
+    assert [i["x"] for i in parse_shapes(["x[{1..2},3][5,{6..7}]"], ["x"], grid=True)] == \
+        [(1, 3), (2, 3), (5, 6), (5, 7)]
+
+
+def test_grid_over_the_limit_refused_before_it_is_built():
+    msg = errmsg(parse_shapes, ["x:{1..1000}x{1..1000}x{1..1000}"], ["x"], True)
+    assert "the grid of 1000 x 1000 x 1000 values is 1000000000 shapes; the limit is 100000" in msg

@@ -366,3 +366,33 @@ def test_expect_names_resolve_any_counter():
                     "update_impl.evict<1": 0, "first_latency_ms<1": 5.0, "check_failed<1": 0}
     with pytest.raises(ExpectError, match="runtime_skip"):  # the valid names include the counters present
         parse("runtime_skips<1").evaluate(s)
+
+
+def test_filtered_views_print_only_what_was_asked(enc):
+    path = enc[0]
+    full = invoke("trace", path).stdout
+    assert all(t in full for t in ("one row per inference", "totals", "nodes that cost most",
+                                   "decisions that changed something"))
+    grouped = invoke("trace", path, "--group-by", "op").stdout
+    assert "grouped by op" in grouped
+    assert not any(t in grouped for t in ("one row per inference", "totals", "nodes that cost most"))
+    by_op = invoke("trace", path, "--op", "MatMul").stdout
+    assert "filters --op MatMul" in by_op and "nodes that cost most" in by_op and "totals" not in by_op
+    nodes = by_op[by_op.index("nodes that cost most"):by_op.index("decisions that changed")]
+    rows = [line.split() for line in nodes.splitlines()[4:] if line.strip()]
+    assert rows and all(r[1] == "MatMul" for r in rows), nodes
+
+
+def test_diff_names_what_differed_and_prints_bytes(enc, tmp_path):
+    path = enc[0]
+    other = tmp_path / "noprealloc.jsonl"
+    assert record(other, "--check", "--impls", "dynamic", prealloc="0 0 0 1.0").exit_code == 0
+    out = invoke("trace", path, other, "--diff").stdout
+    lines = out.splitlines()
+    assert f"A: {path}" in lines and f"B: {other}" in lines
+    assert 'differ: prealloc: "10 16384 2 1.1" -> "0 0 0 1.0"' in lines, out
+    assert "e+" not in out
+    bytes_row = next(line.split() for line in lines if line.split()[:1] == ["bytes_allocated"])
+    assert bytes_row[2] in ("B", "KiB", "MiB"), bytes_row   # '12.3 KiB', not 12595
+    same = invoke("trace", path, path, "--diff").stdout
+    assert "differ: nothing (same model, device and options)" in same

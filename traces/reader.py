@@ -1,41 +1,100 @@
-"""JSON Lines trace reader: validates the header and each line, streams events."""
+"""JSON Lines trace reader: validates the header and each line, streams events. A trace is
+untrusted input: whatever a line holds, the reader yields an event of the schema's types or
+raises TraceError naming the file and the line."""
 from __future__ import annotations
 
 import json
 import warnings
 from typing import Iterator
 
-from traces.schema import CORE_FIELDS, KINDS, PLAN_BASES_KEPT, SCHEMA_VERSION
+from traces.schema import CORE_FIELDS, FIELD_TYPES, HEADER_TYPES, KINDS, PLAN_BASES_KEPT, SCHEMA_VERSION
 
 
 class TraceError(ValueError):
     pass
 
 
+def _type_name(v) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(v), "a number")
+
+
+def _wrong_field(rec: dict, types: dict) -> str | None:
+    """'FIELD is T' for the first field of `types` present in `rec` with another type."""
+    for k, want in types.items():
+        if k in rec:
+            v = rec[k]
+            # bool is an int to Python, never a count or a time in a trace
+            if not isinstance(v, want) or (isinstance(v, bool) and bool not in want):
+                return f"{k} is {_type_name(v)}"
+    return None
+
+
+def _dims(v) -> bool:
+    return isinstance(v, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in v)
+
+
+def check_event(rec) -> str | None:
+    """Why `rec` (a parsed line) is not a trace event, or None when it is one."""
+    if not isinstance(rec, dict):
+        return f"a JSON {_type_name(rec).split()[-1]}, not an object"
+    missing = [k for k in CORE_FIELDS if k not in rec]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    wrong = _wrong_field(rec, FIELD_TYPES)
+    if wrong:
+        return wrong
+    if "shape" in rec and not _dims(rec["shape"]):
+        return "shape is not an array of integers"
+    if "counters" in rec and not all(isinstance(v, (int, float)) for v in rec["counters"].values()):
+        return "counters holds a value that is not a number"
+    by_name = {"infer_start": "shapes", "infer_end": "out_shapes"}.get(rec["kind"])
+    if by_name in rec:
+        shapes = rec[by_name]
+        if not isinstance(shapes, dict) or not all(_dims(v) for v in shapes.values()):
+            return f"{by_name} is not an object of arrays of integers"
+    if rec["kind"] not in KINDS:
+        return f"unknown kind {rec['kind']!r}"
+    return None
+
+
 def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
     """Return (header, events). Events are read lazily; a truncated last line (a killed run)
     is dropped with a warning, any other bad line raises TraceError naming its number."""
     f = open(path, encoding="utf-8")
-    first = f.readline()
     try:
+        first = f.readline()
         header = json.loads(first)
     except json.JSONDecodeError as e:
         f.close()
         raise TraceError(f"{path}:1: not a dyncli trace header ({e.msg})") from None
-    if header.get("kind") != "header" or header.get("schema") != SCHEMA_VERSION:
+    except UnicodeDecodeError:
         f.close()
-        raise TraceError(f"{path}:1: expected a header with schema {SCHEMA_VERSION}")
+        raise TraceError(_not_text(path, 1)) from None
+    why = None
+    if not isinstance(header, dict) or header.get("kind") != "header" \
+            or header.get("schema") != SCHEMA_VERSION:
+        why = f"expected a header with schema {SCHEMA_VERSION}"
+    else:
+        why = _wrong_field(header, HEADER_TYPES)
+    if why:
+        f.close()
+        raise TraceError(f"{path}:1: not a dyncli trace header ({why})")
 
     bases = PlanBases()
 
-    def events() -> Iterator[dict]:
-        with f:
-            lineno = 1
-            pending = None
+    def lines() -> Iterator[str]:
+        lineno = 1
+        try:
             for line in f:
                 lineno += 1
-                if pending is not None:
-                    raise pending
+                yield line
+        except UnicodeDecodeError:
+            raise TraceError(_not_text(path, lineno + 1)) from None
+
+    def events() -> Iterator[dict]:
+        with f:
+            for lineno, line in enumerate(lines(), 2):
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
@@ -43,10 +102,9 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                         warnings.warn(f"{path}:{lineno}: truncated last line ignored")
                         return
                     raise TraceError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-                missing = [k for k in CORE_FIELDS if k not in rec]
-                if missing or rec["kind"] not in KINDS:
-                    raise TraceError(f"{path}:{lineno}: bad event (missing {missing} "
-                                     f"or unknown kind {rec.get('kind')!r})")
+                why = check_event(rec)
+                if why:
+                    raise TraceError(f"{path}:{lineno}: bad event: {why}")
                 if rec["kind"] == "plan":
                     yield rec
                     base = bases.events(rec["of_iter"])
@@ -59,6 +117,10 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                 yield rec
 
     return header, events()
+
+
+def _not_text(path: str, lineno: int) -> str:
+    return f"{path}:{lineno}: not a text file (binary data where a JSON Lines trace has text)"
 
 
 # Events that are not decisions of the inference they belong to: never copied by a replay.

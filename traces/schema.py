@@ -14,6 +14,18 @@ PLAN_BASES_KEPT = 64
 # `node`/`op` are empty for run-level events, `ts` is seconds since the run started.
 CORE_FIELDS = ("kind", "iter", "node", "op", "action", "reason", "ts")
 
+# The JSON types of the fields the readers compute with (the reader refuses an event whose field
+# has another type; fields not named here are carried as they are). `out_shapes` differs by
+# kind (a list per node, a dict per inference): traces/reader.py checks it by kind.
+_NUM = (int, float)
+FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "action": (str,),
+               "reason": (str,), "ts": _NUM, "shapes": (dict,),
+               "counters": (dict,), "latency_ms": _NUM, "compile_ms": _NUM, "of_iter": (int,),
+               "shape": (list,), "dtype": (str,), "bytes": _NUM,
+               "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,)}
+HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
+                "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
+
 KINDS: dict[str, dict] = {
     "header": {
         "actions": {""},

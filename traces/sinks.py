@@ -3,6 +3,7 @@
 two runs from writing one trace (`TraceLock`)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 
@@ -59,14 +60,43 @@ class TraceBusy(RuntimeError):
 
 
 class TraceLock:
-    """`PATH.lock` next to the trace, holding the writer's pid, created exclusively. A lock
-    whose process is gone (a killed run) is taken over; a live one refuses (TraceBusy)."""
+    """Keeps two runs from writing one trace file, whatever names they give it. Two locks:
+
+    - `REALPATH.lock` next to the trace's real path (symlinks resolved), holding the writer's
+      pid, created exclusively: a lock whose process is gone (a killed run) is taken over, a
+      live one refuses (TraceBusy, naming the pid);
+    - an exclusive flock(2) on the trace file itself, held open until release: it belongs to
+      the file (its inode), so a hard link, which resolves to another path, is refused too. The
+      kernel drops it when the process dies.
+    """
 
     def __init__(self, trace_path: str):
-        self.path = str(trace_path) + ".lock"
+        self.trace = str(trace_path)
+        self.path = os.path.realpath(self.trace) + ".lock"
         self._held = False
+        self._fd: int | None = None
 
     def acquire(self) -> None:
+        self._acquire_pid_file()
+        try:
+            self._lock_file()
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock_file(self) -> None:
+        """flock the trace file (created empty when missing, never truncated here: the writer
+        truncates it once the lock is held)."""
+        fd = os.open(self.trace, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TraceBusy(f"{self.trace} is a trace file another run is writing (under another "
+                            "name: a hard link); give this run another --trace") from None
+        self._fd = fd
+
+    def _acquire_pid_file(self) -> None:
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -75,7 +105,7 @@ class TraceLock:
                 if pid is None and _young(self.path):   # its run is writing its pid now
                     pid = 0
                 if pid == 0 or pid is not None and _alive(pid):
-                    raise TraceBusy(f"{self.path[:-5]} is being written by another run (pid {pid or '?'}); "
+                    raise TraceBusy(f"{self.trace} is being written by another run (pid {pid or '?'}); "
                                     f"give this run another --trace, or remove {self.path} if that "
                                     "run is gone") from None
                 try:
@@ -87,9 +117,12 @@ class TraceLock:
                 f.write(str(os.getpid()))
             self._held = True
             return
-        raise TraceBusy(f"{self.path[:-5]}: could not take the lock {self.path}")
+        raise TraceBusy(f"{self.trace}: could not take the lock {self.path}")
 
     def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)   # drops the flock
+            self._fd = None
         if self._held:
             self._held = False
             try:

@@ -3,6 +3,8 @@ gemm_lm on GPUs, gemm_rb on CPUs), or split-K for few rows and a long K; static 
 the same kernels."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
@@ -147,6 +149,53 @@ def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
                        internal=(tmp,))]
 
 
+# GEMV (GPUs, issue 21): R = batch x M <= GEMV_MAX_ROWS rows times a B with no batch dims (a
+# weight) run on cl/gemm.cl gemv (B [K, N]: work-groups of GEMV_WX x GEMV_KY work-items, 4
+# columns each, K in GEMV_KY slices) or gemv_t (TRANS_B, B [N, K]: GEMV_T_WK lanes along K
+# per column, GEMV_T_NC columns per work-group). A grid of fewer than GEMV_GROUPS work-groups
+# splits K in S parts of at least GEMV_MIN_CHUNK rows (partial sums in an internal buffer
+# [S, R, N], then gemm_splitk_reduce), so that the SMs all stream B.
+GEMV_DEVICES = ("gpu",)
+GEMV_MAX_ROWS = 4
+GEMV_WX, GEMV_KY = 32, 8
+GEMV_T_WK, GEMV_T_NC = 32, 8
+GEMV_GROUPS, GEMV_MIN_CHUNK = 264, 64
+
+
+def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
+    """The GEMV kernels of a GEMM call of at most GEMV_MAX_ROWS rows whose B has no batch dims,
+    on a `dev` kind device in GEMV_DEVICES; None otherwise."""
+    M, N, K, nb = call.params
+    if dev not in GEMV_DEVICES or M * nb > GEMV_MAX_ROWS or math.prod(call.dims[1][:-2]) != 1:
+        return None
+    base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS)
+    if dict(call.jit)["TRANS_B"]:
+        kernel, lws, cols = "gemv_t", (GEMV_T_WK, GEMV_T_NC, 1), GEMV_T_NC
+        jit = base + (("GVT_WK", GEMV_T_WK), ("GVT_NC", GEMV_T_NC))
+    else:
+        kernel, lws, cols = "gemv", (GEMV_WX, GEMV_KY, 1), 4 * GEMV_WX
+        jit = base + (("GV_WX", GEMV_WX), ("GV_KY", GEMV_KY))
+    groups = -(-max(N, 1) // cols)
+    s = max(1, min(-(-GEMV_GROUPS // groups), K // GEMV_MIN_CHUNK))
+    chunk = round_up(-(-max(K, 1) // s), 4)
+    s = -(-max(K, 1) // chunk)
+    gws, params = (groups * lws[0], lws[1], s), (M, N, K, nb, s, chunk)
+    if s == 1:
+        return [KernelCall("gemm", kernel, jit, call.args, params, gws=gws, lws=lws, dims=call.dims)]
+    jit += (("GV_SPLIT", 1),)
+    tmp = Layout((s, nb, M, N), "f32")
+    args = call.args + (("internal", 0),)
+    dims = {**call.dims, len(call.args): tmp.shape}
+    return [KernelCall("gemm", kernel, jit, args, params, gws=gws, lws=lws, dims=dims, internal=(tmp,)),
+            KernelCall("gemm", "gemm_splitk_reduce", jit, args, params, gws=(nb * M * N,), dims=dims,
+                       internal=(tmp,))]
+
+
+def gemm_kernels(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
+    """The kernels of a GEMM call: the GEMV, else the call or its split-K."""
+    return gemv(call, dev) or split_k(call, dev)
+
+
 def _matmul_call(node, ins, dev="gpu"):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
     call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1], dev=dev)
@@ -161,7 +210,7 @@ def _matmul_call(node, ins, dev="gpu"):
 
 
 def _matmul_kernels(node, ins, outs, deps, device="gpu"):
-    return split_k(_matmul_call(node, ins, device), device)
+    return gemm_kernels(_matmul_call(node, ins, device), device)
 
 
 TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
@@ -251,7 +300,7 @@ def _gemm_call(node, ins, dev="gpu"):
 
 
 def _gemm_kernels(node, ins, outs, deps, device="gpu"):
-    return split_k(_gemm_call(node, ins, device), device)
+    return gemm_kernels(_gemm_call(node, ins, device), device)
 
 
 @register("Gemm", kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True)

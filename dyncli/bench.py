@@ -14,7 +14,8 @@ Procedure (one Network, trace off unless --trace):
 6. --compare onnxruntime: the same inputs through onnxruntime in the same process.
 
 Kernel micro-benchmarks (--kernel gemm:MxNxK, eltwise:N) time one node's dynamic and static
-impls from profiling events (median over --repeat) and give TFLOP/s or GB/s.
+impls from profiling events (median over --repeat) and give TFLOP/s or GB/s (a GEMV, at most
+GEMV_MAX_ROWS rows: both, GB/s of its weight).
 Kept free of Typer/Rich: the CLI renders the returned dict.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dyncli.runner import UsageError, plan
 from engine import Network, build_program, select_device
 from engine.device import describe
 from engine.model_file import load_model
+from engine.ops.matmul import GEMV_MAX_ROWS
 from engine.program import ModelError
 
 
@@ -276,6 +278,9 @@ def bench_kernel(spec: str, device, repeat: int = 20) -> dict:
         us = statistics.median(times) * 1e3
         scale = 1e-12 if unit == "TFLOP/s" else 1e-9
         out[impls] = {"us": us, unit: work / (us * 1e-6) * scale, "kernels": net.counters["kernels"]}
+        if kind == "gemm" and dims[0] <= GEMV_MAX_ROWS:
+            # a GEMV is bandwidth-bound: its weight bytes (4 K N) over the kernel time
+            out[impls]["GB/s"] = 4.0 * dims[1] * dims[2] / (us * 1e-6) * 1e-9
     return out
 
 

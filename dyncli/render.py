@@ -180,6 +180,10 @@ def kernel_table(r: dict) -> Table:
         t.add_column(c, justify="left" if c == "kernel" else "right")
     for k in r["kernels"]:
         u = k["unit"]
-        t.add_row(k["kernel"], f"{k['dynamic']['us']:.1f}", f"{k['dynamic'][u]:.2f} {u}",
-                  f"{k['static']['us']:.1f}", f"{k['static'][u]:.2f} {u}")
+        cells = []
+        for impl in ("dynamic", "static"):
+            r = k[impl]
+            gbs = f", {r['GB/s']:.0f} GB/s" if u != "GB/s" and "GB/s" in r else ""
+            cells += [f"{r['us']:.1f}", f"{r[u]:.2f} {u}{gbs}"]
+        t.add_row(k["kernel"], *cells)
     return t

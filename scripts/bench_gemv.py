@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""GEMV kernel time and weight bandwidth (issue 21): our MatMul / Gemm(transB) of 1..4 rows times
+a weight, beside cuBLAS (torch, TF32 off) in the same run.
+
+    python scripts/bench_gemv.py [MxNxK | tMxNxK ...] [--repeat 30] [--sweep] [--peers]
+                                 [--set NAME=VALUE ...] [--device P:D] [--json FILE]
+
+`MxNxK`: x[M, K] @ W[K, N] (MatMul, cl/gemm.cl gemv); `tMxNxK`: Gemm with transB, W [N, K]
+(gemv_t). W is a graph input here (the same kernel as a constant weight; a big model proto
+costs seconds to build). Time: the node's bound kernels re-enqueued on a profiling queue, the
+median of the summed OpenCL event times (end - start; a split GEMV is the GEMV plus
+gemm_splitk_reduce), twice: "warm" back to back (a weight under the 50 MB of an H100's L2 stays
+there) and "cold", the L2 flushed by a 256 MiB fill before each run (a decode step reads each
+weight once, from HBM). GB/s: weight bytes (4 K N) over that time. Checked against numpy.
+--peers: cuBLAS through torch.matmul on CUDA events, kernels queued behind a torch.cuda._sleep so
+that launches do not show: warm = a loop of back-to-back calls, cold = each call after a fill of
+the same 256 MiB. --sweep: every GEMV configuration of SWEEP / SWEEP_T (engine/ops/matmul.py's
+constants) per shape; what its table is chosen from.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+import pyopencl as cl
+from onnx import TensorProto, helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import engine.ops.matmul as mm  # noqa: E402
+from engine import Network, build_program, select_device  # noqa: E402
+from engine.device import describe  # noqa: E402
+
+# The decode GEMVs of GPT-2 small (768: QKV 2304, proj, MLP 3072 both ways, LM head 50257) and
+# LLaMA-7B (4096: q/k/v/o, MLP 11008 both ways, LM head 32000), 4 rows, transB.
+SHAPES = ["1x2304x768", "1x768x768", "1x3072x768", "1x768x3072", "1x50257x768", "1x4096x4096",
+          "1x11008x4096", "1x4096x11008", "1x32000x4096", "4x3072x768", "4x4096x4096",
+          "t1x3072x768", "t1x768x3072", "t1x4096x4096"]
+# (GEMV_WX, GEMV_KY, GEMV_GROUPS, GEMV_MIN_CHUNK) of gemv; (GEMV_T_WK, GEMV_T_NC, GEMV_GROUPS,
+# GEMV_MIN_CHUNK) of gemv_t
+SWEEP = [(32, 8, 264, 64), (16, 16, 264, 64), (64, 4, 264, 64), (32, 4, 264, 64), (16, 8, 264, 64),
+         (8, 16, 264, 64), (32, 8, 132, 64), (32, 8, 528, 32), (32, 8, 1056, 32), (16, 8, 528, 32),
+         (32, 8, 1, 1 << 30)]
+SWEEP_T = [(32, 8, 264, 64), (32, 4, 264, 64), (64, 4, 264, 64), (32, 8, 528, 32), (32, 16, 264, 64),
+           (32, 8, 1, 1 << 30)]
+FLUSH_BYTES = 256 << 20
+
+
+def parse(s: str) -> tuple:
+    tb = s.startswith("t")
+    m, n, k = (int(v) for v in s.lstrip("t").lower().split("x"))
+    return tb, m, n, k
+
+
+def model(tb: bool, K: int, N: int):
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1) if tb else helper.make_node("MatMul", ["x", "w"], ["y"])
+    g = helper.make_graph([node], "gemv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", K]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [N, K] if tb else [K, N])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", N])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@contextlib.contextmanager
+def config(cfg, tb):
+    if cfg is None:
+        yield
+        return
+    names = ("GEMV_T_WK", "GEMV_T_NC") if tb else ("GEMV_WX", "GEMV_KY")
+    names += ("GEMV_GROUPS", "GEMV_MIN_CHUNK")
+    old = [getattr(mm, n) for n in names]
+    for n, v in zip(names, cfg):
+        setattr(mm, n, v)
+    try:
+        yield
+    finally:
+        for n, v in zip(names, old):
+            setattr(mm, n, v)
+
+
+def kernel_times(net, inst, repeat: int, flush=None) -> list[float]:
+    """us per run of the node's bound kernels (summed profiling events); `flush`: a buffer
+    filled before each run."""
+    times = []
+    for _ in range(repeat):
+        if flush is not None:
+            cl.enqueue_fill_buffer(net.queue, flush, np.uint32(0), 0, FLUSH_BYTES)
+        evs = [cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws) for b in inst.bound]
+        evs[-1].wait()
+        times.append(sum(e.profile.end - e.profile.start for e in evs) / 1e3)
+    return times
+
+
+def bench(device, tb, M, N, K, x, w, repeat, cfg=None) -> dict:
+    with config(cfg, tb):
+        net = Network(build_program(model(tb, K, N)), device, impls="dynamic", profile=True)
+        y = net.infer({"x": x, "w": w})["y"]
+    inst = next(i for i in net.insts if i.node.op in ("MatMul", "Gemm"))
+    ref = x @ (w.T if tb else w)
+    err = float(np.abs(y - ref).max() / max(1e-30, float(np.abs(ref).max())))
+    flush = cl.Buffer(net.ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
+    warm = statistics.median(kernel_times(net, inst, repeat))
+    cold = statistics.median(kernel_times(net, inst, repeat, flush))
+    wbytes = 4.0 * K * N
+    b0 = inst.bound[0].call
+    return {"warm_us": warm, "cold_us": cold, "warm_gbps": wbytes / warm / 1e3, "cold_gbps": wbytes / cold / 1e3,
+            "kernels": [b.call.kernel for b in inst.bound], "splits": b0.params[4] if len(b0.params) > 4 else 1,
+            "gws": b0.gws, "lws": b0.lws, "rel_err": err}
+
+
+def cublas(tb, M, N, K, repeat) -> dict:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x = torch.rand(M, K, device="cuda")
+    w = torch.rand(N, K, device="cuda") if tb else torch.rand(K, N, device="cuda")
+    f = (lambda: x @ w.t()) if tb else (lambda: x @ w)
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda")
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
+    torch.cuda._sleep(20_000_000)          # ~10 ms: the calls below queue up behind it
+    e0, e1 = ev[0]
+    e0.record()
+    for _ in range(repeat):
+        f()
+    e1.record()
+    torch.cuda.synchronize()
+    warm = e0.elapsed_time(e1) * 1e3 / repeat
+    torch.cuda._sleep(20_000_000)
+    for a, b in ev:
+        flush.zero_()
+        a.record()
+        f()
+        b.record()
+    torch.cuda.synchronize()
+    cold = statistics.median(a.elapsed_time(b) * 1e3 for a, b in ev)
+    wbytes = 4.0 * K * N
+    return {"cublas_warm_us": warm, "cublas_cold_us": cold, "cublas_cold_gbps": wbytes / cold / 1e3}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shapes", nargs="*")
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--device")
+    ap.add_argument("--peers", action="store_true")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    for kv in a.set:
+        name, val = kv.split("=", 1)
+        if not hasattr(mm, name):
+            ap.error(f"engine/ops/matmul.py has no {name}")
+        setattr(mm, name, ast.literal_eval(val))
+    dev = select_device(a.device)
+    print(f"device: {describe(dev)}; median of {a.repeat} runs (OpenCL profiling events); "
+          f"cold = after a {FLUSH_BYTES >> 20} MiB fill" + (f"; {', '.join(a.set)}" if a.set else ""), flush=True)
+    rows = []
+    rng = np.random.default_rng(0)
+    for s in a.shapes or SHAPES:
+        tb, M, N, K = parse(s)
+        x = rng.standard_normal((M, K), dtype=np.float32)
+        w = (rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32) / np.sqrt(K)).astype(np.float32)
+        peers = cublas(tb, M, N, K, a.repeat) if a.peers else {}
+        if peers:
+            print(f"{s:>14} cuBLAS          warm {peers['cublas_warm_us']:8.1f} us  cold "
+                  f"{peers['cublas_cold_us']:8.1f} us {peers['cublas_cold_gbps']:6.0f} GB/s", flush=True)
+        for cfg in ((SWEEP_T if tb else SWEEP) if a.sweep else [None]):
+            try:
+                r = bench(dev, tb, M, N, K, x, w, a.repeat, cfg)
+            except Exception as e:  # a configuration the device cannot run: report it, go on
+                print(f"{s:>14} {cfg}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+                continue
+            r.update(shape=s, cfg=cfg, **peers)
+            rows.append(r)
+            print(f"{s:>14} {str(cfg or ''):22} warm {r['warm_us']:8.1f} us {r['warm_gbps']:6.0f} GB/s  cold "
+                  f"{r['cold_us']:8.1f} us {r['cold_gbps']:6.0f} GB/s  S={r['splits']:<3} "
+                  f"{'+'.join(r['kernels'])} err {r['rel_err']:.1e}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": describe(dev), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

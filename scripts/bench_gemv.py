@@ -20,7 +20,6 @@ constants) per shape; what its table is chosen from.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import json
 import os
@@ -37,6 +36,7 @@ sys.path.insert(0, ROOT)
 import engine.ops.matmul as mm  # noqa: E402
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
+from scripts.bench_gemm import set_constants  # noqa: E402
 
 # The decode GEMVs of GPT-2 small (768: QKV 2304, proj, MLP 3072 both ways, LM head 50257) and
 # LLaMA-7B (4096: q/k/v/o, MLP 11008 both ways, LM head 32000), 4 rows, transB.
@@ -158,14 +158,11 @@ def main():
     ap.add_argument("--device")
     ap.add_argument("--peers", action="store_true")
     ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a constant of engine/ops/matmul.py (e.g. GEMV_GROUPS=528)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    for kv in a.set:
-        name, val = kv.split("=", 1)
-        if not hasattr(mm, name):
-            ap.error(f"engine/ops/matmul.py has no {name}")
-        setattr(mm, name, ast.literal_eval(val))
+    set_constants(ap, a.set)
     dev = select_device(a.device)
     print(f"device: {describe(dev)}; median of {a.repeat} runs (OpenCL profiling events); "
           f"cold = after a {FLUSH_BYTES >> 20} MiB fill" + (f"; {', '.join(a.set)}" if a.set else ""), flush=True)

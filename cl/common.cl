@@ -29,6 +29,16 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #define KERNEL(name) __kernel void name
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)   // paste after expanding: CAT(float, 8) -> float8
+// VMAD(w, a, b, c): mad(a, b, c) of w-lane vectors. At w = 16 (512 bits) it is spelled a * b + c
+// (contracted by the compiler): PoCL's LLVM 14 cannot select mad or fma of 512-bit vectors for
+// AVX-512 CPUs ("Cannot select: i64 = fadd" in _cl_madDv16_f, AMD Zen 4) and aborts the process.
+#define VMAD_1(a, b, c) mad(a, b, c)
+#define VMAD_2(a, b, c) mad(a, b, c)
+#define VMAD_3(a, b, c) mad(a, b, c)
+#define VMAD_4(a, b, c) mad(a, b, c)
+#define VMAD_8(a, b, c) mad(a, b, c)
+#define VMAD_16(a, b, c) ((a) * (b) + (c))
+#define VMAD(w, a, b, c) CAT(VMAD_, w)(a, b, c)
 #if IS_DYNAMIC
 #define T_OFF(t) (shape_info[(t) * TBLOCK])
 #define RT_PARAM(i) PARAM(i)

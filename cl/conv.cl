@@ -88,7 +88,7 @@ KERNEL(conv2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const f
                     for (int l = 0; l < PW; ++l) set_lane(&xv, l, p[l * SX]);
 #endif
 #pragma unroll
-                    for (int j = 0; j < OCB; ++j) acc[j] = mad((VT)(wr[wstep[j] + kx]), xv, acc[j]);
+                    for (int j = 0; j < OCB; ++j) acc[j] = VMAD(PW, (VT)(wr[wstep[j] + kx]), xv, acc[j]);
                 }
             } else {
                 for (int kx = 0; kx < KW; ++kx) {
@@ -100,7 +100,7 @@ KERNEL(conv2d)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global const f
                         set_lane(&xv, l, (i >= 0 && i < W) ? xr[kx * DX + l * SX] : 0.0f);
                     }
 #pragma unroll
-                    for (int j = 0; j < OCB; ++j) acc[j] = mad((VT)(wr[wstep[j] + kx]), xv, acc[j]);
+                    for (int j = 0; j < OCB; ++j) acc[j] = VMAD(PW, (VT)(wr[wstep[j] + kx]), xv, acc[j]);
                 }
             }
         }

@@ -101,7 +101,7 @@ KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
         for (int ic = 0; ic < ICg; ++ic) {
             const VT xv = VLOAD(xp + ic * HW);
 #pragma unroll
-            for (int j = 0; j < TM; ++j) acc[j] = mad((VT)(WGT(ic, j)), xv, acc[j]);
+            for (int j = 0; j < TM; ++j) acc[j] = VMAD(TP, (VT)(WGT(ic, j)), xv, acc[j]);
         }
     } else {
         for (int ic = 0; ic < ICg; ++ic) {
@@ -111,7 +111,7 @@ KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
             LANES(GATHER)
 #undef GATHER
 #pragma unroll
-            for (int j = 0; j < TM; ++j) acc[j] = mad((VT)(WGT(ic, j)), xv, acc[j]);
+            for (int j = 0; j < TM; ++j) acc[j] = VMAD(TP, (VT)(WGT(ic, j)), xv, acc[j]);
         }
     }
 #else
@@ -143,7 +143,7 @@ KERNEL(conv_tiled)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
 #undef GATHER
                 }
 #pragma unroll
-                for (int j = 0; j < TM; ++j) acc[j] = mad((VT)(WGT(k0 + kx, j)), xv, acc[j]);
+                for (int j = 0; j < TM; ++j) acc[j] = VMAD(TP, (VT)(WGT(k0 + kx, j)), xv, acc[j]);
             }
         }
     }

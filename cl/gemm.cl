@@ -208,7 +208,7 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #else
             const float a = ap[i][k];
 #endif
-            acc[i] = mad((BV)(a), bv, acc[i]);
+            acc[i] = VMAD(TN, (BV)(a), bv, acc[i]);
         }
     }
     const int nl = min(TN, N - n0);

@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _timing(key: str) -> bool:
-    return key == "ts" or key.endswith("_ms") or key.endswith("_s")
+    return key == "ts" or "_ms" in key or key.endswith("_s")
 
 
 def _clean(v):

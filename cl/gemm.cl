@@ -142,8 +142,18 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
     const int total = PARAM(3) * PARAM(0) * PARAM(1), S = PARAM(4);
     const int o = get_global_id(0);
     if (o >= total) return;
-    float acc = 0.0f;
-    for (int s = 0; s < S; ++s) acc += T[T_OFF(T_T) + s * total + o];
+    // 4 independent sums: 4 loads in flight per step, not one L2 round trip per split
+    const __global float* t = T + T_OFF(T_T) + o;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int s = 0;
+    for (; s + 4 <= S; s += 4) {
+        a0 += t[s * total];
+        a1 += t[(s + 1) * total];
+        a2 += t[(s + 2) * total];
+        a3 += t[(s + 3) * total];
+    }
+    for (; s < S; ++s) a0 += t[s * total];
+    const float acc = (a0 + a1) + (a2 + a3);
     Y[T_OFF(Y_T) + o] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
 }
 
@@ -407,6 +417,9 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 // stores Y through the epilogue and FUSED_OPS.
 #if defined(GV_WX) || defined(GVT_WK)
 #define GV_ROWS 4
+#ifndef GV_U   // quads of K rows a work-item loads per step (engine/ops/matmul.py GEMV_U)
+#define GV_U 2
+#endif
 #if GV_SPLIT
 #define GV_TAIL_ARGS , __global float* T
 #else
@@ -427,9 +440,13 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     int ao[GV_ROWS], yo[GV_ROWS];                                                       \
     for (int r = 0; r < GV_ROWS; ++r) {                                                 \
         const int rr = min(r, R - 1), i_ = rr % M;                                      \
-        GEMM_BATCH_OFFSETS(rr / M, M, N, K)                                             \
-        ao[r] = a_off + (TRANS_A ? i_ : i_ * K);                                        \
-        yo[r] = y_off + i_ * N;                                                         \
+        int ar = T_OFF(0), yr = T_OFF(Y_T);                                             \
+        if (PARAM(3) > 1) {   /* rows from a batch dim: walk it */                      \
+            GEMM_BATCH_OFFSETS(rr / M, M, N, K)                                         \
+            ar = a_off, yr = y_off;                                                     \
+        }                                                                               \
+        ao[r] = ar + (TRANS_A ? i_ : i_ * K);                                           \
+        yo[r] = yr + i_ * N;                                                            \
     }                                                                                   \
     const int b_off = T_OFF(1), va = GV_VA;
 
@@ -474,16 +491,22 @@ inline float4 gv_ldcol(const __global float* p, int lim, int cs) {
     if (lim > 3) v.s3 = p[3 * cs];
     return v;
 }
-// One quad of rows k..k+3: B's 4 loads (LOADB, q the row) first, then every row's products.
-#define GV_QUAD(LOADB)                                                                  \
+// GV_U quads of rows per step, quad u at k + u * 4 * GV_KY: B's 4 * GV_U loads first (LOADB
+// of row kq), then every row's products: 4 * GV_U 128-bit loads in flight per work-item.
+#define GV_QUADS(NQ, LOADB)                                                             \
     {                                                                                   \
-        float4 b[4];                                                                    \
-        _Pragma("unroll") for (int q = 0; q < 4; ++q) b[q] = LOADB;                      \
-        _Pragma("unroll") for (int r = 0; r < GV_ROWS; ++r) {                           \
-            const float4 x = gv_x4(A, ao[r], k, M, va);                                 \
-            acc[r] = mad((float4)(x.s0), b[0], mad((float4)(x.s1), b[1],                 \
-                     mad((float4)(x.s2), b[2], mad((float4)(x.s3), b[3], acc[r]))));     \
-        }                                                                               \
+        float4 b[4 * NQ];                                                               \
+        _Pragma("unroll") for (int u = 0; u < NQ; ++u)                                  \
+            _Pragma("unroll") for (int q = 0; q < 4; ++q) {                             \
+                const int kq = k + u * 4 * GV_KY + q;                                   \
+                b[u * 4 + q] = LOADB;                                                   \
+            }                                                                           \
+        _Pragma("unroll") for (int u = 0; u < NQ; ++u)                                  \
+            _Pragma("unroll") for (int r = 0; r < GV_ROWS; ++r) {                       \
+                const float4 x = gv_x4(A, ao[r], k + u * 4 * GV_KY, M, va);             \
+                acc[r] = mad((float4)(x.s0), b[u * 4], mad((float4)(x.s1), b[u * 4 + 1], \
+                         mad((float4)(x.s2), b[u * 4 + 2], mad((float4)(x.s3), b[u * 4 + 3], acc[r])))); \
+            }                                                                           \
     }
 __attribute__((reqd_work_group_size(GV_WX, GV_KY, 1)))
 KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
@@ -501,13 +524,15 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
 #pragma unroll
     for (int r = 0; r < GV_ROWS; ++r) acc[r] = (float4)(0.0f);
     int k = kb + 4 * ky;
-    // the main loop twice, so that neither has a branch on the load kind
+    // whole steps of GV_U quads, then single quads; each loop twice, so that none has a
+    // branch on the load kind
+    const int kue = ke - 4 * GV_KY * (GV_U - 1);
     if (vb) {
-#pragma unroll 2
-        for (; k + 4 <= ke; k += 4 * GV_KY) GV_QUAD(gemm_ld4(bp + (k + q) * N, lim, 1))
+        for (; k + 4 <= kue; k += 4 * GV_KY * GV_U) GV_QUADS(GV_U, gemm_ld4(bp + kq * N, lim, 1))
+        for (; k + 4 <= ke; k += 4 * GV_KY) GV_QUADS(1, gemm_ld4(bp + kq * N, lim, 1))
     } else {
-#pragma unroll 2
-        for (; k + 4 <= ke; k += 4 * GV_KY) GV_QUAD(gv_ldcol(bp + (k + q) * N, lim, cs))
+        for (; k + 4 <= kue; k += 4 * GV_KY * GV_U) GV_QUADS(GV_U, gv_ldcol(bp + kq * N, lim, cs))
+        for (; k + 4 <= ke; k += 4 * GV_KY) GV_QUADS(1, gv_ldcol(bp + kq * N, lim, cs))
     }
     for (; k < ke; ++k) {   // the split's last rows (fewer than 4): one slice takes them
         const float4 b = gv_ldcol(bp + k * N, lim, cs);
@@ -546,7 +571,16 @@ KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
 #pragma unroll
     for (int r = 0; r < GV_ROWS; ++r) acc[r] = 0.0f;
     int k = kb + 4 * lk;
-#pragma unroll 2
+    // whole steps of GV_U quads (all loads first), then single quads
+    for (; k + 4 <= ke - 4 * GVT_WK * (GV_U - 1); k += 4 * GVT_WK * GV_U) {
+        float4 b[GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; ++u) b[u] = gemm_ld4(bp + k + u * 4 * GVT_WK, 4, vb);
+#pragma unroll
+        for (int u = 0; u < GV_U; ++u)
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] += dot(gv_x4(A, ao[r], k + u * 4 * GVT_WK, M, va), b[u]);
+    }
     for (; k + 4 <= ke; k += 4 * GVT_WK) {
         const float4 b = gemm_ld4(bp + k, 4, vb);
 #pragma unroll

@@ -9,9 +9,13 @@ a weight, beside cuBLAS (torch, TF32 off) in the same run.
 (gemv_t). W is a graph input here (the same kernel as a constant weight; a big model proto
 costs seconds to build). Time: the node's bound kernels re-enqueued on a profiling queue, the
 median of the summed OpenCL event times (end - start; a split GEMV is the GEMV plus
-gemm_splitk_reduce), twice: "warm" back to back (a weight under the 50 MB of an H100's L2 stays
-there) and "cold", the L2 flushed by a 256 MiB fill before each run (a decode step reads each
-weight once, from HBM). GB/s: weight bytes (4 K N) over that time. Checked against numpy.
+gemm_splitk_reduce, its kernels also given one by one), three ways: "warm", each run waited
+for (the GPU idles between runs; a weight under the 50 MB of an H100's L2 stays there: what
+`dyncli bench --kernel` and scripts/bench_gemm.py measure), "cold", the L2 flushed by a 256 MiB
+fill before each run (a decode step reads each weight once, from HBM), and "queued", runs
+back to back behind one fill (launches overlap: what cuBLAS's loop below measures; "span" is
+the wall time per run between the first start and the last end). GB/s: weight bytes (4 K N)
+over the time. Checked against numpy. --floor: the same for an empty kernel first.
 --peers: cuBLAS through torch.matmul on CUDA events, kernels queued behind a torch.cuda._sleep so
 that launches do not show: warm = a loop of back-to-back calls, cold = each call after a fill of
 the same 256 MiB. --sweep: every GEMV configuration of SWEEP / SWEEP_T (engine/ops/matmul.py's
@@ -43,13 +47,14 @@ from scripts.bench_gemm import set_constants  # noqa: E402
 SHAPES = ["1x2304x768", "1x768x768", "1x3072x768", "1x768x3072", "1x50257x768", "1x4096x4096",
           "1x11008x4096", "1x4096x11008", "1x32000x4096", "4x3072x768", "4x4096x4096",
           "t1x3072x768", "t1x768x3072", "t1x4096x4096"]
-# (GEMV_WX, GEMV_KY, GEMV_GROUPS, GEMV_MIN_CHUNK) of gemv; (GEMV_T_WK, GEMV_T_NC, GEMV_GROUPS,
-# GEMV_MIN_CHUNK) of gemv_t
-SWEEP = [(32, 8, 264, 64), (16, 16, 264, 64), (64, 4, 264, 64), (32, 4, 264, 64), (16, 8, 264, 64),
-         (8, 16, 264, 64), (32, 8, 132, 64), (32, 8, 528, 32), (32, 8, 1056, 32), (16, 8, 528, 32),
-         (32, 8, 1, 1 << 30)]
-SWEEP_T = [(32, 8, 264, 64), (32, 4, 264, 64), (64, 4, 264, 64), (32, 8, 528, 32), (32, 16, 264, 64),
-           (32, 8, 1, 1 << 30)]
+# configurations: overrides of engine/ops/matmul.py's GEMV constants, for gemv and gemv_t
+SWEEP = [dict(GEMV_WX=32, GEMV_KY=8, GEMV_GROUPS=264, GEMV_MIN_CHUNK=64, GEMV_U=u) for u in (1, 2, 4)] + \
+    [dict(GEMV_WX=wx, GEMV_KY=ky, GEMV_GROUPS=g, GEMV_MIN_CHUNK=c, GEMV_U=4)
+     for wx, ky, g, c in ((16, 16, 264, 64), (64, 4, 264, 64), (32, 8, 132, 64), (32, 8, 528, 32),
+                          (16, 8, 528, 32), (32, 8, 1, 1 << 30), (16, 16, 1, 1 << 30), (8, 32, 1, 1 << 30))]
+SWEEP_T = [dict(GEMV_T_WK=wk, GEMV_T_NC=nc, GEMV_GROUPS=g, GEMV_MIN_CHUNK=c, GEMV_U=u)
+           for wk, nc, g, c, u in ((32, 8, 264, 64, 2), (32, 8, 264, 64, 4), (32, 4, 264, 64, 4),
+                                   (64, 4, 528, 32, 4), (32, 8, 1, 1 << 30, 4))]
 FLUSH_BYTES = 256 << 20
 
 
@@ -69,50 +74,81 @@ def model(tb: bool, K: int, N: int):
 
 
 @contextlib.contextmanager
-def config(cfg, tb):
-    if cfg is None:
-        yield
-        return
-    names = ("GEMV_T_WK", "GEMV_T_NC") if tb else ("GEMV_WX", "GEMV_KY")
-    names += ("GEMV_GROUPS", "GEMV_MIN_CHUNK")
-    old = [getattr(mm, n) for n in names]
-    for n, v in zip(names, cfg):
+def config(cfg):
+    """Override engine/ops/matmul.py constants (a dict) for the block."""
+    old = {n: getattr(mm, n) for n in cfg or {}}
+    for n, v in (cfg or {}).items():
         setattr(mm, n, v)
     try:
         yield
     finally:
-        for n, v in zip(names, old):
+        for n, v in old.items():
             setattr(mm, n, v)
 
 
-def kernel_times(net, inst, repeat: int, flush=None) -> list[float]:
-    """us per run of the node's bound kernels (summed profiling events); `flush`: a buffer
-    filled before each run."""
-    times = []
+def run_times(queue, kernels, repeat: int, flush=None, queued=False) -> list[list[float]]:
+    """us of each of `kernels` ((kernel, gws, lws) enqueued in order) per run, from profiling
+    events. Default: each run waited for (the GPU idles between runs). flush: a buffer filled
+    before each run (the L2 holds none of the weight). queued: the runs enqueued back to back
+    behind one fill and waited for at the end (launches overlap the previous run)."""
+    fill = lambda: cl.enqueue_fill_buffer(queue, flush, np.uint32(0), 0, FLUSH_BYTES)  # noqa: E731
+    runs = []
+    if queued:
+        fill()
     for _ in range(repeat):
-        if flush is not None:
-            cl.enqueue_fill_buffer(net.queue, flush, np.uint32(0), 0, FLUSH_BYTES)
-        evs = [cl.enqueue_nd_range_kernel(net.queue, b.kernel, b.gws, b.lws) for b in inst.bound]
-        evs[-1].wait()
-        times.append(sum(e.profile.end - e.profile.start for e in evs) / 1e3)
-    return times
+        if flush is not None and not queued:
+            fill()
+        runs.append([cl.enqueue_nd_range_kernel(queue, k, g, l) for k, g, l in kernels])
+        if not queued:
+            runs[-1][-1].wait()
+    runs[-1][-1].wait()
+    return [[(e.profile.end - e.profile.start) / 1e3 for e in evs] for evs in runs], \
+        (runs[-1][-1].profile.end - runs[0][0].profile.start) / 1e3 / repeat
+
+
+def summary(times) -> tuple[float, list[float]]:
+    """Median of the per-run sums, and each kernel's median."""
+    return statistics.median(sum(t) for t in times), [statistics.median(c) for c in zip(*times)]
 
 
 def bench(device, tb, M, N, K, x, w, repeat, cfg=None) -> dict:
-    with config(cfg, tb):
+    with config(cfg):
         net = Network(build_program(model(tb, K, N)), device, impls="dynamic", profile=True)
         y = net.infer({"x": x, "w": w})["y"]
     inst = next(i for i in net.insts if i.node.op in ("MatMul", "Gemm"))
     ref = x @ (w.T if tb else w)
     err = float(np.abs(y - ref).max() / max(1e-30, float(np.abs(ref).max())))
     flush = cl.Buffer(net.ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
-    warm = statistics.median(kernel_times(net, inst, repeat))
-    cold = statistics.median(kernel_times(net, inst, repeat, flush))
+    ks = [(b.kernel, b.gws, b.lws) for b in inst.bound]
+    warm, _ = summary(run_times(net.queue, ks, repeat)[0])
+    cold, cold_k = summary(run_times(net.queue, ks, repeat, flush)[0])
+    qt, span = run_times(net.queue, ks, repeat, flush, queued=True)
+    queued, _ = summary(qt)
     wbytes = 4.0 * K * N
     b0 = inst.bound[0].call
-    return {"warm_us": warm, "cold_us": cold, "warm_gbps": wbytes / warm / 1e3, "cold_gbps": wbytes / cold / 1e3,
+    return {"warm_us": warm, "cold_us": cold, "queued_us": queued, "queued_span_us": span,
+            "cold_kernels_us": cold_k, "warm_gbps": wbytes / warm / 1e3, "cold_gbps": wbytes / cold / 1e3,
+            "queued_gbps": wbytes / queued / 1e3,
             "kernels": [b.call.kernel for b in inst.bound], "splits": b0.params[4] if len(b0.params) > 4 else 1,
             "gws": b0.gws, "lws": b0.lws, "rel_err": err}
+
+
+def floor(device, repeat) -> dict:
+    """Event times of a kernel that does nothing (one work-group of 256), the same three ways."""
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    prg = cl.Program(ctx, "__kernel void nop(__global float* p, int n) { if (get_global_id(0) == n) p[0] = 1.0f; }").build()
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
+    k = prg.nop
+    k.set_args(buf, np.int32(-1))
+    ks = [(k, (256,), (256,))]
+    out = {}
+    for mode, kw in (("idle", {}), ("after_fill", {"flush": buf}), ("queued", {"flush": buf, "queued": True})):
+        t, span = run_times(q, ks, repeat, **kw)
+        out[mode] = summary(t)[0]
+        if mode == "queued":
+            out["queued_span"] = span
+    return out
 
 
 def cublas(tb, M, N, K, repeat) -> dict:
@@ -158,6 +194,7 @@ def main():
     ap.add_argument("--device")
     ap.add_argument("--peers", action="store_true")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--floor", action="store_true", help="event times of an empty kernel first")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a constant of engine/ops/matmul.py (e.g. GEMV_GROUPS=528)")
     ap.add_argument("--json")
@@ -167,6 +204,10 @@ def main():
     print(f"device: {describe(dev)}; median of {a.repeat} runs (OpenCL profiling events); "
           f"cold = after a {FLUSH_BYTES >> 20} MiB fill" + (f"; {', '.join(a.set)}" if a.set else ""), flush=True)
     rows = []
+    if a.floor:
+        f = floor(dev, a.repeat)
+        print("empty kernel: " + ", ".join(f"{k} {v:.1f} us" for k, v in f.items()), flush=True)
+        rows.append({"floor": f})
     rng = np.random.default_rng(0)
     for s in a.shapes or SHAPES:
         tb, M, N, K = parse(s)
@@ -184,8 +225,11 @@ def main():
                 continue
             r.update(shape=s, cfg=cfg, **peers)
             rows.append(r)
-            print(f"{s:>14} {str(cfg or ''):22} warm {r['warm_us']:8.1f} us {r['warm_gbps']:6.0f} GB/s  cold "
-                  f"{r['cold_us']:8.1f} us {r['cold_gbps']:6.0f} GB/s  S={r['splits']:<3} "
+            tag = " ".join(f"{k.replace('GEMV_', '')}={v}" for k, v in (cfg or {}).items())
+            print(f"{s:>14} {tag:54} warm {r['warm_us']:7.1f} us {r['warm_gbps']:5.0f} GB/s | cold "
+                  f"{r['cold_us']:7.1f} us {r['cold_gbps']:5.0f} GB/s ("
+                  + "+".join(f"{t:.1f}" for t in r["cold_kernels_us"]) + f") | queued {r['queued_us']:7.1f} us "
+                  f"{r['queued_gbps']:5.0f} GB/s span {r['queued_span_us']:7.1f} | S={r['splits']} "
                   f"{'+'.join(r['kernels'])} err {r['rel_err']:.1e}", flush=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -34,8 +34,11 @@ SHAPES = [(1, 1, 1), (1, 3, 5), (2, 127, 31), (3, 128, 32), (4, 129, 33), (1, 13
           (4, 256, 1031), (2, 517, 67), (1, 1000, 129), (3, 64, 2047), (1, 8, 4), (4, 385, 255)]
 
 
-def test_matmul_gemv_shapes_cross_tiles(device):
-    """Both operands are inputs, so one Network sees every shape (the shape-agnostic build)."""
+@pytest.mark.parametrize("u", [1, 3])
+def test_matmul_gemv_shapes_cross_tiles(device, u, monkeypatch):
+    """Both operands are inputs, so one Network sees every shape (the shape-agnostic build).
+    u: quads per unrolled step (GEMV_U), so that K crosses whole steps and the single quads."""
+    monkeypatch.setattr(mm, "GEMV_U", u)
     model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
                    [("a", ["m", "k"]), ("b", ["k", "n"])], [("y", ["m", "n"])])
     net = make_net(model, device, "gpu")
@@ -99,7 +102,16 @@ def test_batched_rows_and_vector(device, n_split):
                                             (0, 0, "n", 130, 77)])
 def test_gemm_trans_alpha_beta_bias(device, ta, tb, bias, N, K):
     """Gemm with transA / transB (gemv_t reads B's rows along K), ALPHA, BETA and a bias along
-    N, of the output's shape, or a scalar; split and unsplit."""
+    N, of the output's shape, or a scalar; split and unsplit; 3 quads per unrolled step."""
+    mm_u = mm.GEMV_U
+    mm.GEMV_U = 3
+    try:
+        _gemm_trans(device, ta, tb, bias, N, K)
+    finally:
+        mm.GEMV_U = mm_u
+
+
+def _gemm_trans(device, ta, tb, bias, N, K):
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((N, K) if tb else (K, N)) / np.sqrt(K)).astype(np.float32)
     c_shape = {"n": [N], "mn": ["m", N], "1": [1]}[bias]

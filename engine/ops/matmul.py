@@ -160,6 +160,7 @@ GEMV_MAX_ROWS = 4
 GEMV_WX, GEMV_KY = 32, 8
 GEMV_T_WK, GEMV_T_NC = 32, 8
 GEMV_GROUPS, GEMV_MIN_CHUNK = 264, 64
+GEMV_U = 2          # quads of K rows a work-item loads per step (4 * GEMV_U loads in flight)
 
 
 def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
@@ -171,10 +172,10 @@ def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
     base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS)
     if dict(call.jit)["TRANS_B"]:
         kernel, lws, cols = "gemv_t", (GEMV_T_WK, GEMV_T_NC, 1), GEMV_T_NC
-        jit = base + (("GVT_WK", GEMV_T_WK), ("GVT_NC", GEMV_T_NC))
+        jit = base + (("GVT_WK", GEMV_T_WK), ("GVT_NC", GEMV_T_NC), ("GV_U", GEMV_U))
     else:
         kernel, lws, cols = "gemv", (GEMV_WX, GEMV_KY, 1), 4 * GEMV_WX
-        jit = base + (("GV_WX", GEMV_WX), ("GV_KY", GEMV_KY))
+        jit = base + (("GV_WX", GEMV_WX), ("GV_KY", GEMV_KY), ("GV_U", GEMV_U))
     groups = -(-max(N, 1) // cols)
     s = max(1, min(-(-GEMV_GROUPS // groups), K // GEMV_MIN_CHUNK))
     chunk = round_up(-(-max(K, 1) // s), 4)

@@ -411,12 +411,14 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 // (a weight), bandwidth-bound: every byte of B is read once, coalesced, with several 128-bit
 // loads in flight per work-item; the R rows of A are read through the cache (all the lanes of
 // a K slice read the same elements). Rows past R repeat the last row and are never stored.
-// PARAM(0..3) M, N, K, batch count; PARAM(4) S, the K splits (the work-groups' z); PARAM(5)
-// the K rows per split (a multiple of 4). GV_SPLIT: the splits write their partial sums to T
+// The build computes GV_ROWS >= R rows. PARAM(0..3) M, N, K, batch count; PARAM(4) S, the K
+// splits (the work-groups' z); PARAM(5) the K rows per split (a multiple of 4). GV_SPLIT: the splits write their partial sums to T
 // [S, R, N] and gemm_splitk_reduce finishes (epilogue, fused ops); else S = 1 and the kernel
 // stores Y through the epilogue and FUSED_OPS.
 #if defined(GV_WX) || defined(GVT_WK)
+#ifndef GV_ROWS   // rows the build computes: 1, 2 or 4 (engine/ops/matmul.py: R's bucket)
 #define GV_ROWS 4
+#endif
 #ifndef GV_U   // quads of K rows a work-item loads per step (engine/ops/matmul.py GEMV_U)
 #define GV_U 2
 #endif
@@ -482,6 +484,9 @@ inline float gv_x1(const __global float* A, int o, int k, int M) {
 // float per lane and component (columns x + j * GV_WX). The GV_KY slices' sums meet in local
 // memory; work-items y < R finish row y.
 #ifdef GV_WX
+#if GV_KY & (GV_KY - 1)
+#error "GV_KY must be a power of two (the slices' tree reduction)"
+#endif
 // 4 floats of one row of B, cs apart, the first lim of them in bounds
 inline float4 gv_ldcol(const __global float* p, int lim, int cs) {
     float4 v = (float4)(0.0f);
@@ -540,13 +545,22 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
         for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad((float4)(gv_x1(A, ao[r], k, M)), b, acc[r]);
     }
 
+    // the GV_KY slices' sums: a tree in local memory (GV_KY a power of two), row r's total
+    // ends in slice 0, which work-item y = r stores
     __local float4 red[GV_KY * GV_ROWS * GV_WX];
 #pragma unroll
     for (int r = 0; r < GV_ROWS; ++r) red[(ky * GV_ROWS + r) * GV_WX + lx] = acc[r];
+    for (int h = GV_KY / 2; h > 0; h >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (ky < h) {
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; ++r)
+                red[(ky * GV_ROWS + r) * GV_WX + lx] += red[((ky + h) * GV_ROWS + r) * GV_WX + lx];
+        }
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ky < R && ky < GV_ROWS) {
-        float4 s = (float4)(0.0f);
-        for (int j = 0; j < GV_KY; ++j) s += red[(j * GV_ROWS + ky) * GV_WX + lx];
+        const float4 s = red[ky * GV_WX + lx];
         if (lim > 0) GV_STORE(ky, c0, s.s0)
         if (lim > 1) GV_STORE(ky, c0 + cs, s.s1)
         if (lim > 2) GV_STORE(ky, c0 + 2 * cs, s.s2)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from dyncli import shapes as shape_spec
 from dyncli.inputs import random_inputs
@@ -230,7 +230,8 @@ def _one_node_model(kind: str, dims: list[int]) -> tuple[onnx.ModelProto, dict, 
     f32 = TensorProto.FLOAT
     if kind == "gemm":
         m, n, k = dims
-        w = helper.make_tensor("w", f32, (k, n), rng.standard_normal((k, n)).astype(np.float32).ravel())
+        # raw bytes: a float list of a GEMV's weight (an LM head: 38-131 M values) takes minutes
+        w = numpy_helper.from_array(rng.standard_normal((k, n), dtype=np.float32), "w")
         g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")], "gemm",
                               [helper.make_tensor_value_info("x", f32, ["m", k])],
                               [helper.make_tensor_value_info("y", f32, ["m", n])], [w])

@@ -47,14 +47,11 @@ from scripts.bench_gemm import set_constants  # noqa: E402
 SHAPES = ["1x2304x768", "1x768x768", "1x3072x768", "1x768x3072", "1x50257x768", "1x4096x4096",
           "1x11008x4096", "1x4096x11008", "1x32000x4096", "4x3072x768", "4x4096x4096",
           "t1x3072x768", "t1x768x3072", "t1x4096x4096"]
-# configurations: overrides of engine/ops/matmul.py's GEMV constants, for gemv and gemv_t
-SWEEP = [dict(GEMV_WX=32, GEMV_KY=8, GEMV_GROUPS=264, GEMV_MIN_CHUNK=64, GEMV_U=u) for u in (1, 2, 4)] + \
-    [dict(GEMV_WX=wx, GEMV_KY=ky, GEMV_GROUPS=g, GEMV_MIN_CHUNK=c, GEMV_U=4)
-     for wx, ky, g, c in ((16, 16, 264, 64), (64, 4, 264, 64), (32, 8, 132, 64), (32, 8, 528, 32),
-                          (16, 8, 528, 32), (32, 8, 1, 1 << 30), (16, 16, 1, 1 << 30), (8, 32, 1, 1 << 30))]
-SWEEP_T = [dict(GEMV_T_WK=wk, GEMV_T_NC=nc, GEMV_GROUPS=g, GEMV_MIN_CHUNK=c, GEMV_U=u)
-           for wk, nc, g, c, u in ((32, 8, 264, 64, 2), (32, 8, 264, 64, 4), (32, 4, 264, 64, 4),
-                                   (64, 4, 528, 32, 4), (32, 8, 1, 1 << 30, 4))]
+# configurations: gemv's tile (WX, KY, U, G) forced over engine/ops/matmul.py's table, gemv_t's
+# GEMV_T_TILE (WK, NC, U, G); G: split K towards G work-groups (0: one kernel)
+SWEEP = [{"tile": t} for t in ((8, 32, 4, 0), (8, 32, 1, 0), (16, 16, 4, 0), (16, 16, 1, 0), (32, 8, 1, 0),
+                               (32, 8, 1, 264), (4, 64, 4, 0), (8, 64, 4, 0))]
+SWEEP_T = [{"GEMV_T_TILE": t} for t in ((32, 8, 2, 264), (32, 8, 1, 264), (32, 4, 2, 264), (32, 8, 2, 0))]
 FLUSH_BYTES = 256 << 20
 
 
@@ -76,8 +73,10 @@ def model(tb: bool, K: int, N: int):
 @contextlib.contextmanager
 def config(cfg):
     """Override engine/ops/matmul.py constants (a dict) for the block."""
-    old = {n: getattr(mm, n) for n in cfg or {}}
-    for n, v in (cfg or {}).items():
+    cfg = {("gemv_tile" if n == "tile" else n): ((lambda N, K, t=v: t) if n == "tile" else v)
+           for n, v in (cfg or {}).items()}
+    old = {n: getattr(mm, n) for n in cfg}
+    for n, v in cfg.items():
         setattr(mm, n, v)
     try:
         yield
@@ -196,7 +195,7 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--floor", action="store_true", help="event times of an empty kernel first")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a constant of engine/ops/matmul.py (e.g. GEMV_GROUPS=528)")
+                    help="override a constant of engine/ops/matmul.py (e.g. GEMV_MIN_CHUNK=128)")
     ap.add_argument("--json")
     a = ap.parse_args()
     set_constants(ap, a.set)
@@ -223,9 +222,9 @@ def main():
             except Exception as e:  # a configuration the device cannot run: report it, go on
                 print(f"{s:>14} {cfg}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 continue
-            r.update(shape=s, cfg=cfg, **peers)
+            r.update(shape=s, cfg=cfg, tile=(r["lws"], r["gws"]), **peers)
             rows.append(r)
-            tag = " ".join(f"{k.replace('GEMV_', '')}={v}" for k, v in (cfg or {}).items())
+            tag = " ".join(f"{k.replace('GEMV_', '')}={v}" for k, v in (cfg or {}).items()) or "default"
             print(f"{s:>14} {tag:54} warm {r['warm_us']:7.1f} us {r['warm_gbps']:5.0f} GB/s | cold "
                   f"{r['cold_us']:7.1f} us {r['cold_gbps']:5.0f} GB/s ("
                   + "+".join(f"{t:.1f}" for t in r["cold_kernels_us"]) + f") | queued {r['queued_us']:7.1f} us "

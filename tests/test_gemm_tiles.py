@@ -34,7 +34,7 @@ def _kernels(net):
 
 # (M, N, K): 1, tile - 1, tile, tile + 1 of the 32x32 / 32x64 / 64x64 GPU tiles and of the
 # 8x16 CPU tile, primes; (40, 70, 1100) is a small grid with a long K (gemm_lm split-K on
-# GPUs), (1, 50, 600) and (3, 130, 513) are GEMVs (on GPUs the GEMV kernel, K split; (1, 1, 1) unsplit).
+# GPUs), (1, 1, 1), (1, 50, 600) and (3, 130, 513) are GEMVs (the GEMV kernel on GPUs).
 SEQ = [(1, 1, 1), (31, 63, 15), (32, 64, 16), (33, 65, 17), (97, 131, 37), (7, 16, 8), (64, 128, 33),
        (65, 17, 131), (40, 70, 1100), (1, 50, 600), (3, 130, 513), (97, 131, 37)]
 
@@ -52,8 +52,7 @@ def test_matmul_shapes_cross_tiles_on_one_network(device, kind):
         run_vs_ort(model, [feeds], rtol=2e-4, atol=2e-5, net=net)
         seen.add(tuple(_kernels(net)))
     if kind == "gpu":
-        assert seen == {("gemm_lm",), ("gemm_lm", "gemm_splitk_reduce"), ("gemv",),
-                        ("gemv", "gemm_splitk_reduce")}
+        assert seen == {("gemm_lm",), ("gemm_lm", "gemm_splitk_reduce"), ("gemv",)}
     else:
         assert seen == {("gemm_rb",)}
 
@@ -129,9 +128,10 @@ def test_fused_epilogue_static_and_dynamic(device, kind, impls):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_split_k_with_fused_epilogue(device, kind, monkeypatch):
-    """The split-K paths (the GEMV's on GPUs, gemm_splitk_partial's, gemm_lm's) apply the fused
-    ops in the reduce; on CPUs split-K is off by default, so it is turned on there too."""
+    """Both split-K paths apply the fused ops in the reduce; on CPUs split-K is off by default,
+    so it is turned on there too; the GEMV kernel (tests/test_gemv.py) is turned off."""
     monkeypatch.setattr(mm, "SPLITK_DEVICES", ("gpu", "cpu"))
+    monkeypatch.setattr(mm, "GEMV_DEVICES", ())
     K = 1040
     model = _mm_add_relu(K=K, N=36, seed=5)
     net = make_net(model, device, kind)
@@ -140,9 +140,7 @@ def test_split_k_with_fused_epilogue(device, kind, monkeypatch):
         run_vs_ort(model, [{"x": rng.standard_normal((b, s, K)).astype(np.float32),
                             "r": rng.standard_normal((b, s, 36)).astype(np.float32)}],
                    rtol=2e-4, atol=2e-5, net=net)
-        if b * s <= 4 and kind == "gpu":    # the GEMV kernel, K split (N = 36: one column group)
-            assert _kernels(net) == ["gemv", "gemm_splitk_reduce"]
-        elif s <= 4:    # a GEMV per batch: split-K on both kinds (turned on above)
+        if s <= 4:      # a GEMV per batch: split-K on both kinds (turned on above)
             assert _kernels(net) == ["gemm_splitk_partial", "gemm_splitk_reduce"]
         elif kind == "gpu":  # a 1 x 2 grid of 32x32 tiles, K = 1040: gemm_lm splits K
             assert _kernels(net) == ["gemm_lm", "gemm_splitk_reduce"]

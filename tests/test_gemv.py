@@ -1,9 +1,10 @@
 """The GEMV kernels (issue 21, cl/gemm.cl gemv and gemv_t: at most 4 rows times a weight with no
-batch dims, GPUs) against onnxruntime, over shapes that cross their tiles: N around the 4 *
-GEMV_WX columns of a work-group and not a multiple of 4 (B's rows unaligned: the per-float
-load path), K odd and around the 4 * GEMV_KY rows a work-group steps by, K split across
-work-groups or not, 1..4 rows from M or from a batch dim. The suite runs on PoCL: the engine is
-told the device is a GPU (tests/test_gemm_tiles.py make_net), which picks the GEMV there."""
+batch dims, GPUs) against onnxruntime, over shapes that cross their tiles: N around the 32, 64
+and 128 columns of a work-group and not a multiple of 4 (B's rows unaligned: the per-float
+load path), K odd and around the rows a work-group steps by (4 x slices x quads per step), K
+split across work-groups or not, 1..4 rows from M or from a batch dim (builds of 1, 2 and 4
+rows). The suite runs on PoCL: the engine is told the device is a GPU (tests/test_gemm_tiles.py
+make_net), which picks the GEMV there."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -15,16 +16,26 @@ from tests.test_gemm_tiles import _kernels, _model, make_net
 SPLIT = ["gemm_splitk_reduce"]
 
 
-def _expect_split(M, N, K, nb=1, trans_b=False):
+def _expect_split(N, K, trans_b=False):
     """Whether the engine's choice splits K for this shape (mirrors engine/ops/matmul.py gemv)."""
-    cols = mm.GEMV_T_NC if trans_b else 4 * mm.GEMV_WX
+    if trans_b:
+        _, cols, _, target = mm.GEMV_T_TILE
+    else:
+        wx, _, _, target = mm.gemv_tile(N, K)
+        cols = 4 * wx
     groups = -(-N // cols)
-    return max(1, min(-(-mm.GEMV_GROUPS // groups), K // mm.GEMV_MIN_CHUNK)) > 1
+    return max(1, min(-(-target // groups), K // mm.GEMV_MIN_CHUNK)) > 1
 
 
 def _gemv_kernels(M, N, K, trans_b=False):
     name = "gemv_t" if trans_b else "gemv"
-    return [name] + (SPLIT if _expect_split(M, N, K, trans_b=trans_b) else [])
+    return [name] + (SPLIT if _expect_split(N, K, trans_b) else [])
+
+
+# Tiles forced on top of the engine's table: (WX, KY, U, G) with the split target G (0: one
+# kernel): the defaults' shapes, U = 3 (K crosses whole steps of 3 quads and single quads),
+# 64- and 128-column groups, splits at small K.
+TILES = [None, (8, 32, 3, 0), (32, 8, 1, 264), (16, 16, 4, 0), (8, 4, 2, 10 ** 6)]
 
 
 # (M, N, K): N around a work-group's 128 columns (and 4-column vectors: N % 4 != 0 reads B per
@@ -34,11 +45,11 @@ SHAPES = [(1, 1, 1), (1, 3, 5), (2, 127, 31), (3, 128, 32), (4, 129, 33), (1, 13
           (4, 256, 1031), (2, 517, 67), (1, 1000, 129), (3, 64, 2047), (1, 8, 4), (4, 385, 255)]
 
 
-@pytest.mark.parametrize("u", [1, 3])
-def test_matmul_gemv_shapes_cross_tiles(device, u, monkeypatch):
-    """Both operands are inputs, so one Network sees every shape (the shape-agnostic build).
-    u: quads per unrolled step (GEMV_U), so that K crosses whole steps and the single quads."""
-    monkeypatch.setattr(mm, "GEMV_U", u)
+@pytest.mark.parametrize("tile", TILES)
+def test_matmul_gemv_shapes_cross_tiles(device, tile, monkeypatch):
+    """Both operands are inputs, so one Network sees every shape (the shape-agnostic build)."""
+    if tile:
+        monkeypatch.setattr(mm, "gemv_tile", lambda N, K: tile)
     model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
                    [("a", ["m", "k"]), ("b", ["k", "n"])], [("y", ["m", "n"])])
     net = make_net(model, device, "gpu")
@@ -49,8 +60,12 @@ def test_matmul_gemv_shapes_cross_tiles(device, u, monkeypatch):
                  "b": (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)}
         run_vs_ort(model, [feeds], rtol=2e-4, atol=3e-5, net=net)
         assert _kernels(net) == _gemv_kernels(M, N, K), (M, N, K)
+        assert dict(net.insts[0].bound[0].call.jit)["GV_ROWS"] == mm.gemv_rows(M)
         seen.add(len(_kernels(net)))
-    assert seen == {1, 2}               # split and unsplit both ran
+    if tile is None:
+        assert seen == {1}              # the table splits only K >= 8192 below N = 8192
+    elif tile[3]:
+        assert seen == {1, 2}           # split and unsplit both ran
 
 
 def test_gemv_offsets_unaligned(device):
@@ -103,12 +118,11 @@ def test_batched_rows_and_vector(device, n_split):
 def test_gemm_trans_alpha_beta_bias(device, ta, tb, bias, N, K):
     """Gemm with transA / transB (gemv_t reads B's rows along K), ALPHA, BETA and a bias along
     N, of the output's shape, or a scalar; split and unsplit; 3 quads per unrolled step."""
-    mm_u = mm.GEMV_U
-    mm.GEMV_U = 3
+    mm_t, mm.GEMV_T_TILE = mm.GEMV_T_TILE, (32, 8, 3, 264)
     try:
         _gemm_trans(device, ta, tb, bias, N, K)
     finally:
-        mm.GEMV_U = mm_u
+        mm.GEMV_T_TILE = mm_t
 
 
 def _gemm_trans(device, ta, tb, bias, N, K):
@@ -138,8 +152,10 @@ def _mm_add_relu_residual(K, N, seed):
     return _model(nodes, [("x", ["b", "s", K]), ("r", ["b", "s", N])], [("y", ["b", "s", N])], inits)
 
 
-@pytest.mark.parametrize("K,N", [(96, 1030), (1040, 36)])
-def test_fused_epilogue(device, K, N):
+@pytest.mark.parametrize("K,N,tile", [(96, 1030, None), (1040, 36, None), (1040, 36, (32, 8, 1, 264))])
+def test_fused_epilogue(device, K, N, tile, monkeypatch):
+    if tile:    # K split 16 ways: the fused ops run in gemm_splitk_reduce
+        monkeypatch.setattr(mm, "gemv_tile", lambda N, K: tile)
     model = _mm_add_relu_residual(K, N, seed=4)
     net = make_net(model, device, "gpu")
     rng = np.random.default_rng(5)
@@ -150,6 +166,7 @@ def test_fused_epilogue(device, K, N):
         inst = net.insts[0]
         assert inst.fusion is not None
         assert _kernels(net) == _gemv_kernels(b * s, N, K)
+        assert len(_kernels(net)) == (2 if tile else 1)
         # the kernel that stores the output carries the fused ops
         assert "FUSED_OPS_BODY" in dict(inst.bound[-1].call.jit)
 

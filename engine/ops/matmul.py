@@ -150,17 +150,48 @@ def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
 
 
 # GEMV (GPUs, issue 21): R = batch x M <= GEMV_MAX_ROWS rows times a B with no batch dims (a
-# weight) run on cl/gemm.cl gemv (B [K, N]: work-groups of GEMV_WX x GEMV_KY work-items, 4
-# columns each, K in GEMV_KY slices) or gemv_t (TRANS_B, B [N, K]: GEMV_T_WK lanes along K
-# per column, GEMV_T_NC columns per work-group). A grid of fewer than GEMV_GROUPS work-groups
-# splits K in S parts of at least GEMV_MIN_CHUNK rows (partial sums in an internal buffer
-# [S, R, N], then gemm_splitk_reduce), so that the SMs all stream B.
+# weight) run on cl/gemm.cl gemv (B [K, N]: work-groups of WX x KY work-items, 4 columns each,
+# K in KY slices) or gemv_t (TRANS_B, B [N, K]: WK lanes along K per column, NC columns per
+# work-group); U quads of K rows per work-item and step; the build computes R's bucket of rows
+# (1, 2 or 4). A tile with a split target G splits K in S parts of at least GEMV_MIN_CHUNK rows
+# until the grid has G work-groups (partial sums in an internal buffer [S, R, N], then
+# gemm_splitk_reduce); G = 0: one kernel.
 GEMV_DEVICES = ("gpu",)
 GEMV_MAX_ROWS = 4
-GEMV_WX, GEMV_KY = 32, 8
-GEMV_T_WK, GEMV_T_NC = 32, 8
-GEMV_GROUPS, GEMV_MIN_CHUNK = 264, 64
-GEMV_U = 2          # quads of K rows a work-item loads per step (4 * GEMV_U loads in flight)
+GEMV_MIN_CHUNK = 64
+# Measured on the H100 (scripts/bench_gemv.py --sweep, 2026-11-24, kernel time from profiling
+# events with the L2 flushed before each run, median of 20; TB/s of weight bytes):
+# - an empty kernel's event reads 6.0 us on an idle GPU, 3.1 us behind other work: the split's
+#   reduce kernel costs 4.6-6.6 us, so one kernel wins wherever the grid can be filled without
+#   splitting K;
+# - N >= 8192, K >= 2048 (LLaMA MLP up, LM head): 64 columns, 16 slices, U 4, one kernel.
+#   1x11008x4096 74.5 us = 2.42 TB/s (128 columns split 4 ways: 78.0; 32 columns: 86.1),
+#   1x32000x4096 186.8 = 2.81 TB/s (128 columns: 189.6; cuBLAS 209.8);
+# - N >= 8192, K < 2048 (GPT-2 LM head): 128 columns, 8 slices, U 1, one kernel. 1x50257x768
+#   67.9 = 2.27 TB/s (64 columns U 4: 74.0; 128 columns U 4: 75.8; cuBLAS 68.6);
+# - N < 8192, K >= 8192 (LLaMA MLP down): 128 columns, U 1, K split towards 264 work-groups.
+#   1x4096x11008 78.3 = 2.30 TB/s (32 columns U 4, one kernel: 87.6);
+# - otherwise 32 columns, 32 slices, U 4, one kernel: 1x3072x768 10.9 us (128 columns split 11
+#   ways: 15.6), 1x2304x768 10.0 (13.5), 1x768x768 8.5 (11.6), 1x4096x4096 41.4 (40.0 split 9
+#   ways U 1), 4x4096x4096 43.5 (46.3), 4x3072x768 11.3 (16.3), 1x768x3072 17.0 (16.2 split);
+# - gemv_t: 32 lanes x 8 columns, U 2, split towards 264 work-groups: t1x3072x768 10.7 (one
+#   kernel), t1x768x3072 15.6 (3 splits), t1x4096x4096 42.4 (one kernel).
+GEMV_T_TILE = (32, 8, 2, 264)          # (WK, NC, U, G)
+
+
+def gemv_tile(N: int, K: int) -> tuple:
+    """(WX, KY, U, G) of gemv for a weight [K, N] (the table above). KY >= GEMV_MAX_ROWS, a
+    power of two: work-item y of slice 0 stores row y after the slices' tree reduction."""
+    if N >= 8192:
+        return (16, 16, 4, 0) if K >= 2048 else (32, 8, 1, 0)
+    if K >= 8192:
+        return (32, 8, 1, 264)
+    return (8, 32, 4, 0)
+
+
+def gemv_rows(R: int) -> int:
+    """The rows a build computes for R rows: 1, 2 or 4 (3 computes a repeated 4th)."""
+    return 1 if R == 1 else 2 if R == 2 else 4
 
 
 def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
@@ -169,15 +200,17 @@ def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
     M, N, K, nb = call.params
     if dev not in GEMV_DEVICES or M * nb > GEMV_MAX_ROWS or math.prod(call.dims[1][:-2]) != 1:
         return None
-    base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS)
+    base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS) + (("GV_ROWS", gemv_rows(M * nb)),)
     if dict(call.jit)["TRANS_B"]:
-        kernel, lws, cols = "gemv_t", (GEMV_T_WK, GEMV_T_NC, 1), GEMV_T_NC
-        jit = base + (("GVT_WK", GEMV_T_WK), ("GVT_NC", GEMV_T_NC), ("GV_U", GEMV_U))
+        wk, nc, u, target = GEMV_T_TILE
+        kernel, lws, cols = "gemv_t", (wk, nc, 1), nc
+        jit = base + (("GVT_WK", wk), ("GVT_NC", nc), ("GV_U", u))
     else:
-        kernel, lws, cols = "gemv", (GEMV_WX, GEMV_KY, 1), 4 * GEMV_WX
-        jit = base + (("GV_WX", GEMV_WX), ("GV_KY", GEMV_KY), ("GV_U", GEMV_U))
+        wx, ky, u, target = gemv_tile(N, K)
+        kernel, lws, cols = "gemv", (wx, ky, 1), 4 * wx
+        jit = base + (("GV_WX", wx), ("GV_KY", ky), ("GV_U", u))
     groups = -(-max(N, 1) // cols)
-    s = max(1, min(-(-GEMV_GROUPS // groups), K // GEMV_MIN_CHUNK))
+    s = max(1, min(-(-target // groups), K // GEMV_MIN_CHUNK))
     chunk = round_up(-(-max(K, 1) // s), 4)
     s = -(-max(K, 1) // chunk)
     gws, params = (groups * lws[0], lws[1], s), (M, N, K, nb, s, chunk)

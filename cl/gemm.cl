@@ -452,6 +452,9 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     }                                                                                   \
     const int b_off = T_OFF(1), va = GV_VA;
 
+// Whether quad u of a step (quads `step` rows apart from k) is a whole quad of the split.
+#define GV_OK(u, step) ((u) == 0 || k + (u) * (step) + 4 <= ke)
+
 // A's elements k..k+3 of the row at o (va: one 128-bit load).
 inline float4 gv_x4(const __global float* A, int o, int k, int M, int va) {
 #if TRANS_A
@@ -496,22 +499,26 @@ inline float4 gv_ldcol(const __global float* p, int lim, int cs) {
     if (lim > 3) v.s3 = p[3 * cs];
     return v;
 }
-// GV_U quads of rows per step, quad u at k + u * 4 * GV_KY: B's 4 * GV_U loads first (LOADB
-// of row kq), then every row's products: 4 * GV_U 128-bit loads in flight per work-item.
-#define GV_QUADS(NQ, LOADB)                                                             \
+// One step: GV_U quads of rows, quad u at k + u * 4 * GV_KY; B's 4 * GV_U loads first (LOADB
+// of row kq), then every row's products: 4 * GV_U 128-bit loads in flight per work-item. Quads
+// past the split's last whole quad (GV_OK false) load nothing: a work-item's last step, however
+// short, still issues its loads together (no single-quad loop after it, one latency each).
+#define GV_QUADS(LOADB)                                                                 \
     {                                                                                   \
-        float4 b[4 * NQ];                                                               \
-        _Pragma("unroll") for (int u = 0; u < NQ; ++u)                                  \
+        float4 b[4 * GV_U];                                                             \
+        _Pragma("unroll") for (int u = 0; u < GV_U; ++u)                                \
             _Pragma("unroll") for (int q = 0; q < 4; ++q) {                             \
                 const int kq = k + u * 4 * GV_KY + q;                                   \
-                b[u * 4 + q] = LOADB;                                                   \
+                b[u * 4 + q] = GV_OK(u, 4 * GV_KY) ? LOADB : (float4)(0.0f);            \
             }                                                                           \
-        _Pragma("unroll") for (int u = 0; u < NQ; ++u)                                  \
+        _Pragma("unroll") for (int u = 0; u < GV_U; ++u) {                              \
+            if (!GV_OK(u, 4 * GV_KY)) break;                                            \
             _Pragma("unroll") for (int r = 0; r < GV_ROWS; ++r) {                       \
                 const float4 x = gv_x4(A, ao[r], k + u * 4 * GV_KY, M, va);             \
                 acc[r] = mad((float4)(x.s0), b[u * 4], mad((float4)(x.s1), b[u * 4 + 1], \
                          mad((float4)(x.s2), b[u * 4 + 2], mad((float4)(x.s3), b[u * 4 + 3], acc[r])))); \
             }                                                                           \
+        }                                                                               \
     }
 __attribute__((reqd_work_group_size(GV_WX, GV_KY, 1)))
 KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
@@ -528,21 +535,20 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
     float4 acc[GV_ROWS];
 #pragma unroll
     for (int r = 0; r < GV_ROWS; ++r) acc[r] = (float4)(0.0f);
-    int k = kb + 4 * ky;
-    // whole steps of GV_U quads, then single quads; each loop twice, so that none has a
-    // branch on the load kind
-    const int kue = ke - 4 * GV_KY * (GV_U - 1);
+    // the loop twice, so that neither has a branch on the load kind
     if (vb) {
-        for (; k + 4 <= kue; k += 4 * GV_KY * GV_U) GV_QUADS(GV_U, gemm_ld4(bp + kq * N, lim, 1))
-        for (; k + 4 <= ke; k += 4 * GV_KY) GV_QUADS(1, gemm_ld4(bp + kq * N, lim, 1))
+        for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(gemm_ld4(bp + kq * N, lim, 1))
     } else {
-        for (; k + 4 <= kue; k += 4 * GV_KY * GV_U) GV_QUADS(GV_U, gv_ldcol(bp + kq * N, lim, cs))
-        for (; k + 4 <= ke; k += 4 * GV_KY) GV_QUADS(1, gv_ldcol(bp + kq * N, lim, cs))
+        for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(gv_ldcol(bp + kq * N, lim, cs))
     }
-    for (; k < ke; ++k) {   // the split's last rows (fewer than 4): one slice takes them
-        const float4 b = gv_ldcol(bp + k * N, lim, cs);
+    // the split's last rows when they are not a whole quad (K % 4): that quad's slice
+    const int kp = ke - ((ke - kb) & 3);
+    if (kp < ke && ((kp - kb) / 4) % GV_KY == ky) {
+        for (int k = kp; k < ke; ++k) {
+            const float4 b = gv_ldcol(bp + k * N, lim, cs);
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad((float4)(gv_x1(A, ao[r], k, M)), b, acc[r]);
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad((float4)(gv_x1(A, ao[r], k, M)), b, acc[r]);
+        }
     }
 
     // the GV_KY slices' sums: a tree in local memory (GV_KY a power of two), row r's total
@@ -584,26 +590,26 @@ KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
     float acc[GV_ROWS];
 #pragma unroll
     for (int r = 0; r < GV_ROWS; ++r) acc[r] = 0.0f;
-    int k = kb + 4 * lk;
-    // whole steps of GV_U quads (all loads first), then single quads
-    for (; k + 4 <= ke - 4 * GVT_WK * (GV_U - 1); k += 4 * GVT_WK * GV_U) {
+    // steps of GV_U quads (all loads first; quads past the last whole one load nothing)
+    for (int k = kb + 4 * lk; k + 4 <= ke; k += 4 * GVT_WK * GV_U) {
         float4 b[GV_U];
 #pragma unroll
-        for (int u = 0; u < GV_U; ++u) b[u] = gemm_ld4(bp + k + u * 4 * GVT_WK, 4, vb);
-#pragma unroll
         for (int u = 0; u < GV_U; ++u)
+            b[u] = GV_OK(u, 4 * GVT_WK) ? gemm_ld4(bp + k + u * 4 * GVT_WK, 4, vb) : (float4)(0.0f);
+#pragma unroll
+        for (int u = 0; u < GV_U; ++u) {
+            if (!GV_OK(u, 4 * GVT_WK)) break;
 #pragma unroll
             for (int r = 0; r < GV_ROWS; ++r) acc[r] += dot(gv_x4(A, ao[r], k + u * 4 * GVT_WK, M, va), b[u]);
+        }
     }
-    for (; k + 4 <= ke; k += 4 * GVT_WK) {
-        const float4 b = gemm_ld4(bp + k, 4, vb);
+    const int kp = ke - ((ke - kb) & 3);   // the last rows, not a whole quad: that quad's lane
+    if (kp < ke && ((kp - kb) / 4) % GVT_WK == lk) {
+        for (int k = kp; k < ke; ++k) {
+            const float b = bp[k];
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; ++r) acc[r] += dot(gv_x4(A, ao[r], k, M, va), b);
-    }
-    for (; k < ke; ++k) {
-        const float b = bp[k];
-#pragma unroll
-        for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad(gv_x1(A, ao[r], k, M), b, acc[r]);
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad(gv_x1(A, ao[r], k, M), b, acc[r]);
+        }
     }
 
     __local float red[GVT_NC * GV_ROWS * GVT_WK];

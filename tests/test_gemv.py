@@ -38,11 +38,19 @@ def _gemv_kernels(M, N, K, trans_b=False):
 TILES = [None, (8, 32, 3, 0), (32, 8, 1, 264), (16, 16, 4, 0), (8, 4, 2, 10 ** 6)]
 
 
-# (M, N, K): N around a work-group's 128 columns (and 4-column vectors: N % 4 != 0 reads B per
-# float), K odd, below and above a work-group's 32-row step and GEMV_MIN_CHUNK; K >= 128 with
-# few column groups splits K (the last split shorter, with a tail of < 4 rows).
+def test_table_widths():
+    """N >= 8192: the widest columns with >= 256 work-groups; below, 32 columns x 64 slices."""
+    assert [mm.gemv_tile(n, 768)[:2] for n in (8200, 16390, 32000, 50257, 4096)] == \
+        [(8, 32), (16, 16), (16, 16), (32, 8), (8, 64)]
+
+
+# (M, N, K): N around a work-group's 32 to 128 columns (and 4-column vectors: N % 4 != 0 reads B
+# per float), K odd, below and above a work-group's row step and GEMV_MIN_CHUNK (a split tile
+# splits K >= 128: the last split shorter, with a tail of < 4 rows); N >= 8192 picks 32-, 64-
+# and 128-column work-groups.
 SHAPES = [(1, 1, 1), (1, 3, 5), (2, 127, 31), (3, 128, 32), (4, 129, 33), (1, 130, 513),
-          (4, 256, 1031), (2, 517, 67), (1, 1000, 129), (3, 64, 2047), (1, 8, 4), (4, 385, 255)]
+          (4, 256, 1031), (2, 517, 67), (1, 1000, 129), (3, 64, 2047), (1, 8, 4), (4, 385, 255),
+          (1, 8200, 9), (2, 16390, 7), (1, 33000, 5)]
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -63,7 +71,7 @@ def test_matmul_gemv_shapes_cross_tiles(device, tile, monkeypatch):
         assert dict(net.insts[0].bound[0].call.jit)["GV_ROWS"] == mm.gemv_rows(M)
         seen.add(len(_kernels(net)))
     if tile is None:
-        assert seen == {1}              # the table splits only K >= 8192 below N = 8192
+        assert seen == {1}              # the table never splits K
     elif tile[3]:
         assert seen == {1, 2}           # split and unsplit both ran
 

@@ -159,34 +159,34 @@ def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
 GEMV_DEVICES = ("gpu",)
 GEMV_MAX_ROWS = 4
 GEMV_MIN_CHUNK = 64
-# Measured on the H100 (scripts/bench_gemv.py --sweep, 2026-11-24, kernel time from profiling
-# events with the L2 flushed before each run, median of 20; TB/s of weight bytes):
-# - an empty kernel's event reads 6.0 us on an idle GPU, 3.1 us behind other work: the split's
-#   reduce kernel costs 4.6-6.6 us, so one kernel wins wherever the grid can be filled without
-#   splitting K;
-# - N >= 8192, K >= 2048 (LLaMA MLP up, LM head): 64 columns, 16 slices, U 4, one kernel.
-#   1x11008x4096 74.5 us = 2.42 TB/s (128 columns split 4 ways: 78.0; 32 columns: 86.1),
-#   1x32000x4096 186.8 = 2.81 TB/s (128 columns: 189.6; cuBLAS 209.8);
-# - N >= 8192, K < 2048 (GPT-2 LM head): 128 columns, 8 slices, U 1, one kernel. 1x50257x768
-#   67.9 = 2.27 TB/s (64 columns U 4: 74.0; 128 columns U 4: 75.8; cuBLAS 68.6);
-# - N < 8192, K >= 8192 (LLaMA MLP down): 128 columns, U 1, K split towards 264 work-groups.
-#   1x4096x11008 78.3 = 2.30 TB/s (32 columns U 4, one kernel: 87.6);
-# - otherwise 32 columns, 32 slices, U 4, one kernel: 1x3072x768 10.9 us (128 columns split 11
-#   ways: 15.6), 1x2304x768 10.0 (13.5), 1x768x768 8.5 (11.6), 1x4096x4096 41.4 (40.0 split 9
-#   ways U 1), 4x4096x4096 43.5 (46.3), 4x3072x768 11.3 (16.3), 1x768x3072 17.0 (16.2 split);
-# - gemv_t: 32 lanes x 8 columns, U 2, split towards 264 work-groups: t1x3072x768 10.7 (one
-#   kernel), t1x768x3072 15.6 (3 splits), t1x4096x4096 42.4 (one kernel).
-GEMV_T_TILE = (32, 8, 2, 264)          # (WK, NC, U, G)
+# Measured on the H100 (scripts/bench_gemv.py --sweep, 2026-11-24, the final sweep, in the call
+# that measured cuBLAS beside it): kernel time from profiling events, the L2 flushed before each
+# run ("cold") / the GPU idle between runs ("warm", what `dyncli bench --kernel` measures), us,
+# and the weight's TB/s cold:
+# - an empty kernel's event reads 6.7 us on an idle GPU, 3.1 us behind other work, and a split's
+#   reduce kernel 4.9 us: no tile below splits K (the split's best, 128 columns split towards
+#   264 work-groups: 1x3072x768 15.2 cold, 1x4096x4096 39.6, 1x4096x11008 77.4);
+# - N < 8192: 32 columns, 64 slices (512 work-items), U 4 (WX 8 / 32 slices / 128 columns):
+#   1x2304x768 9.1 / 8.7 (9.6 / 16.2 split), 1x768x768 7.0 / 8.8 (7.9 / 11.6), 1x3072x768
+#   9.9 / 9.5 (10.4 / 15.2), 1x768x3072 13.1 / 12.7 (17.6 / 16.6), 1x4096x4096 36.8 / 31.9 =
+#   1.82 TB/s (42.0 / 39.6), 1x4096x11008 75.0 / 71.3 = 2.40 TB/s (89.3 / 77.4), 4x3072x768 11.4
+#   (12.4), 4x4096x4096 41.6 (49.4 / 47.8); 16 columns x 64 slices: within 0.2-2.0 us of it;
+# - N >= 8192 (LM heads, LLaMA MLP up): U 1, 256 work-items, the widest columns that give at
+#   least 256 work-groups: 1x11008x4096 32 columns 72.8 / 65.9 = 2.48 TB/s (64: 77.9, U 4:
+#   82.8), 1x32000x4096 64 columns 182.5 / 177.1 = 2.87 TB/s (128: 185.4, U 4: 190.9),
+#   1x50257x768 128 columns 65.4 / 59.3 = 2.36 TB/s (64: 70.1, 32: 74.1);
+# - gemv_t: 32 lanes x 8 columns, U 2, one kernel: t1x3072x768 9.1, t1x768x3072 12.4 (split
+#   3 ways: 14.4), t1x4096x4096 36.2 (U 1: 39.0).
+GEMV_T_TILE = (32, 8, 2, 0)          # (WK, NC, U, G)
 
 
 def gemv_tile(N: int, K: int) -> tuple:
     """(WX, KY, U, G) of gemv for a weight [K, N] (the table above). KY >= GEMV_MAX_ROWS, a
     power of two: work-item y of slice 0 stores row y after the slices' tree reduction."""
     if N >= 8192:
-        return (16, 16, 4, 0) if K >= 2048 else (32, 8, 1, 0)
-    if K >= 8192:
-        return (32, 8, 1, 264)
-    return (8, 32, 4, 0)
+        wx = next(w for w in (32, 16, 8) if N // (4 * w) >= 256)
+        return (wx, 256 // wx, 1, 0)
+    return (8, 64, 4, 0)
 
 
 def gemv_rows(R: int) -> int:

@@ -166,11 +166,12 @@ GEMV_MIN_CHUNK = 64
 # - an empty kernel's event reads 6.7 us on an idle GPU, 3.1 us behind other work, and a split's
 #   reduce kernel 4.9 us: no tile below splits K (the split's best, 128 columns split towards
 #   264 work-groups: 1x3072x768 15.2 cold, 1x4096x4096 39.6, 1x4096x11008 77.4);
-# - N < 8192: 32 columns, 64 slices (512 work-items), U 4 (WX 8 / 32 slices / 128 columns):
-#   1x2304x768 9.1 / 8.7 (9.6 / 16.2 split), 1x768x768 7.0 / 8.8 (7.9 / 11.6), 1x3072x768
+# - N < 8192: 32 columns, 64 slices (512 work-items), U 4; in brackets 32 columns x 32 slices /
+#   128 columns with K split towards 264 work-groups: 1x2304x768 9.1 / 8.7 (9.6 / 16.2 split), 1x768x768 7.0 / 8.8 (7.9 / 11.6), 1x3072x768
 #   9.9 / 9.5 (10.4 / 15.2), 1x768x3072 13.1 / 12.7 (17.6 / 16.6), 1x4096x4096 36.8 / 31.9 =
 #   1.82 TB/s (42.0 / 39.6), 1x4096x11008 75.0 / 71.3 = 2.40 TB/s (89.3 / 77.4), 4x3072x768 11.4
-#   (12.4), 4x4096x4096 41.6 (49.4 / 47.8); 16 columns x 64 slices: within 0.2-2.0 us of it;
+#   (12.4 / 17.0), 4x4096x4096 41.6 (49.4 / 47.8); 16 columns x 64 slices: 0.2 us faster
+#   (1x768x768) to 2.0 us slower (1x4096x11008);
 # - N >= 8192 (LM heads, LLaMA MLP up): U 1, 256 work-items, the widest columns that give at
 #   least 256 work-groups: 1x11008x4096 32 columns 72.8 / 65.9 = 2.48 TB/s (64: 77.9, U 4:
 #   82.8), 1x32000x4096 64 columns 182.5 / 177.1 = 2.87 TB/s (128: 185.4, U 4: 190.9),

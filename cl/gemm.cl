@@ -142,8 +142,18 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
     const int total = PARAM(3) * PARAM(0) * PARAM(1), S = PARAM(4);
     const int o = get_global_id(0);
     if (o >= total) return;
-    float acc = 0.0f;
-    for (int s = 0; s < S; ++s) acc += T[T_OFF(T_T) + s * total + o];
+    // 4 independent sums: 4 loads in flight per step, not one L2 round trip per split
+    const __global float* t = T + T_OFF(T_T) + o;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int s = 0;
+    for (; s + 4 <= S; s += 4) {
+        a0 += t[s * total];
+        a1 += t[(s + 1) * total];
+        a2 += t[(s + 2) * total];
+        a3 += t[(s + 3) * total];
+    }
+    for (; s < S; ++s) a0 += t[s * total];
+    const float acc = (a0 + a1) + (a2 + a3);
     Y[T_OFF(Y_T) + o] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, acc, o), o);
 }
 
@@ -393,6 +403,223 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
             if (col + 3 < N) GEMM_STORE(row, col + 3, v.s3)
 #endif
         }
+    }
+}
+#endif
+
+// ---- GEMV (GPUs, issue 21): R = batch * M <= GV_ROWS rows of A times a B with no batch dims
+// (a weight), bandwidth-bound: every byte of B is read once, coalesced, with several 128-bit
+// loads in flight per work-item; the R rows of A are read through the cache (all the lanes of
+// a K slice read the same elements). Rows past R repeat the last row and are never stored.
+// The build computes GV_ROWS >= R rows. PARAM(0..3) M, N, K, batch count; PARAM(4) S, the K
+// splits (the work-groups' z); PARAM(5) the K rows per split (a multiple of 4). GV_SPLIT: the splits write their partial sums to T
+// [S, R, N] and gemm_splitk_reduce finishes (epilogue, fused ops); else S = 1 and the kernel
+// stores Y through the epilogue and FUSED_OPS.
+#if defined(GV_WX) || defined(GVT_WK)
+#ifndef GV_ROWS   // rows the build computes: 1, 2 or 4 (engine/ops/matmul.py: R's bucket)
+#define GV_ROWS 4
+#endif
+#ifndef GV_U   // quads of K rows a work-item loads per step (engine/ops/matmul.py GEMV_U)
+#define GV_U 2
+#endif
+#if GV_SPLIT
+#define GV_TAIL_ARGS , __global float* T
+#else
+#define GV_TAIL_ARGS FUSED_ARGS
+#endif
+
+// What both kernels start with: the dims, the split's K rows [kb, ke), the offsets of the R
+// rows (ao[r] of row r's first element in A, yo[r] in Y), B's offset, whether A's quads are
+// 128-bit loads (va).
+#if TRANS_A
+#define GV_VA 0
+#else
+#define GV_VA (((T_OFF(0) | K) & 3) == 0)
+#endif
+#define GV_SETUP                                                                        \
+    const int M = PARAM(0), N = PARAM(1), K = PARAM(2), R = M * PARAM(3), CH = PARAM(5);  \
+    const int split = get_group_id(2), kb = split * CH, ke = min(K, kb + CH);            \
+    int ao[GV_ROWS], yo[GV_ROWS];                                                       \
+    for (int r = 0; r < GV_ROWS; ++r) {                                                 \
+        const int rr = min(r, R - 1), i_ = rr % M;                                      \
+        int ar = T_OFF(0), yr = T_OFF(Y_T);                                             \
+        if (PARAM(3) > 1) {   /* rows from a batch dim: walk it */                      \
+            GEMM_BATCH_OFFSETS(rr / M, M, N, K)                                         \
+            ar = a_off, yr = y_off;                                                     \
+        }                                                                               \
+        ao[r] = ar + (TRANS_A ? i_ : i_ * K);                                           \
+        yo[r] = yr + i_ * N;                                                            \
+    }                                                                                   \
+    const int b_off = T_OFF(1), va = GV_VA;
+
+// Whether quad u of a step (quads `step` rows apart from k) is a whole quad of the split.
+#define GV_OK(u, step) ((u) == 0 || k + (u) * (step) + 4 <= ke)
+
+// A's elements k..k+3 of the row at o (va: one 128-bit load).
+inline float4 gv_x4(const __global float* A, int o, int k, int M, int va) {
+#if TRANS_A
+    return (float4)(A[o + k * M], A[o + (k + 1) * M], A[o + (k + 2) * M], A[o + (k + 3) * M]);
+#else
+    return gemm_ld4(A + o + k, 4, va);
+#endif
+}
+inline float gv_x1(const __global float* A, int o, int k, int M) {
+    return TRANS_A ? A[o + k * M] : A[o + k];
+}
+
+// The work-item's value v of row r at output column col: into T (split) or through the
+// epilogue and the fused ops into Y.
+#if GV_SPLIT
+#define GV_STORE(r, col, v) T[T_OFF(T_T) + (split * R + (r)) * N + (col)] = (v);
+#else
+#define GV_STORE(r, col, v)                                                    \
+    {                                                                          \
+        const int o_ = yo[r] - T_OFF(Y_T) + (col);                             \
+        Y[yo[r] + (col)] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, (v), o_), o_); \
+    }
+#endif
+#endif
+
+// B [K, N] (row-major, the ONNX MatMul weight): a work-group of GV_WX x GV_KY work-items
+// covers 4 * GV_WX columns and the split's K rows; work-item (x, y) owns 4 columns and the
+// quads of rows k = kb + 4 * (y + j * GV_KY). A warp's loads of one row are contiguous: a
+// float4 per lane (columns 4x..4x+3) when B's rows are 16-byte aligned (N % 4 == 0), else a
+// float per lane and component (columns x + j * GV_WX). The GV_KY slices' sums meet in local
+// memory; work-items y < R finish row y.
+#ifdef GV_WX
+#if GV_KY & (GV_KY - 1)
+#error "GV_KY must be a power of two (the slices' tree reduction)"
+#endif
+// 4 floats of one row of B, cs apart, the first lim of them in bounds
+inline float4 gv_ldcol(const __global float* p, int lim, int cs) {
+    float4 v = (float4)(0.0f);
+    if (lim > 0) v.s0 = p[0];
+    if (lim > 1) v.s1 = p[cs];
+    if (lim > 2) v.s2 = p[2 * cs];
+    if (lim > 3) v.s3 = p[3 * cs];
+    return v;
+}
+// One step: GV_U quads of rows, quad u at k + u * 4 * GV_KY; B's 4 * GV_U loads first (LOADB
+// of row kq), then every row's products: 4 * GV_U 128-bit loads in flight per work-item. Quads
+// past the split's last whole quad (GV_OK false) load nothing: a work-item's last step, however
+// short, still issues its loads together (no single-quad loop after it, one latency each).
+#define GV_QUADS(LOADB)                                                                 \
+    {                                                                                   \
+        float4 b[4 * GV_U];                                                             \
+        _Pragma("unroll") for (int u = 0; u < GV_U; ++u)                                \
+            _Pragma("unroll") for (int q = 0; q < 4; ++q) {                             \
+                const int kq = k + u * 4 * GV_KY + q;                                   \
+                b[u * 4 + q] = GV_OK(u, 4 * GV_KY) ? LOADB : (float4)(0.0f);            \
+            }                                                                           \
+        _Pragma("unroll") for (int u = 0; u < GV_U; ++u) {                              \
+            if (!GV_OK(u, 4 * GV_KY)) break;                                            \
+            _Pragma("unroll") for (int r = 0; r < GV_ROWS; ++r) {                       \
+                const float4 x = gv_x4(A, ao[r], k + u * 4 * GV_KY, M, va);             \
+                acc[r] = mad((float4)(x.s0), b[u * 4], mad((float4)(x.s1), b[u * 4 + 1], \
+                         mad((float4)(x.s2), b[u * 4 + 2], mad((float4)(x.s3), b[u * 4 + 3], acc[r])))); \
+            }                                                                           \
+        }                                                                               \
+    }
+__attribute__((reqd_work_group_size(GV_WX, GV_KY, 1)))
+KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
+{
+    GV_SETUP
+    const int lx = get_local_id(0), ky = get_local_id(1);
+    const int vb = ((b_off | N) & 3) == 0;
+    const int g0 = get_group_id(0) * GV_WX * 4;
+    const int cs = vb ? 1 : GV_WX;                 // column step between the 4 components
+    const int c0 = vb ? g0 + lx * 4 : g0 + lx;
+    const int lim = c0 < N ? min(4, (N - c0 + cs - 1) / cs) : 0;
+    const __global float* bp = B + b_off + c0;
+
+    float4 acc[GV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; ++r) acc[r] = (float4)(0.0f);
+    // the loop twice, so that neither has a branch on the load kind
+    if (vb) {
+        for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(gemm_ld4(bp + kq * N, lim, 1))
+    } else {
+        for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(gv_ldcol(bp + kq * N, lim, cs))
+    }
+    // the split's last rows when they are not a whole quad (K % 4): that quad's slice
+    const int kp = ke - ((ke - kb) & 3);
+    if (kp < ke && ((kp - kb) / 4) % GV_KY == ky) {
+        for (int k = kp; k < ke; ++k) {
+            const float4 b = gv_ldcol(bp + k * N, lim, cs);
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad((float4)(gv_x1(A, ao[r], k, M)), b, acc[r]);
+        }
+    }
+
+    // the GV_KY slices' sums: a tree in local memory (GV_KY a power of two), row r's total
+    // ends in slice 0, which work-item y = r stores
+    __local float4 red[GV_KY * GV_ROWS * GV_WX];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; ++r) red[(ky * GV_ROWS + r) * GV_WX + lx] = acc[r];
+    for (int h = GV_KY / 2; h > 0; h >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (ky < h) {
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; ++r)
+                red[(ky * GV_ROWS + r) * GV_WX + lx] += red[((ky + h) * GV_ROWS + r) * GV_WX + lx];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ky < R && ky < GV_ROWS) {
+        const float4 s = red[ky * GV_WX + lx];
+        if (lim > 0) GV_STORE(ky, c0, s.s0)
+        if (lim > 1) GV_STORE(ky, c0 + cs, s.s1)
+        if (lim > 2) GV_STORE(ky, c0 + 2 * cs, s.s2)
+        if (lim > 3) GV_STORE(ky, c0 + 3 * cs, s.s3)
+    }
+}
+#endif
+
+// B [N, K] (TRANS_B, Gemm's transB weight): a work-group of GVT_WK x GVT_NC work-items covers
+// GVT_NC columns, each a row of B read along K by GVT_WK lanes (a float4 of K each, quads
+// k = kb + 4 * (x + j * GVT_WK)); the lanes' sums meet in local memory.
+#ifdef GVT_WK
+__attribute__((reqd_work_group_size(GVT_WK, GVT_NC, 1)))
+KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
+{
+    GV_SETUP
+    const int lk = get_local_id(0), nc = get_local_id(1), n = get_group_id(0) * GVT_NC + nc;
+    const int vb = ((b_off | K) & 3) == 0;
+    const __global float* bp = B + b_off + min(n, N - 1) * K;
+
+    float acc[GV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; ++r) acc[r] = 0.0f;
+    // steps of GV_U quads (all loads first; quads past the last whole one load nothing)
+    for (int k = kb + 4 * lk; k + 4 <= ke; k += 4 * GVT_WK * GV_U) {
+        float4 b[GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; ++u)
+            b[u] = GV_OK(u, 4 * GVT_WK) ? gemm_ld4(bp + k + u * 4 * GVT_WK, 4, vb) : (float4)(0.0f);
+#pragma unroll
+        for (int u = 0; u < GV_U; ++u) {
+            if (!GV_OK(u, 4 * GVT_WK)) break;
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] += dot(gv_x4(A, ao[r], k + u * 4 * GVT_WK, M, va), b[u]);
+        }
+    }
+    const int kp = ke - ((ke - kb) & 3);   // the last rows, not a whole quad: that quad's lane
+    if (kp < ke && ((kp - kb) / 4) % GVT_WK == lk) {
+        for (int k = kp; k < ke; ++k) {
+            const float b = bp[k];
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad(gv_x1(A, ao[r], k, M), b, acc[r]);
+        }
+    }
+
+    __local float red[GVT_NC * GV_ROWS * GVT_WK];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; ++r) red[(nc * GV_ROWS + r) * GVT_WK + lk] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lk < R && lk < GV_ROWS && n < N) {
+        float s = 0.0f;
+        for (int j = 0; j < GVT_WK; ++j) s += red[(nc * GV_ROWS + lk) * GVT_WK + j];
+        GV_STORE(lk, n, s)
     }
 }
 #endif

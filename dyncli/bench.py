@@ -14,7 +14,8 @@ Procedure (one Network, trace off unless --trace):
 6. --compare onnxruntime: the same inputs through onnxruntime in the same process.
 
 Kernel micro-benchmarks (--kernel gemm:MxNxK, eltwise:N) time one node's dynamic and static
-impls from profiling events (median over --repeat) and give TFLOP/s or GB/s.
+impls from profiling events (median over --repeat) and give TFLOP/s or GB/s (a GEMV, at most
+GEMV_MAX_ROWS rows: both, GB/s of its weight).
 Kept free of Typer/Rich: the CLI renders the returned dict.
 """
 from __future__ import annotations
@@ -26,13 +27,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from dyncli import shapes as shape_spec
 from dyncli.inputs import random_inputs
 from dyncli.runner import RunOptions, UsageError, read_model, resolve_sequence
 from engine import Network, build_program, select_device
 from engine.device import describe
+from engine.ops.matmul import GEMV_MAX_ROWS
 from engine.program import ModelError
 
 
@@ -239,7 +241,8 @@ def _one_node_model(kind: str, dims: list[int]) -> tuple[onnx.ModelProto, dict, 
     f32 = TensorProto.FLOAT
     if kind == "gemm":
         m, n, k = dims
-        w = helper.make_tensor("w", f32, (k, n), rng.standard_normal((k, n)).astype(np.float32).ravel())
+        # raw bytes: a float list of a GEMV's weight (an LM head: 38-131 M values) takes minutes
+        w = numpy_helper.from_array(rng.standard_normal((k, n), dtype=np.float32), "w")
         g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")], "gemm",
                               [helper.make_tensor_value_info("x", f32, ["m", k])],
                               [helper.make_tensor_value_info("y", f32, ["m", n])], [w])
@@ -287,6 +290,9 @@ def bench_kernel(spec: str, device, repeat: int = 20) -> dict:
         us = statistics.median(times) * 1e3
         scale = 1e-12 if unit == "TFLOP/s" else 1e-9
         out[impls] = {"us": us, unit: work / (us * 1e-6) * scale, "kernels": net.counters["kernels"]}
+        if kind == "gemm" and dims[0] <= GEMV_MAX_ROWS:
+            # a GEMV is bandwidth-bound: its weight bytes (4 K N) over the kernel time
+            out[impls]["GB/s"] = 4.0 * dims[1] * dims[2] / (us * 1e-6) * 1e-9
     return out
 
 

@@ -298,6 +298,14 @@ def bench_tables(r: dict, width: int = 80) -> list:
 def kernel_table(r: dict, width: int = 80) -> list:
     cols = [("kernel", "left"), ("dynamic us", "right"), ("dynamic", "right"), ("static us", "right"),
             ("static", "right")]
-    rows = [[k["kernel"], f"{k['dynamic']['us']:.1f}", f"{k['dynamic'][k['unit']]:.2f} {k['unit']}",
-             f"{k['static']['us']:.1f}", f"{k['static'][k['unit']]:.2f} {k['unit']}"] for k in r["kernels"]]
+    rows = []
+    for k in r["kernels"]:
+        u = k["unit"]
+        cells = []
+        for impl in ("dynamic", "static"):
+            m = k[impl]
+            # GEMV shapes are memory-bound: their bandwidth next to the FLOP rate
+            gbs = f", {m['GB/s']:.0f} GB/s" if u != "GB/s" and "GB/s" in m else ""
+            cells += [f"{m['us']:.1f}", f"{m[u]:.2f} {u}{gbs}"]
+        rows.append([k["kernel"], *cells])
     return [f"kernels on {r['device']} (median of profiling events)", *fitted_tables("", cols, rows, width)]

@@ -172,6 +172,15 @@ def bench_peers(M: int, N: int, K: int, batch: int = 1, device=None) -> dict:
     return out
 
 
+def set_constants(ap, pairs):
+    """--set NAME=VALUE: override constants of engine/ops/matmul.py (a Python literal each)."""
+    for kv in pairs:
+        name, val = kv.split("=", 1)
+        if not hasattr(mm, name):
+            ap.error(f"engine/ops/matmul.py has no {name}")
+        setattr(mm, name, ast.literal_eval(val))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("shapes", nargs="*")
@@ -185,11 +194,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a constant of engine/ops/matmul.py (e.g. SPLITK_CHUNK=64)")
     a = ap.parse_args()
-    for kv in a.set:
-        name, val = kv.split("=", 1)
-        if not hasattr(mm, name):
-            ap.error(f"engine/ops/matmul.py has no {name}")
-        setattr(mm, name, ast.literal_eval(val))
+    set_constants(ap, a.set)
     t_start = time.perf_counter()
     dev = select_device(a.device)
     cpu = bool(dev.type & cl.device_type.CPU)

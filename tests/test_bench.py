@@ -54,6 +54,19 @@ def test_bench_kernels_json():
     for k in (gemm, elt):
         for impl in ("dynamic", "static"):
             assert k[impl]["us"] > 0 and k[impl][k["unit"]] > 0 and k[impl]["kernels"] >= 1
+    assert "GB/s" not in gemm["dynamic"]        # 17 rows: not a GEMV
+
+
+def test_bench_kernels_gemv_bandwidth():
+    """A GEMV (<= 4 rows) reports its weight bandwidth next to TFLOP/s: 4 K N bytes over the
+    kernel time, in the JSON and the table."""
+    r = invoke("bench", "--kernel", "gemm:3x40x24", "--repeat", "5", "--json")
+    assert r.exit_code == 0, r.output
+    d = _json(r.output)["kernels"][0]["dynamic"]
+    assert d["GB/s"] == pytest.approx(4 * 40 * 24 / (d["us"] * 1e-6) * 1e-9)
+    assert d["TFLOP/s"] == pytest.approx(2 * 3 * 40 * 24 / (d["us"] * 1e-6) * 1e-12)
+    r = invoke("bench", "--kernel", "gemm:3x40x24", "--repeat", "5")
+    assert r.exit_code == 0 and "GB/s" in r.output and "TFLOP/s" in r.output, r.output
 
 
 @pytest.mark.parametrize("args,msg", [

@@ -34,7 +34,7 @@ def _kernels(net):
 
 # (M, N, K): 1, tile - 1, tile, tile + 1 of the 32x32 / 32x64 / 64x64 GPU tiles and of the
 # 8x16 CPU tile, primes; (40, 70, 1100) is a small grid with a long K (gemm_lm split-K on
-# GPUs), (1, 50, 600) and (3, 130, 513) are GEMVs (split-K on GPUs).
+# GPUs), (1, 1, 1), (1, 50, 600) and (3, 130, 513) are GEMVs (the GEMV kernel on GPUs).
 SEQ = [(1, 1, 1), (31, 63, 15), (32, 64, 16), (33, 65, 17), (97, 131, 37), (7, 16, 8), (64, 128, 33),
        (65, 17, 131), (40, 70, 1100), (1, 50, 600), (3, 130, 513), (97, 131, 37)]
 
@@ -52,8 +52,7 @@ def test_matmul_shapes_cross_tiles_on_one_network(device, kind):
         run_vs_ort(model, [feeds], rtol=2e-4, atol=2e-5, net=net)
         seen.add(tuple(_kernels(net)))
     if kind == "gpu":
-        assert seen == {("gemm_lm",), ("gemm_lm", "gemm_splitk_reduce"),
-                        ("gemm_splitk_partial", "gemm_splitk_reduce")}
+        assert seen == {("gemm_lm",), ("gemm_lm", "gemm_splitk_reduce"), ("gemv",)}
     else:
         assert seen == {("gemm_rb",)}
 
@@ -130,8 +129,9 @@ def test_fused_epilogue_static_and_dynamic(device, kind, impls):
 @pytest.mark.parametrize("kind", KINDS)
 def test_split_k_with_fused_epilogue(device, kind, monkeypatch):
     """Both split-K paths apply the fused ops in the reduce; on CPUs split-K is off by default,
-    so it is turned on there too."""
+    so it is turned on there too; the GEMV kernel (tests/test_gemv.py) is turned off."""
     monkeypatch.setattr(mm, "SPLITK_DEVICES", ("gpu", "cpu"))
+    monkeypatch.setattr(mm, "GEMV_DEVICES", ())
     K = 1040
     model = _mm_add_relu(K=K, N=36, seed=5)
     net = make_net(model, device, kind)

@@ -12,8 +12,10 @@ from tests.conftest import run_traced
 @pytest.fixture(autouse=True)
 def _split_k_on_every_device(monkeypatch):
     """Split-K runs on GPUs only (engine/ops/matmul.py SPLITK_DEVICES: on PoCL the register
-    tile is faster); these tests follow its scratch buffers, so they ask for it everywhere."""
+    tile is faster); these tests follow its scratch buffers, so they ask for it everywhere, and
+    leave GEMVs to it rather than to the GEMV kernel (GPUs, tests/test_gemv.py)."""
     monkeypatch.setattr("engine.ops.matmul.SPLITK_DEVICES", ("gpu", "cpu"))
+    monkeypatch.setattr("engine.ops.matmul.GEMV_DEVICES", ())
 
 
 def _two_matmuls() -> onnx.ModelProto:

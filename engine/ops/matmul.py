@@ -3,6 +3,8 @@ gemm_lm on GPUs, gemm_rb on CPUs), or split-K for few rows and a long K; static 
 the same kernels."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
@@ -147,6 +149,88 @@ def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
                        internal=(tmp,))]
 
 
+# GEMV (GPUs, issue 21): R = batch x M <= GEMV_MAX_ROWS rows times a B with no batch dims (a
+# weight) run on cl/gemm.cl gemv (B [K, N]: work-groups of WX x KY work-items, 4 columns each,
+# K in KY slices) or gemv_t (TRANS_B, B [N, K]: WK lanes along K per column, NC columns per
+# work-group); U quads of K rows per work-item and step; the build computes R's bucket of rows
+# (1, 2 or 4). A tile with a split target G splits K in S parts of at least GEMV_MIN_CHUNK rows
+# until the grid has G work-groups (partial sums in an internal buffer [S, R, N], then
+# gemm_splitk_reduce); G = 0: one kernel.
+GEMV_DEVICES = ("gpu",)
+GEMV_MAX_ROWS = 4
+GEMV_MIN_CHUNK = 64
+# Measured on the H100 (scripts/bench_gemv.py --sweep, 2026-11-24, the final sweep, in the call
+# that measured cuBLAS beside it): kernel time from profiling events, the L2 flushed before each
+# run ("cold") / the GPU idle between runs ("warm", what `dyncli bench --kernel` measures), us,
+# and the weight's TB/s cold:
+# - an empty kernel's event reads 6.7 us on an idle GPU, 3.1 us behind other work, and a split's
+#   reduce kernel 4.9 us: no tile below splits K (the split's best, 128 columns split towards
+#   264 work-groups: 1x3072x768 15.2 cold, 1x4096x4096 39.6, 1x4096x11008 77.4);
+# - N < 8192: 32 columns, 64 slices (512 work-items), U 4; in brackets 32 columns x 32 slices /
+#   128 columns with K split towards 264 work-groups: 1x2304x768 9.1 / 8.7 (9.6 / 16.2 split), 1x768x768 7.0 / 8.8 (7.9 / 11.6), 1x3072x768
+#   9.9 / 9.5 (10.4 / 15.2), 1x768x3072 13.1 / 12.7 (17.6 / 16.6), 1x4096x4096 36.8 / 31.9 =
+#   1.82 TB/s (42.0 / 39.6), 1x4096x11008 75.0 / 71.3 = 2.40 TB/s (89.3 / 77.4), 4x3072x768 11.4
+#   (12.4 / 17.0), 4x4096x4096 41.6 (49.4 / 47.8); 16 columns x 64 slices: 0.2 us faster
+#   (1x768x768) to 2.0 us slower (1x4096x11008);
+# - N >= 8192 (LM heads, LLaMA MLP up): U 1, 256 work-items, the widest columns that give at
+#   least 256 work-groups: 1x11008x4096 32 columns 72.8 / 65.9 = 2.48 TB/s (64: 77.9, U 4:
+#   82.8), 1x32000x4096 64 columns 182.5 / 177.1 = 2.87 TB/s (128: 185.4, U 4: 190.9),
+#   1x50257x768 128 columns 65.4 / 59.3 = 2.36 TB/s (64: 70.1, 32: 74.1);
+# - gemv_t: 32 lanes x 8 columns, U 2, one kernel: t1x3072x768 9.1, t1x768x3072 12.4 (split
+#   3 ways: 14.4), t1x4096x4096 36.2 (U 1: 39.0).
+GEMV_T_TILE = (32, 8, 2, 0)          # (WK, NC, U, G)
+
+
+def gemv_tile(N: int, K: int) -> tuple:
+    """(WX, KY, U, G) of gemv for a weight [K, N] (the table above). KY >= GEMV_MAX_ROWS, a
+    power of two: work-item y of slice 0 stores row y after the slices' tree reduction."""
+    if N >= 8192:
+        wx = next(w for w in (32, 16, 8) if N // (4 * w) >= 256)
+        return (wx, 256 // wx, 1, 0)
+    return (8, 64, 4, 0)
+
+
+def gemv_rows(R: int) -> int:
+    """The rows a build computes for R rows: 1, 2 or 4 (3 computes a repeated 4th)."""
+    return 1 if R == 1 else 2 if R == 2 else 4
+
+
+def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
+    """The GEMV kernels of a GEMM call of at most GEMV_MAX_ROWS rows whose B has no batch dims,
+    on a `dev` kind device in GEMV_DEVICES; None otherwise."""
+    M, N, K, nb = call.params
+    if dev not in GEMV_DEVICES or M * nb > GEMV_MAX_ROWS or math.prod(call.dims[1][:-2]) != 1:
+        return None
+    base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS) + (("GV_ROWS", gemv_rows(M * nb)),)
+    if dict(call.jit)["TRANS_B"]:
+        wk, nc, u, target = GEMV_T_TILE
+        kernel, lws, cols = "gemv_t", (wk, nc, 1), nc
+        jit = base + (("GVT_WK", wk), ("GVT_NC", nc), ("GV_U", u))
+    else:
+        wx, ky, u, target = gemv_tile(N, K)
+        kernel, lws, cols = "gemv", (wx, ky, 1), 4 * wx
+        jit = base + (("GV_WX", wx), ("GV_KY", ky), ("GV_U", u))
+    groups = -(-max(N, 1) // cols)
+    s = max(1, min(-(-target // groups), K // GEMV_MIN_CHUNK))
+    chunk = round_up(-(-max(K, 1) // s), 4)
+    s = -(-max(K, 1) // chunk)
+    gws, params = (groups * lws[0], lws[1], s), (M, N, K, nb, s, chunk)
+    if s == 1:
+        return [KernelCall("gemm", kernel, jit, call.args, params, gws=gws, lws=lws, dims=call.dims)]
+    jit += (("GV_SPLIT", 1),)
+    tmp = Layout((s, nb, M, N), "f32")
+    args = call.args + (("internal", 0),)
+    dims = {**call.dims, len(call.args): tmp.shape}
+    return [KernelCall("gemm", kernel, jit, args, params, gws=gws, lws=lws, dims=dims, internal=(tmp,)),
+            KernelCall("gemm", "gemm_splitk_reduce", jit, args, params, gws=(nb * M * N,), dims=dims,
+                       internal=(tmp,))]
+
+
+def gemm_kernels(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
+    """The kernels of a GEMM call: the GEMV, else the call or its split-K."""
+    return gemv(call, dev) or split_k(call, dev)
+
+
 def _matmul_call(node, ins, dev="gpu"):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
     call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1], dev=dev)
@@ -161,7 +245,7 @@ def _matmul_call(node, ins, dev="gpu"):
 
 
 def _matmul_kernels(node, ins, outs, deps, device="gpu"):
-    return split_k(_matmul_call(node, ins, device), device)
+    return gemm_kernels(_matmul_call(node, ins, device), device)
 
 
 TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
@@ -260,7 +344,7 @@ def _gemm_call(node, ins, dev="gpu"):
 
 
 def _gemm_kernels(node, ins, outs, deps, device="gpu"):
-    return split_k(_gemm_call(node, ins, device), device)
+    return gemm_kernels(_gemm_call(node, ins, device), device)
 
 
 @register("Gemm", checked=13, kernels=_gemm_kernels, static=_gemm_static(_gemm_call), weights=1, per_device=True,

@@ -88,11 +88,7 @@ def _package(mod: str) -> str:
     return mod.split(".")[0]
 
 
-@pytest.mark.parametrize("pkg", [
-    "dyncli",
-    "traces",
-    pytest.param("engine", marks=pytest.mark.xfail(strict=True, reason="engine redesign in progress")),
-])
+@pytest.mark.parametrize("pkg", ["dyncli", "engine", "traces"])
 def test_no_import_cycle_in_package(pkg):
     graph = import_graph()
     sub = {m: {n for n in deps if _package(n) == pkg} for m, deps in graph.items() if _package(m) == pkg}

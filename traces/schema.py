@@ -163,7 +163,7 @@ KINDS: dict[str, dict] = {
         "actions": {"replay"},
         "reasons": {"same_signature", "transition"},
         "fields": ("of_iter", "kernels"),
-        "doc": "The fast path, a decision beyond the seeds (engine/fast_path): the inference "
+        "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path): the inference "
                "`of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
                "with no resource changed since, so its `kernels` were enqueued again as recorded, "

@@ -1,5 +1,5 @@
-"""Math, rounding, trigonometric and indexing ops over shape sequences (growth, shrink, repeats) on one Network each, against
-onnxruntime: the node tests run one shape per network; here the shape-agnostic kernels see the
+"""Math, rounding, trigonometric and indexing ops over shape sequences (growth, shrink,
+repeats) on one Network each, against onnxruntime: the node tests run one shape per network; here the shape-agnostic kernels see the
 shapes change under them. Einsum's GEMM path (float32 matrix products) is covered here."""
 import numpy as np
 import pytest

@@ -1,5 +1,4 @@
-"""Every failure a user can cause gives one line naming what
-and why, with the exit status the README documents; model files are untrusted input; long and
+"""Every failure a user can cause gives one line naming what and why, with the exit status the README documents; model files are untrusted input; long and
 concurrent runs stay bounded; tables read well at 80 columns."""
 import json
 import os

@@ -38,16 +38,16 @@ class Network:
                  impl_cache: ImplCache | None = None):
         self.program = program
         self.device = device or select_device()
-        # many small networks (the ONNX backend's node tests) may share one context and one
-        # impl cache: a kernel built for one serves them all
+        # many small networks (the ONNX backend's node tests) may share a context and impl cache
         self.ctx = context or cl.Context([self.device])
-        self.device_type = "cpu" if self.device.type & cl.device_type.CPU else "gpu"
+        device_type = "cpu" if self.device.type & cl.device_type.CPU else "gpu"
         self.decisions = Decisions(trace)
-        self.queue = DeviceQueue(self.ctx, self.device, self.device_type, profile)
+        self.queue = DeviceQueue(self.ctx, self.device, device_type, profile)
         # output preallocation policy (engine/predictors.py); --prealloc tunes "openvino"
         self.buffers = Buffers(program, self.queue, make_predictor(
             predictor, prealloc, self.device.global_mem_size), self.device)
-        self.impls = ImplManager(self.buffers, self.decisions, self.device_type, impls,
+        # the device kind picks kernel variants (tests set impls.device_type to run GPU ones)
+        self.impls = ImplManager(self.buffers, self.decisions, device_type, impls,
                                  async_compile, compile_workers, prebuild_workers, impl_cache,
                                  impl_cache_capacity)
         self.rt = Runtime(self.device, self.queue, self.buffers, self.impls, self.decisions)
@@ -89,6 +89,10 @@ class Network:
 
     # ---- what callers read --------------------------------------------------------------
     @property
+    def device_type(self) -> str:
+        return self.impls.device_type
+
+    @property
     def counters(self):
         return self.decisions.counters
 
@@ -113,10 +117,9 @@ class Network:
         return self.impls.compile_queue
 
     @property
-    def blocked_s(self) -> float:
+    def blocked_s(self) -> float:     # this inference's time blocked on the device
         return self.queue.blocked_s
-
-    def device_ms(self) -> float:
+    def device_ms(self) -> float:     # summed kernel time (profile=True)
         return self.queue.device_ms()
 
     def output_shapes(self) -> dict:

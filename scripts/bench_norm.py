@@ -77,7 +77,7 @@ def bench(case: str, shape: tuple, device=None, repeat: int = 20, kind: str | No
     model, feeds, nbytes, kw = _case(case, tuple(shape), np.random.default_rng(0))
     net = Network(build_program(model, **kw), dev, impls="dynamic", profile=True)
     if kind:
-        net.device_type = kind
+        net.impls.device_type = kind
     net.infer(feeds)
     insts = [i for i in net.insts if i.bound and not i.node.host]
     us = sum(kernel_us(net, i, repeat) for i in insts)

@@ -1,7 +1,7 @@
 """Fused attention (engine/attention_fusion.py): QK^T, scale, mask, Softmax and x V run as one kernel
 that keeps the scores out of global memory; the unfused nodes run for shapes it does not take,
 and the trace says why. Both kernel variants (a work-item per query row for CPUs, a work-group
-per row for GPUs) run here on the suite's device: `net.device_type` picks the variant."""
+per row for GPUs) run here on the suite's device: `net.impls.device_type` picks the variant."""
 import numpy as np
 import pytest
 
@@ -26,7 +26,7 @@ def _feeds(rng, qb, s, l, dh, mask_shape=None):
 def _net(model, device, kind, attention=True):
     trace = MemoryTrace()
     net = Network(build_program(model, attention=attention), device, trace=trace, impls="dynamic")
-    net.device_type = kind
+    net.impls.device_type = kind
     return net, trace
 
 
@@ -167,7 +167,7 @@ def test_kv_decoder_reads_the_padded_cache_in_place(device, kind):
     trace = MemoryTrace()
     net = Network(build_program(model), device, trace=trace, impls="dynamic",
                   feedback={"present_k": "past_k", "present_v": "past_v"})
-    net.device_type = kind
+    net.impls.device_type = kind
     sess = ort_session(model)
     names = [o.name for o in sess.get_outputs()]
     rng = np.random.default_rng(6)

@@ -18,7 +18,7 @@ def make_net(model, device, kind, attention=True, **kw):
     in engine/ops/matmul.py) whatever device it runs on."""
     kw.setdefault("impls", "dynamic")
     net = Network(build_program(model, attention=attention), device, **kw)
-    net.device_type = kind
+    net.impls.device_type = kind
     return net
 
 

@@ -1,6 +1,6 @@
 """LayerNormalization and Softmax row kernels against onnxruntime: the CPU variant (a work-item
 per row) and the GPU variant (row_lanes lanes per row, NORM_WG / lanes rows per work-group), both
-run on the suite's device (`net.device_type` picks the variant), over rows and row lengths that
+run on the suite's device (`net.impls.device_type` picks the variant), over rows and row lengths that
 cross the lanes and rows-per-group sizes, shapes changing on one Network; and LayerNormalization
 with the residual Add before it as a prologue (engine/fusion.py)."""
 import numpy as np
@@ -25,7 +25,7 @@ def _model(nodes, inputs, outputs, opset=17):
 def _net(model, device, kind):
     trace = MemoryTrace()
     net = Network(build_program(model), device, trace=trace, impls="dynamic")
-    net.device_type = kind
+    net.impls.device_type = kind
     return net, trace
 
 

@@ -8,7 +8,7 @@ Procedure (one Network, trace off unless --trace):
    device (reads, finish), kernels enqueued, whether the fast path replayed it;
 4. each distinct shape run warm on its own (--same-runs times in a row): the denominator of the
    dynamic overhead = mean latency over the sequence / mean of each inference's shape run warm
-   on its own (the issue's definition; 1.0 means a changed shape costs nothing);
+   on its own (1.0 means a changed shape costs nothing);
 5. --profile: one more pass on a profiling queue (profiling doubles the launch cost, so it is
    never the timed pass) for the summed kernel time per inference;
 6. --compare onnxruntime: the same inputs through onnxruntime in the same process.

@@ -1,7 +1,7 @@
 """Built-in shape sequences of one buffer for `dyncli predictor-sim --pattern NAME[:KEY=VALUE,...]`.
 
 Lists use '/' (``batch-jump:batches=1/8/2,hold=4``). Every parameter has a default, so
-``--pattern llm-decode`` alone is the KV cache of the issue's acceptance figures.
+``--pattern llm-decode`` alone is the KV cache of docs/predictor-sim.md's figures.
 """
 from __future__ import annotations
 

@@ -121,11 +121,11 @@ def device_kind(dev: cl.Device | None = None) -> str:
 # code generation on 16-lane vector kernels ("Do not know how to scalarize this operator's
 # operand", gemm_rb) or segfaults: there Intel's runtime is the working CPU device.
 # Measured on a shared 2-core AMD EPYC (Zen 5), scripts/bench_models.py, same runs as
-# onnxruntime (README "Devices" has the table): Intel's runtime was faster on the transformer
+# onnxruntime (docs/performance.md has the table): Intel's runtime was faster on the transformer
 # encoder (1x128: 4.3 vs 21.0 ms) and densenet121 (601 vs 1531 ms) but slower on squeezenet
 # (222 vs 70 ms; 316 vs 45 ms with the tiled conv, whose tiles were measured on PoCL), and its
 # worker threads fell apart when the cores were oversubscribed (encoder 1x16: 28 vs 1.8 ms);
-# its wheels also weigh about 0.6 GB. Cold kernel builds were faster on Intel's (README).
+# its wheels also weigh about 0.6 GB. Cold kernel builds were faster on Intel's (docs/performance.md).
 CPU_PLATFORM_ORDER = {INTEL_CPU_PLATFORM: -1}
 
 

@@ -8,6 +8,9 @@ examples/encoder.onnx: tiny BERT-like encoder layer
 examples/cnn.onnx: small CNN
     input   x float[batch, 3, height, width]  (height, width >= 8)
     output  y float[batch, 10]
+examples/decoder.onnx: one attention step over a KV cache (a decode loop with --feedback)
+    inputs  x float[batch, new, 32], past_k, past_v float[batch, 2, past, 16]
+    outputs y float[batch, new, 32], present_k, present_v float[batch, 2, past + new, 16]
 
     python examples/make_models.py --bench
 
@@ -22,7 +25,7 @@ import onnx
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # repo root, so tests.models imports
 
-from tests.models import bert_encoder, encoder_block, gpt2_decoder, small_cnn  # noqa: E402
+from tests.models import bert_encoder, encoder_block, gpt2_decoder, kv_decoder_step, small_cnn  # noqa: E402
 
 
 def main():
@@ -31,7 +34,7 @@ def main():
         models = {"bench/bert_minilm.onnx": bert_encoder, "bench/gpt2_decoder.onnx": gpt2_decoder}
     else:
         models = {"encoder.onnx": lambda: encoder_block(vocab=1000, d_model=64, heads=4, ff=128),
-                  "cnn.onnx": small_cnn}
+                  "cnn.onnx": small_cnn, "decoder.onnx": kv_decoder_step}
     for name, make in models.items():
         model = make()
         path = os.path.join(HERE, name)

@@ -407,7 +407,7 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 }
 #endif
 
-// ---- GEMV (GPUs, issue 21): R = batch * M <= GV_ROWS rows of A times a B with no batch dims
+// ---- GEMV (GPUs): R = batch * M <= GV_ROWS rows of A times a B with no batch dims
 // (a weight), bandwidth-bound: every byte of B is read once, coalesced, with several 128-bit
 // loads in flight per work-item; the R rows of A are read through the cache (all the lanes of
 // a K slice read the same elements). Rows past R repeat the last row and are never stored.

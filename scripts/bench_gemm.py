@@ -38,7 +38,7 @@ import engine.ops.matmul as mm  # noqa: E402
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
 
-# The shapes: square, transformer linear layers (M = batch x seq; N, K in hidden and
+# The shapes: square, transformer linear layers (M = batch x seq; N, K in hidden and
 # FFN sizes), BERT at seq 32, decode GEMVs, a tall-skinny one.
 SHAPES = ["4096x4096x4096", "2048x1536x384", "2048x384x1536", "2048x768x3072", "2048x3072x768",
           "512x768x768", "128x1536x384", "128x384x1536", "32x1536x384", "32x384x1536",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GEMV kernel time and weight bandwidth (issue 21): our MatMul / Gemm(transB) of 1..4 rows times
+"""GEMV kernel time and weight bandwidth: our MatMul / Gemm(transB) of 1..4 rows times
 a weight, beside cuBLAS (torch, TF32 off) in the same run.
 
     python scripts/bench_gemv.py [MxNxK | tMxNxK ...] [--repeat 30] [--sweep] [--peers]

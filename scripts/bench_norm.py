@@ -7,7 +7,7 @@ attention (and the same chain unfused) and eltwise Add, from OpenCL profiling ev
 `bench(case, shape, ...)` is the importable part: it builds a one-op model, runs one inference on
 a profiling queue, re-enqueues every bound kernel `repeat` times and returns the median kernel
 time in us (summed over the model's kernels) and the bytes the op must move divided by that time
-(GB/s). The CLI prints the issue's shapes: rows 32/128/2048 x 384, 2^26 eltwise elements,
+(GB/s). The CLI prints the transformer shapes: rows 32/128/2048 x 384, 2^26 eltwise elements,
 attention at sequence 8..128 with 12 heads x 32 dims. Timings only mean something on the
 device they were taken on.
 """

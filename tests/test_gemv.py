@@ -1,4 +1,4 @@
-"""The GEMV kernels (issue 21, cl/gemm.cl gemv and gemv_t: at most 4 rows times a weight with no
+"""The GEMV kernels (cl/gemm.cl gemv and gemv_t: at most 4 rows times a weight with no
 batch dims, GPUs) against onnxruntime, over shapes that cross their tiles: N around the 32, 64
 and 128 columns of a work-group and not a multiple of 4 (B's rows unaligned: the per-float
 load path), K odd and around the rows a work-group steps by (4 x slices x quads per step), K

@@ -36,7 +36,7 @@ def sim_json(*args) -> dict:
     return json.loads(r.output)
 
 
-# --- the figures through the command ---------------------------------------------------
+# --- the documented figures through the command ---------------------------------------------------
 
 def test_openvino_pinned_figures_through_the_command():
     p = sim_json("--shapes", KV, "--dtype", "f16", "--policy", "openvino")["policies"]["openvino"]

@@ -14,7 +14,7 @@ from engine.ops.common import ShapeInferenceError, broadcast
 
 M_ALIGN = 8     # fake alignment of static GEMM rows (the GPU plugin's fully_connected does 8/16)
 
-# Kernel parameters per device kind and shape bucket (issue 12), measured with
+# Kernel parameters per device kind and shape bucket, measured with
 # scripts/bench_gemm.py (kernel time from OpenCL profiling events).
 #
 # GPU: cl/gemm.cl gemm_lm (2-level tiling through local memory), (WGX, WGY, RM, RN, BK): a
@@ -149,7 +149,7 @@ def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
                        internal=(tmp,))]
 
 
-# GEMV (GPUs, issue 21): R = batch x M <= GEMV_MAX_ROWS rows times a B with no batch dims (a
+# GEMV (GPUs): R = batch x M <= GEMV_MAX_ROWS rows times a B with no batch dims (a
 # weight) run on cl/gemm.cl gemv (B [K, N]: work-groups of WX x KY work-items, 4 columns each,
 # K in KY slices) or gemv_t (TRANS_B, B [N, K]: WK lanes along K per column, NC columns per
 # work-group); U quads of K rows per work-item and step; the build computes R's bucket of rows

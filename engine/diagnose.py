@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.ops.common import BroadcastError, ShapeInferenceError
+
 
 class InferenceError(RuntimeError):
     """An inference could not run for these inputs; the message says why, in one line."""
@@ -73,11 +75,16 @@ def limit_of(inst, buffers, shapes, nums) -> str:
     return ""
 
 
-def _failure(inst, buffers, shapes, nums, exc: Exception) -> InferenceError:
+class NodeShapeError(InferenceError, ShapeInferenceError):
+    """A device node's shape inference refused its inputs: still the op's ShapeInferenceError
+    to callers that catch that, in the user's words."""
+
+
+def _failure(inst, buffers, shapes, nums, exc: Exception, cls=InferenceError) -> InferenceError:
     node = inst.node
     text = ", ".join(_shape_text(s) if s is not None else "-" for s in shapes)
     why = limit_of(inst, buffers, shapes, nums) or (str(exc).splitlines() or ["failed"])[0]
-    return InferenceError(f"node {node.name} ({node.op}) cannot run on input shapes [{text}]: {why}")
+    return cls(f"node {node.name} ({node.op}) cannot run on input shapes [{text}]: {why}")
 
 
 def node_failure(inst, buffers, values, exc: Exception) -> InferenceError:
@@ -89,10 +96,13 @@ def node_failure(inst, buffers, values, exc: Exception) -> InferenceError:
 
 def shape_failure(inst, buffers, in_layouts, deps: dict, exc: Exception) -> InferenceError:
     """The error of device node `inst` whose shape inference refused `in_layouts` (the op's
-    ShapeInferenceError, or a dim numpy cannot hold); `deps`: the host values it read."""
+    ShapeInferenceError, or a dim numpy cannot hold); `deps`: the host values it read. Only
+    shapes that do not broadcast are explained by a constant's dim (a Conv's kernel size, say,
+    limits no input dim: the op's own words say more)."""
     shapes = [None if l is None else tuple(l.shape) for l in in_layouts]
-    nums = {int(d) for s in shapes if s is not None for d in s} | _numbers(deps.values())
-    return _failure(inst, buffers, shapes, nums, exc)
+    nums = {int(d) for s in shapes if s is not None for d in s} | _numbers(deps.values()) \
+        if isinstance(exc, BroadcastError) else set()
+    return _failure(inst, buffers, shapes, nums, exc, NodeShapeError)
 
 
 def nbytes_text(n: float) -> str:

@@ -55,3 +55,12 @@ def test_run_of_varying_shapes_keeps_static_bytes_bounded_and_correct(device):
 def test_default_network_bounds_static_bytes(device):
     net = Network(build_program(mm_model()), device)
     assert net.impls.cache.capacity == 300 and net.impls.cache.static_bytes == STATIC_BYTES == 64 << 20
+
+
+def test_evictions_give_freed_heap_back(monkeypatch):
+    """Freed programs' pages go back to the OS after an eviction (glibc keeps them otherwise)."""
+    calls = []
+    monkeypatch.setattr("engine.impl_manager.give_back_freed_heap", lambda: calls.append(1))
+    run_seq(mm_model(), [8, 16, 24], impl_cache=ImplCache(300, static_bytes=1), async_compile=False,
+            wait=False)
+    assert calls

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.ops.common import BroadcastError, ShapeInferenceError
+
 
 class InferenceError(RuntimeError):
     """An inference could not run for these inputs; the message says why, in one line."""
@@ -15,8 +17,10 @@ def _shape_text(shape) -> str:
 
 
 def _upstream_constants(inst, prog, depth: int = 4) -> list[tuple[str, tuple]]:
-    """(name, dims) of the constants feeding the node, directly or through host shape nodes."""
-    seen, out = set(), []
+    """(name, dims) of the constants feeding the node, directly or through host shape nodes;
+    not those it reads as values (a Reshape's shape: its length limits no dim)."""
+    values = {inst.node.inputs[i] for i in inst.opdef.shape_deps if i < len(inst.node.inputs)}
+    seen, out = set(values), []
 
     def walk(names, d):
         for n in names:
@@ -44,12 +48,12 @@ def _numbers(values) -> set[int]:
     return nums
 
 
-def limit_of(inst, buffers, values) -> str:
+def limit_of(inst, buffers, shapes, nums) -> str:
     """'input_ids seq 264 exceeds a constant of 256 along that axis (embeddings.position_ids)'
     when a graph input dim is larger than a dim of a constant the failing node reads, and both
-    show in the node's inputs; '' when nothing explains it."""
-    nums = _numbers(values)
-    dims = {int(d) for v in values if v is not None for d in np.shape(v)}
+    show in the node's inputs (`shapes`; `nums`: their dims and small integer values); '' when
+    nothing explains it."""
+    dims = {int(d) for s in shapes if s is not None for d in s}
     prog = buffers.program
     # the graph inputs whose shape the node's shape subgraph reads come first
     read = {n.inputs[0] for n in prog.nodes if n.name in inst.node.shape_sources}
@@ -71,13 +75,34 @@ def limit_of(inst, buffers, values) -> str:
     return ""
 
 
-def node_failure(inst, buffers, values, exc: Exception) -> InferenceError:
-    """The error of `inst` failing on input `values` (host arrays, None where absent);
-    `buffers` (engine/buffers.py) holds the program and the tensors' current layouts."""
+class NodeShapeError(InferenceError, ShapeInferenceError):
+    """A device node's shape inference refused its inputs: still the op's ShapeInferenceError
+    to callers that catch that, in the user's words."""
+
+
+def _failure(inst, buffers, shapes, nums, exc: Exception, cls=InferenceError) -> InferenceError:
     node = inst.node
-    shapes = ", ".join(_shape_text(np.shape(v)) if v is not None else "-" for v in values)
-    why = limit_of(inst, buffers, values) or (str(exc).splitlines() or ["failed"])[0]
-    return InferenceError(f"node {node.name} ({node.op}) cannot run on input shapes [{shapes}]: {why}")
+    text = ", ".join(_shape_text(s) if s is not None else "-" for s in shapes)
+    why = limit_of(inst, buffers, shapes, nums) or (str(exc).splitlines() or ["failed"])[0]
+    return cls(f"node {node.name} ({node.op}) cannot run on input shapes [{text}]: {why}")
+
+
+def node_failure(inst, buffers, values, exc: Exception) -> InferenceError:
+    """The error of host node `inst` failing on input `values` (host arrays, None where
+    absent); `buffers` (engine/buffers.py) holds the program and the tensors' current layouts."""
+    return _failure(inst, buffers, [None if v is None else np.shape(v) for v in values],
+                    _numbers(values), exc)
+
+
+def shape_failure(inst, buffers, in_layouts, deps: dict, exc: Exception) -> InferenceError:
+    """The error of device node `inst` whose shape inference refused `in_layouts` (the op's
+    ShapeInferenceError, or a dim numpy cannot hold); `deps`: the host values it read. Only
+    shapes that do not broadcast are explained by a constant's dim (a Conv's kernel size, say,
+    limits no input dim: the op's own words say more)."""
+    shapes = [None if l is None else tuple(l.shape) for l in in_layouts]
+    nums = {int(d) for s in shapes if s is not None for d in s} | _numbers(deps.values()) \
+        if isinstance(exc, BroadcastError) else set()
+    return _failure(inst, buffers, shapes, nums, exc, NodeShapeError)
 
 
 def nbytes_text(n: float) -> str:

@@ -101,7 +101,25 @@ def _binary(node, a, b):
     if a.dtype != b.dtype or a.dtype.kind not in "biu":   # float math: the reference's rounding
         return None
     out = _BINARY[node.op](a, b)
+    if node.op in _WRAPS and a.size + b.size <= _EXACT_MAX:
+        _no_wrap(node, a, b, out)
     return [out if out.dtype == np.bool_ else out.astype(a.dtype)]
+
+
+_WRAPS = {"Add": "+", "Sub": "-", "Mul": "*"}
+_EXACT_MAX = 64     # shape math holds a few values; a larger integer tensor is data
+
+
+def _no_wrap(node, a, b, out) -> None:
+    """numpy's integer math wraps silently: a dim past int64 would become a small or negative
+    one and fail later, or not at all, far from its cause. Python's ints are exact."""
+    exact = _BINARY[node.op](a.astype(object), b.astype(object))
+    bad = np.flatnonzero(np.broadcast_to(exact != out, np.shape(out)))
+    if bad.size:
+        i = np.unravel_index(bad[0], np.shape(out))
+        x, y = np.broadcast_to(a, np.shape(out))[i], np.broadcast_to(b, np.shape(out))[i]
+        raise OverflowError(f"{x} {_WRAPS[node.op]} {y} is past {a.dtype} "
+                            f"({np.iinfo(a.dtype).min}..{np.iinfo(a.dtype).max})")
 
 
 @_fast("Max", "Min")

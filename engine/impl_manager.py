@@ -11,8 +11,9 @@ from engine.buffers import Buffers
 from engine.compile_queue import CompileQueue
 from engine.decisions import Decisions
 from engine.graph import ModelError
-from engine.impl_cache import IMPL_MODES, ImplCache, static_worth
-from engine.kernels import Impl, ImplParams, StaticVariant, compile_program, dynamic_key, impl_name
+from engine.impl_cache import IMPL_MODES, ImplCache, give_back_freed_heap, static_worth
+from engine.kernels import (Impl, ImplParams, StaticVariant, compile_program, dynamic_key, impl_name,
+                            program_bytes)
 from engine.memory import Tensor
 from engine.prebuild import start_builds
 from engine.weights import run_reorder
@@ -69,8 +70,14 @@ class ImplManager:
             c["compile_ms_critical"] += ms
 
     def _put(self, key, impl, node) -> None:
-        for _, old in self.cache.put(key, impl):
-            self.decisions.record("update_impl", "evict", node=node, impl=old.name, impl_kind=old.kind)
+        impl.nbytes = program_bytes(impl.program, self.ctx.devices[0])
+        evicted = self.cache.put(key, impl)
+        for _, old, why in evicted:
+            self.decisions.record("update_impl", "evict", why, node=node, impl=old.name,
+                                  impl_kind=old.kind, bytes=old.nbytes)
+        if evicted:
+            del old, evicted      # the last references: their programs are freed here
+            give_back_freed_heap()
 
     # ---- shape-agnostic impls -----------------------------------------------------------
     def dynamic(self, call, node) -> Impl:

@@ -18,6 +18,7 @@ from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
 from engine.impl_cache import ImplCache
 from engine.impl_manager import ImplManager
+from engine.index_checks import IndexChecks
 from engine.layout import Layout, dtype_from_numpy
 from engine.load_passes import in_place_concats, instantiate, kv_append_ok, tensor_lifetimes
 from engine.memory import Tensor
@@ -52,6 +53,7 @@ class Network:
                                  impl_cache_capacity)
         self.rt = Runtime(self.device, self.queue, self.buffers, self.impls, self.decisions)
         self.insts = instantiate(program, self.buffers.tensors, self.rt)
+        self.index_checks = IndexChecks(self.insts)   # indices out of range refused, not clamped
         self.iter = -1
         self.feedback = dict(feedback or {})
         self.kv_pasts = self._plan_kv_appends()
@@ -179,7 +181,7 @@ class Network:
         sig = signature(feeds, fast.by_value) if fast is not None else None
         plan = fast.find(sig) if fast is not None else None
         if plan is not None:
-            return self._replay(plan, feeds, t0, want)
+            return self.index_checks.after(self._replay(plan, feeds, t0, want))
         self.decisions.begin()
         self.rt.shape_of_changed.clear()
         self.memory.begin_inference()
@@ -201,7 +203,7 @@ class Network:
         self.trace.event("infer_end", latency_ms=round(latency, 3),
                          out_shapes=self.output_shapes(), counters=dict(c), **base)
         self.trace.flush()
-        return outs
+        return self.index_checks.after(outs)
 
     def _inputs(self, feeds: dict, fed_back: dict) -> None:
         for name in self.program.inputs:

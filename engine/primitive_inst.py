@@ -16,13 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from engine.bound_kernel import BoundKernel
+from engine.diagnose import shape_failure
 from engine.fused_ops import fused_jit, fusion_valid
 from engine.host_eval import host_outputs
 from engine.kernels import KernelCall, compose_shape_info
 from engine.layout import Layout, dtype_from_numpy
 from engine.memo import Memo, values_key
 from engine.memory import Tensor
-from engine.ops.common import contiguous_strides, norm_axis
+from engine.ops.common import ShapeInferenceError, contiguous_strides, norm_axis
 from engine.ops.movement import copy_call
 from engine.shape_predictor import BufferState
 from engine.weights import WeightsCache, weights_cache_capacity
@@ -105,7 +106,10 @@ class PrimitiveInst:
     def infer_layouts(self, in_layouts, deps) -> tuple[list, str]:
         """Output layouts for these inputs, and why the fusion is invalid for them ("": valid)."""
         own = in_layouts[:self.n_own] if self.fusion else in_layouts
-        out_layouts = self.opdef.infer(self.node, own, deps)
+        try:
+            out_layouts = self.opdef.infer(self.node, own, deps)
+        except (ShapeInferenceError, OverflowError) as e:  # the op's words name no node: say which
+            raise shape_failure(self, self.rt.buffers, own, deps, e) from e
         if not self.fusion:
             return out_layouts, ""
         extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))

@@ -65,15 +65,19 @@ KINDS: dict[str, dict] = {
     },
     "update_impl": {
         "actions": {"build", "cache_hit", "keep", "queue", "switch", "evict", "fallback"},
-        "reasons": {"dynamic", "static", "already_queued", "static_ready", "build_failed"},
-        "fields": ("impl", "impl_kind", "compile_ms", "critical", "old_impl", "new_impl", "error"),
+        "reasons": {"dynamic", "static", "already_queued", "static_ready", "build_failed",
+                    "capacity", "bytes"},
+        "fields": ("impl", "impl_kind", "compile_ms", "critical", "old_impl", "new_impl", "error",
+                   "bytes"),
         "doc": "Impl selection (impl cache keyed by the full ImplParams). `build`: an impl cache "
                "miss compiled now, in the critical path (reason `dynamic`, or `static` with "
                "--no-async-compile / --impls static); `cache_hit`; `keep`: the node's own "
                "shape-agnostic impl serves the new shape; `queue`: a static build submitted to "
                "the background compile queue (`already_queued`: deduplicated); `switch`: a "
                "finished static build taken on a later execution (`old_impl` -> `new_impl`, "
-               "`compile_ms` off the critical path); `evict`: the LRU dropped `impl`; "
+               "`compile_ms` off the critical path); `evict`: the LRU dropped `impl` (reason "
+               "`capacity`: past --impl-cache-capacity impls; `bytes`: its static impls past "
+               "their byte bound; `bytes`: the host bytes `impl` held); "
                "`fallback`: a static build failed, the dynamic impl stays.",
     },
     "update_weights": {

@@ -68,7 +68,8 @@ _op("Abs", lambda n, dt, k: "fabs(a)" if dt in FLOATS else "a" if dt in UNSIGNED
 _op("Exp", lambda n, dt, k: "exp(a)", checked=13)
 _op("Log", lambda n, dt, k: "log(a)", checked=13)
 _op("Reciprocal", lambda n, dt, k: "(TOUT)1 / a", checked=13)
-_op("Softplus", lambda n, dt, k: "log(exp(a) + (TOUT)1)", checked=22)
+# log(1 + e^a) as max(a, 0) + log1p(e^-|a|): exp(a) overflows past 88 and log(1 + tiny) loses it
+_op("Softplus", lambda n, dt, k: "(a > (TOUT)0 ? a + log1p(exp(-a)) : log1p(exp(a)))", checked=22)
 _op("Softsign", lambda n, dt, k: "a / ((TOUT)1 + fabs(a))", checked=22)
 _op("Mish", lambda n, dt, k: "a * tanh(log(exp(a) + (TOUT)1))", checked=22)
 for _name, _fn, _checked in (
@@ -97,14 +98,15 @@ def _mod(node, dt, k):
 
 
 _op("Mod", _mod, NUMERIC, checked=28)
-_op("HardSigmoid", lambda n, dt, k: f"fmax((TOUT)0, fmin((TOUT)1, {lit(_a(n, 'alpha', 0.2), dt)} * a + "
-                                    f"{lit(_a(n, 'beta', 0.5), dt)}))", checked=22)
+# fmax/fmin return the other operand for NaN: NaN goes through a select (onnxruntime keeps it)
+_op("HardSigmoid", lambda n, dt, k: f"(isnan(a) ? a : fmax((TOUT)0, fmin((TOUT)1, {lit(_a(n, 'alpha', 0.2), dt)} * a + "
+                                    f"{lit(_a(n, 'beta', 0.5), dt)})))", checked=22)
 _op("HardSwish", lambda n, dt, k: "a * fmax((TOUT)0, fmin((TOUT)1, a / (TOUT)6 + (TOUT)0.5))", checked=22)
 _op("LeakyRelu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 0.01), dt)} * a : a)", checked=16)
 _op("Elu", lambda n, dt, k: f"(a < 0 ? {lit(_a(n, 'alpha', 1.0), dt)} * (exp(a) - (TOUT)1) : a)", checked=22)
 _op("Selu", lambda n, dt, k: f"{lit(_a(n, 'gamma', 1.0507009873554805), dt)} * (a <= 0 ? "
                              f"{lit(_a(n, 'alpha', 1.6732632423543772), dt)} * (exp(a) - (TOUT)1) : a)", checked=22)
-_op("Celu", lambda n, dt, k: f"(fmax((TOUT)0, a) + fmin((TOUT)0, {lit(_a(n, 'alpha', 1.0), dt)} * "
+_op("Celu", lambda n, dt, k: f"((a < (TOUT)0 ? (TOUT)0 : a) + (a > (TOUT)0 ? (TOUT)0 : {lit(_a(n, 'alpha', 1.0), dt)} * "
                              f"(exp(a / {lit(_a(n, 'alpha', 1.0), dt)}) - (TOUT)1)))", checked=28)
 _op("ThresholdedRelu", lambda n, dt, k: f"(a > {lit(_a(n, 'alpha', 1.0), dt)} ? a : (TOUT)0)", checked=22)
 # slope b broadcasts to x (unidirectional in ONNX; numpy broadcasting is the superset)

@@ -14,11 +14,15 @@ class ShapeInferenceError(ValueError):
     pass
 
 
+class BroadcastError(ShapeInferenceError):
+    """Shapes that do not broadcast: a dim past what a constant allows, most often."""
+
+
 def broadcast(*shapes) -> tuple:
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
-        raise ShapeInferenceError(
+        raise BroadcastError(
             "shapes " + ", ".join("x".join(map(str, s)) or "scalar" for s in shapes)
             + " do not broadcast") from None
 
@@ -67,5 +71,5 @@ def eltwise_call(node, ins: list[Layout], out: Layout, expr: str, dims: dict | N
                       gws=(max((out.count + 3) // 4 if flat else out.count, 1),), dims=dims)
 
 
-__all__ = ["ShapeInferenceError", "broadcast", "norm_axis", "onnx_dtype", "contiguous_strides",
+__all__ = ["ShapeInferenceError", "BroadcastError", "broadcast", "norm_axis", "onnx_dtype", "contiguous_strides",
            "eltwise_call", "MAX_RANK", "Layout"]

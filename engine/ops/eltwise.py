@@ -15,7 +15,8 @@ BINARY = {
     "Pow": ("pow((float)a, (float)b)", 15),
 }
 UNARY = {
-    "Relu": ("fmax(a, (TOUT)0)", 14), "Sigmoid": ("(TOUT)1 / ((TOUT)1 + exp(-a))", 13),
+    # a select, not fmax: fmax(NaN, 0) is 0, and Relu(NaN) is NaN in onnxruntime
+    "Relu": ("(a < (TOUT)0 ? (TOUT)0 : a)", 14), "Sigmoid": ("(TOUT)1 / ((TOUT)1 + exp(-a))", 13),
     "Tanh": ("tanh(a)", 13), "Erf": ("erf_f32(a)", 13), "Sqrt": ("sqrt(a)", 13),
 }
 

@@ -49,10 +49,12 @@ def _reshape(node, ins, deps):
     total = ins[0].count
     if -1 in out:
         if known == 0 or total % known:
-            raise ShapeInferenceError(f"cannot reshape {ins[0]} to {shape}")
+            raise ShapeInferenceError(f"cannot reshape {total} elements to {shape}: {total} is not "
+                                      f"a multiple of {known}")
         out[out.index(-1)] = total // known
     if int(np.prod(out)) != total:
-        raise ShapeInferenceError(f"cannot reshape {ins[0]} to {shape}")
+        raise ShapeInferenceError(f"cannot reshape {total} elements to {shape}: that holds "
+                                  f"{int(np.prod(out))}")
     return [Layout(tuple(out), ins[0].dtype)]
 
 

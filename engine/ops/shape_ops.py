@@ -10,7 +10,7 @@ from onnx import numpy_helper
 
 from engine.layout import Layout, dtype_from_numpy
 from engine.ops.registry import register
-from engine.ops.common import eltwise_call
+from engine.ops.common import ShapeInferenceError, eltwise_call
 
 
 @register("Shape", checked=25, host_ok=True)
@@ -52,6 +52,8 @@ def _cos_kernels(node, ins, outs, deps):
 @register("ConstantOfShape", checked=25, kernels=_cos_kernels, shape_deps=(0,), host_ok=True, f16=True)
 def _constant_of_shape(node, ins, deps):
     shape = tuple(int(v) for v in deps[0])
+    if any(d < 0 for d in shape):
+        raise ShapeInferenceError(f"shape {list(shape)} has a negative dim")
     return [Layout(shape, dtype_from_numpy(fill_value(node).dtype))]
 
 

@@ -1,0 +1,91 @@
+"""Indices out of range are refused, as onnxruntime refuses them, never answered with the
+clamped row the kernels read (the ONNX operator docs: every index lies in [-s, s-1]); indices in
+range, negative ones included, give onnxruntime's values; through the CLI: one line, exit 2."""
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from engine import Network, build_program
+from engine.diagnose import InferenceError
+from tests.conftest import assert_close, ort_session
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+DATA = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+
+def _model(op, idx_dims, data_input=False, **attrs):
+    """op(data, i[, updates]) with `i` a graph input; data a constant unless `data_input`."""
+    ins = ["d", "i"] + (["u"] if op.startswith("Scatter") else [])
+    vis = [helper.make_tensor_value_info("i", I64, idx_dims)]
+    inits = []
+    if data_input:
+        vis.append(helper.make_tensor_value_info("d", F, ["r", 6]))
+    else:
+        inits.append(numpy_helper.from_array(DATA, "d"))
+    if op.startswith("Scatter"):
+        vis.append(helper.make_tensor_value_info("u", F, None))
+    g = helper.make_graph([helper.make_node(op, ins, ["y"], name="n", **attrs)], "g", vis,
+                          [helper.make_tensor_value_info("y", F, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+# op, attrs, in-range indices, out-of-range indices, the message's tail
+CASES = {
+    "Gather": ("Gather", {}, [[0, -1, 3]], [[1, 4, 0]], "index 4 of i is out of range for axis 0 of size 4 (-4..3)"),
+    "Gather_axis1": ("Gather", {"axis": 1}, [[5, -6]], [[-7, 0]], "index -7 of i is out of range for axis 1 of size 6 (-6..5)"),
+    "GatherElements": ("GatherElements", {"axis": 1}, [[0, 5], [-1, 2]], [[0, 6], [1, 2]],
+                       "index 6 of i is out of range for axis 1 of size 6 (-6..5)"),
+    "GatherND": ("GatherND", {}, [[3, 5], [-4, 0]], [[1, 1], [4, 0]], "index 4 of i is out of range for axis 0 of size 4 (-4..3)"),
+    "ScatterElements": ("ScatterElements", {"axis": 0}, [[3, 0]], [[0, -5]], "index -5 of i is out of range for axis 0 of size 4 (-4..3)"),
+    "ScatterND": ("ScatterND", {}, [[2], [-1]], [[1], [9]], "index 9 of i is out of range for axis 0 of size 4 (-4..3)"),
+}
+
+
+def _feeds(op, idx, data_input):
+    i = np.array(idx, np.int64)
+    feeds = {"i": i}
+    if data_input:
+        feeds["d"] = DATA
+    if op == "ScatterElements":
+        feeds["u"] = np.full(i.shape, 100.0, np.float32)
+    if op == "ScatterND":
+        feeds["u"] = np.full(i.shape[:-1] + (6,), 100.0, np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("data_input", [False, True], ids=["const_data", "input_data"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_out_of_range_refused_in_range_as_onnxruntime(case, data_input, device):
+    op, attrs, good, bad, why = CASES[case]
+    model = _model(op, [f"i{k}" for k in range(np.ndim(good))], data_input, **attrs)
+    net = Network(build_program(model), device)
+    sess = ort_session(model)
+    for _ in range(2):   # the second inference of each signature is a plan replay
+        feeds = _feeds(op, good, data_input)
+        assert_close(net.infer(feeds)["y"], sess.run(None, feeds)[0])
+        feeds = _feeds(op, bad, data_input)
+        with pytest.raises(Exception):
+            sess.run(None, feeds)   # onnxruntime refuses these too
+        with pytest.raises(InferenceError) as e:
+            net.infer(feeds)
+        shapes = ", ".join("x".join(map(str, np.shape(v))) for v in
+                           [DATA] + [feeds[k] for k in ("i", "u") if k in feeds])
+        assert str(e.value) == f"node n ({op}) cannot run on input shapes [{shapes}]: {why}"
+    assert net.counters["plan.replay"] == 1, "the fast path never replayed: the check after it is untested"
+
+
+def test_gather_out_of_range_through_the_cli_one_line_exit_2(tmp_path):
+    p = tmp_path / "emb.onnx"
+    onnx.save(_model("Gather", ["batch", "seq"]), p)
+    r = subprocess.run([sys.executable, "-m", "dyncli", "run", str(p), "--shapes", "i:1x8",
+                        "--input-range", "i:0..40", "--trace", "none", "-q"],
+                       capture_output=True, text=True, timeout=300)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: inference 0 failed: node n (Gather) cannot run on input "
+                               "shapes [4x6, 1x8]: index "), lines[0]
+    assert lines[0].endswith(" of i is out of range for axis 0 of size 4 (-4..3)"), lines[0]

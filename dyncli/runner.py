@@ -393,7 +393,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         result.status, result.error = "error", error_text(e)
         result.exception = e
     finally:
-        result.device_bytes, result.impl_cache = net.used_bytes, len(net.impls)
+        result.device_bytes, result.impl_cache = net.buffers.used_bytes, len(net.impls)
         result.activation_bytes = net.memory.act_bytes
         writer.iter = -1
         writer.event("run_end", action=result.status, reason=result.error[:500],

@@ -111,16 +111,9 @@ class Network:
         return self.buffers.memory
 
     @property
-    def used_bytes(self) -> int:
-        return self.buffers.used_bytes
-
-    @property
-    def compile_queue(self):
-        return self.impls.compile_queue
-
-    @property
     def blocked_s(self) -> float:     # this inference's time blocked on the device
         return self.queue.blocked_s
+
     def device_ms(self) -> float:     # summed kernel time (profile=True)
         return self.queue.device_ms()
 

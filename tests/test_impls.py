@@ -61,7 +61,7 @@ def run_seq(model, seqs, wait=True, **net_kw):
     for s in seqs:
         run_vs_ort(model, [{"x": rng.standard_normal((1, s, 32)).astype(np.float32)}], net=net)
         if wait:
-            net.compile_queue.wait_idle()
+            net.impls.compile_queue.wait_idle()
     return net, ev
 
 

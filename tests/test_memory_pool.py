@@ -50,7 +50,7 @@ def test_pool_hands_dead_buffers_on_and_lowers_the_peak(device):
     assert ends[0]["peak_bytes"] < 0.8 * ends_off[0]["peak_bytes"], (ends[0], ends_off[0])
     # a repeated shape: every tensor keeps its (possibly shared) buffer
     assert not trace.of(1, "realloc", "alloc") and not trace.of(1, "realloc", "from_pool")
-    assert net.used_bytes < off.used_bytes
+    assert net.buffers.used_bytes < off.buffers.used_bytes
 
 
 def test_pool_on_a_cnn_with_changing_resolution(device):

@@ -110,7 +110,7 @@ def test_shrink_reuses_and_a_tenth_reclaims(device):
     assert trace.of(1, "realloc", "reuse")
     reclaimed = trace.of(2, "realloc", "alloc")          # 19 < 200 / 10: give the memory back
     assert reclaimed and all(e["reason"] == "reclaim" for e in reclaimed)
-    assert net.used_bytes < sum(e["bytes"] for e in trace.of(0, "realloc", "alloc"))
+    assert net.buffers.used_bytes < sum(e["bytes"] for e in trace.of(0, "realloc", "alloc"))
 
 
 def _matmul_bias_relu():

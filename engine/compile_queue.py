@@ -34,8 +34,9 @@ class CompileQueue:
         # OpenCL compiler's thread): stop the workers first
         atexit.register(_close_ref, weakref.ref(self))
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop the workers after the build in progress (queued builds are dropped)."""
+    def stop(self) -> None:
+        """Drop the queued builds and let the workers end after the build in progress
+        (without waiting for it)."""
         with self._cv:
             self._pending.clear()
         while True:
@@ -45,6 +46,10 @@ class CompileQueue:
                 break
         for _ in self._threads:
             self._q.put(None)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the workers after the build in progress (queued builds are dropped)."""
+        self.stop()
         for t in self._threads:
             t.join(timeout)
 

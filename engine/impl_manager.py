@@ -4,6 +4,8 @@ and their background queue (the GPU plugin's async_compilation.md), and the reor
 into the layout a static impl wants (update_weights, preprocessing.md)."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pyopencl as cl
 
@@ -50,6 +52,9 @@ class ImplManager:
         """The background compile queue, started on first use (`wait_idle()` for tests)."""
         if self._compile_queue is None:
             self._compile_queue = CompileQueue(self.compile_workers)
+            # a network that is gone needs none of its queued builds: they would only take
+            # the cores from the next one (on a 2-core CPU, minutes of a test suite)
+            weakref.finalize(self, self._compile_queue.stop)
         return self._compile_queue
 
     def prebuild(self, insts, tensors, feeds: dict) -> None:

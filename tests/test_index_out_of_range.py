@@ -30,7 +30,8 @@ def _model(op, idx_dims, data_input=False, **attrs):
         vis.append(helper.make_tensor_value_info("u", F, None))
     g = helper.make_graph([helper.make_node(op, ins, ["y"], name="n", **attrs)], "g", vis,
                           [helper.make_tensor_value_info("y", F, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=8)   # onnxruntime 1.30 (the GPU machine) reads IR <= 13
 
 
 # op, attrs, in-range indices, out-of-range indices, the message's tail

@@ -17,7 +17,8 @@ def _model(nodes, inputs, inits=(), opset=22):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
                           [helper.make_tensor_value_info("y", F, None)],
                           [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=8)   # onnxruntime 1.30 (the GPU machine) reads IR <= 13
 
 
 def _unary(op, opset=22, inits=(), **attrs):

@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 
 probe() {   # in a subshell whose stderr is dropped: a crash is an answer here, not news
   ( timeout 600 "$py" -m dyncli run "$here/examples/encoder.onnx" --shapes 'input_ids:1x8,attention_mask:1x8' \
-    --shapes 'input_ids:2x16,attention_mask:2x16' --trace none -q ) >/dev/null 2>&1
+    --shapes 'input_ids:2x16,attention_mask:2x16' --trace none -q || exit 1 ) >/dev/null 2>&1
 }
 
 if ! "$py" -m dyncli devices --json 2>/dev/null | "$py" -c 'import json,sys; sys.exit(0 if any(d["builds"] for d in json.load(sys.stdin)) else 1)'; then

@@ -148,18 +148,18 @@ def _inference_rows(result, cols, shapes, t: Table, wide: bool) -> Table:
 
 def first_inference(result) -> dict | None:
     """Where the first inference's time went, from its counters (the trace's infer_end has the
-    same), when it is slow: over twice the median of the later ones, or alone and building
-    kernels. None otherwise."""
+    same); `slow` when it took over twice the median of the later ones, or ran alone and built
+    kernels (the summary then prints it as a line). None without inferences."""
     rec = result.first
     if rec is None:
         return None
     later = [r.latency_ms for r in result.records if r.iter > 0]
     median = statistics.median(later) if later else None
     c = rec.counters
-    if (median is not None and rec.latency_ms <= 2 * median) or (median is None and not c.get("compiles")):
-        return None
-    return {"latency_ms": rec.latency_ms, "later_median_ms": median, "compiles": c.get("compiles", 0),
-            "compile_ms": c.get("compile_ms", 0.0), "compile_ms_critical": c.get("compile_ms_critical", 0.0),
+    slow = rec.latency_ms > 2 * median if median is not None else bool(c.get("compiles"))
+    return {"latency_ms": rec.latency_ms, "later_median_ms": median, "slow": slow,
+            "compiles": c.get("compiles", 0), "compile_ms": c.get("compile_ms", 0.0),
+            "compile_ms_critical": c.get("compile_ms_critical", 0.0),
             "allocations": c.get("realloc.alloc", 0), "bytes_allocated": c.get("bytes_allocated", 0)}
 
 
@@ -195,7 +195,7 @@ def summary_lines(s: dict) -> list[str]:
     """What follows the summary table on lines of its own (never cut: a terminal wraps them):
     the device, where a slow first inference's time went, the trace path to copy."""
     lines = [f"model: {s['model']}", f"device: {s['device']}"]
-    if s.get("first_inference"):
+    if s.get("first_inference") and s["first_inference"]["slow"]:
         lines.append(first_inference_line(s["first_inference"]))
     lines.append(f"trace: {s['trace']}")
     return lines

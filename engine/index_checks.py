@@ -48,6 +48,8 @@ class IndexChecks:
     def __init__(self, insts):
         self.insts = [i for i in insts if i.node.op in OPS and not i.node.host
                       and len(i.inputs) > 1 and i.inputs[1] is not None]
+        # what the checks read after an inference: a plan replay must put it back at once
+        self.tensors = {t for i in self.insts for t in i.inputs[:2] if t is not None}
 
     def after(self, outs: dict) -> dict:
         """`outs` of an inference whose indices were all in range; InferenceError otherwise."""

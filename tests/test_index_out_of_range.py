@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from engine import Network, build_program
 from engine.diagnose import InferenceError
 from tests.conftest import assert_close, ort_session
+from traces import MemoryTrace
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 DATA = np.arange(24, dtype=np.float32).reshape(4, 6)
@@ -90,3 +91,25 @@ def test_gather_out_of_range_through_the_cli_one_line_exit_2(tmp_path):
     assert lines[0].startswith("error: inference 0 failed: node n (Gather) cannot run on input "
                                "shapes [4x6, 1x8]: index "), lines[0]
     assert lines[0].endswith(" of i is out of range for axis 0 of size 4 (-4..3)"), lines[0]
+
+
+def test_in_range_on_a_transition_replay_whose_data_the_last_flow_left_shorter(device):
+    """A replay stands for an inference of another signature than the last flow ran: the checks
+    read the replayed signature's layouts, not the ones the last flow left (a Gather from an
+    intermediate along its sequence axis: length 8 replayed after a flow at length 4)."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                           helper.make_node("Gather", ["r", "i"], ["y"], name="g", axis=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", 4]),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, impls="dynamic", predictor="adaptive")
+    rng = np.random.default_rng(0)
+    seq = [8, 8, 4, 4, 8, 8, 4, 4, 8, 8, 4, 8, 4, 6, 4, 8]   # 6 and then 4: flows; the last 8 a replay
+    for k, s in enumerate(seq):
+        x = rng.standard_normal((1, s, 4)).astype(np.float32)
+        y = net.infer({"x": x, "i": np.array([s - 1], np.int64)})["y"]
+        assert np.array_equal(y, np.maximum(x, 0)[:, [s - 1]]), k
+    replays = {e["iter"]: e["reason"] for e in trace.events if e["kind"] == "plan"}
+    assert replays.get(len(seq) - 1) == "transition", replays

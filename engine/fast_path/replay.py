@@ -19,7 +19,7 @@ __all__ = ["FastPath", "NOT_DECISIONS", "signature"]
 
 
 class FastPath(Observer):
-    def __init__(self, program, insts, buffers, queue):
+    def __init__(self, program, insts, buffers, queue, read_after=()):
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
         self.blocker = blocker(insts)
         self.by_value = value_inputs(insts, program.inputs)
@@ -41,9 +41,10 @@ class FastPath(Observer):
                                if not i.node.host for t in i.inputs
                                if t is not None and t.name in host}.values())
         self.all_insts = [i for inst in insts for i in inst.family()]
-        # graph inputs and outputs: their layouts are put back at once (outputs are read, and
-        # callers ask for the shapes), the rest of the state lazily
-        self.io_tensors = {tensors[n] for n in list(program.inputs) + program.outputs}
+        # graph inputs and outputs, and what is read after an inference (`read_after`: the
+        # index checks' data and indices): their state is put back at once (outputs are read,
+        # callers ask for the shapes), the rest lazily
+        self.io_tensors = {tensors[n] for n in list(program.inputs) + program.outputs} | set(read_after)
 
     # ---- the observer: what the flow enqueues and asks the predictor --------------------
     def launched(self, bound, kernel, gws, lws) -> None:

@@ -80,11 +80,15 @@ class NodeShapeError(InferenceError, ShapeInferenceError):
     to callers that catch that, in the user's words."""
 
 
-def _failure(inst, buffers, shapes, nums, exc: Exception, cls=InferenceError) -> InferenceError:
-    node = inst.node
+def cannot_run(node, shapes, why: str, cls=InferenceError) -> InferenceError:
+    """'node n (Op) cannot run on input shapes [1x8, 3]: why' (`shapes`: None where absent)."""
     text = ", ".join(_shape_text(s) if s is not None else "-" for s in shapes)
-    why = limit_of(inst, buffers, shapes, nums) or (str(exc).splitlines() or ["failed"])[0]
     return cls(f"node {node.name} ({node.op}) cannot run on input shapes [{text}]: {why}")
+
+
+def _failure(inst, buffers, shapes, nums, exc: Exception, cls=InferenceError) -> InferenceError:
+    why = limit_of(inst, buffers, shapes, nums) or (str(exc).splitlines() or ["failed"])[0]
+    return cannot_run(inst.node, shapes, why, cls)
 
 
 def node_failure(inst, buffers, values, exc: Exception) -> InferenceError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.diagnose import InferenceError, _shape_text
+from engine.diagnose import cannot_run
 
 OPS = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND")
 
@@ -59,9 +59,6 @@ class IndexChecks:
                 continue
             why = out_of_range(inst.node, data.layout.shape, np.asarray(idx.host), idx.name)
             if why:
-                node = inst.node
-                shapes = ", ".join(_shape_text(t.layout.shape) if t is not None and t.layout is not None
-                                   else "-" for t in inst.inputs)
-                raise InferenceError(f"node {node.name} ({node.op}) cannot run on input shapes "
-                                     f"[{shapes}]: {why}")
+                raise cannot_run(inst.node, [t.layout.shape if t is not None and t.layout is not None
+                                             else None for t in inst.inputs], why)
         return outs

@@ -59,10 +59,9 @@ class Network:
         self.kv_pasts = self._plan_kv_appends()
         self._plan_memory(memory_pool)
         # plan replay of repeated input signatures (engine/fast_path); None: the flow runs always
-        self.fast = FastPath(program, self.insts, self.buffers, self.queue,
-                             self.index_checks.tensors) if fast_path else None
+        self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.index_checks.tensors,
+                             bool(self.feedback)) if fast_path else None
         if self.fast is not None:
-            self.fast.blocker = "feedback" if self.feedback else self.fast.blocker
             self.queue.observer = self.fast
 
     def _plan_kv_appends(self) -> set:

@@ -36,9 +36,11 @@ def value_inputs(insts, graph_inputs) -> frozenset:
     return frozenset(names & set(graph_inputs))
 
 
-def blocker(insts) -> str:
-    """Why these nodes cannot replay plans ("" when they can): shapes that depend on data
-    (the network adds `feedback`: decode feedback moves buffers between inferences)."""
+def blocker(insts, feedback: bool = False) -> str:
+    """Why these nodes cannot replay plans ("" when they can): decode feedback moves buffers
+    between inferences; shapes that depend on data."""
+    if feedback:
+        return "feedback"
     for inst in insts:
         for i in inst.family():
             if i.opdef.dynamic_output:

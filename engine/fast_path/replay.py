@@ -19,9 +19,9 @@ __all__ = ["FastPath", "NOT_DECISIONS", "signature"]
 
 
 class FastPath(Observer):
-    def __init__(self, program, insts, buffers, queue, read_after=()):
+    def __init__(self, program, insts, buffers, queue, read_after=(), feedback: bool = False):
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
-        self.blocker = blocker(insts)
+        self.blocker = blocker(insts, feedback)
         self.by_value = value_inputs(insts, program.inputs)
         self.plans = Memo(PLAN_BASES_KEPT)   # (previous signature, signature) -> Plan
         self.epoch = 0                 # inferences of the flow that changed a resource

@@ -32,6 +32,18 @@ def _kernels(net):
     return [b.call.kernel for b in net.insts[0].bound]
 
 
+def matmul_model():
+    """y = a @ b, both inputs of any [m, k] x [k, n]: one Network sees every GEMM shape."""
+    return _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                  [("a", ["m", "k"]), ("b", ["k", "n"])], [("y", ["m", "n"])])
+
+
+def matmul_feeds(rng, M, N, K):
+    """a [M, K] and b [K, N] scaled by 1/sqrt(K), so outputs stay O(1) at every K."""
+    return {"a": rng.standard_normal((M, K)).astype(np.float32),
+            "b": (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)}
+
+
 # (M, N, K): 1, tile - 1, tile, tile + 1 of the 32x32 / 32x64 / 64x64 GPU tiles and of the
 # 8x16 CPU tile, primes; (40, 70, 1100) is a small grid with a long K (gemm_lm split-K on
 # GPUs), (1, 1, 1), (1, 50, 600) and (3, 130, 513) are GEMVs (the GEMV kernel on GPUs).
@@ -41,15 +53,12 @@ SEQ = [(1, 1, 1), (31, 63, 15), (32, 64, 16), (33, 65, 17), (97, 131, 37), (7, 1
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_matmul_shapes_cross_tiles_on_one_network(device, kind):
-    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                   [("a", ["m", "k"]), ("b", ["k", "n"])], [("y", ["m", "n"])])
+    model = matmul_model()
     net = make_net(model, device, kind)
     rng = np.random.default_rng(0)
     seen = set()
     for M, N, K in SEQ:
-        feeds = {"a": rng.standard_normal((M, K)).astype(np.float32),
-                 "b": (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)}
-        run_vs_ort(model, [feeds], rtol=2e-4, atol=2e-5, net=net)
+        run_vs_ort(model, [matmul_feeds(rng, M, N, K)], rtol=2e-4, atol=2e-5, net=net)
         seen.add(tuple(_kernels(net)))
     if kind == "gpu":
         assert seen == {("gemm_lm",), ("gemm_lm", "gemm_splitk_reduce"), ("gemv",)}

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import engine.ops.matmul as mm
 from tests.conftest import assert_close_for, ort_session, run_vs_ort
-from tests.test_gemm_tiles import _kernels, _model, make_net
+from tests.test_gemm_tiles import _kernels, _model, make_net, matmul_feeds, matmul_model
 
 SPLIT = ["gemm_splitk_reduce"]
 
@@ -58,15 +58,12 @@ def test_matmul_gemv_shapes_cross_tiles(device, tile, monkeypatch):
     """Both operands are inputs, so one Network sees every shape (the shape-agnostic build)."""
     if tile:
         monkeypatch.setattr(mm, "gemv_tile", lambda N, K: tile)
-    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                   [("a", ["m", "k"]), ("b", ["k", "n"])], [("y", ["m", "n"])])
+    model = matmul_model()
     net = make_net(model, device, "gpu")
     rng = np.random.default_rng(0)
     seen = set()
     for M, N, K in SHAPES:
-        feeds = {"a": rng.standard_normal((M, K)).astype(np.float32),
-                 "b": (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)}
-        run_vs_ort(model, [feeds], rtol=2e-4, atol=3e-5, net=net)
+        run_vs_ort(model, [matmul_feeds(rng, M, N, K)], rtol=2e-4, atol=3e-5, net=net)
         assert _kernels(net) == _gemv_kernels(M, N, K), (M, N, K)
         assert dict(net.insts[0].bound[0].call.jit)["GV_ROWS"] == mm.gemv_rows(M)
         seen.add(len(_kernels(net)))
@@ -201,8 +198,7 @@ def test_float16_model(device):
 
 def test_cpu_keeps_register_tile(device):
     """On CPUs the GEMV is off (PoCL: see GEMV_DEVICES): gemm_rb as before."""
-    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                   [("a", ["m", "k"]), ("b", ["k", "n"])], [("y", ["m", "n"])])
+    model = matmul_model()
     net = make_net(model, device, "cpu")
     rng = np.random.default_rng(7)
     run_vs_ort(model, [{"a": rng.standard_normal((1, 64)).astype(np.float32),

@@ -3,6 +3,8 @@ preallocation policy that sizes new buffers (the ShapePredictor of the GPU plugi
 memory_preallocation.md, or another policy of engine/predictors.py)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyopencl as cl
 
@@ -23,6 +25,7 @@ class Buffers:
         self._dummy = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 64)
         self.limits = (device.global_mem_size, device.max_mem_alloc_size)
         self.tensors: dict[str, Tensor] = {}
+        self.alloc_s = 0.0             # time spent making buffers (the network resets it)
         for name, v in program.constants.items():  # includes constants made by fusion
             v = np.require(v, requirements="C")
             self.tensors[name] = Tensor(name, Layout(v.shape, dtype_from_numpy(v.dtype)),
@@ -59,6 +62,13 @@ class Buffers:
         (`alloc`). A new buffer the device cannot give is tried again at `exact` bytes (the
         need without the predictor's extra) before failing with a DeviceMemoryError that names
         the tensor and its node."""
+        t0 = time.perf_counter()
+        try:
+            return self._give(t, nbytes, exact)
+        finally:
+            self.alloc_s += time.perf_counter() - t0
+
+    def _give(self, t: Tensor, nbytes: int, exact: int | None) -> str:
         self.release(t)
         taken = self.memory.take(t.name, nbytes)
         if taken is not None:

@@ -43,10 +43,11 @@ class DeviceQueue:
         self.observer = Observer()
         self.events: list = []         # with profile=True: this inference's kernel events
         self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
+        self.enqueue_s = 0.0           # ... spent enqueueing kernels, shape_info and uploads
         self._keep: list = []
 
     def begin_inference(self) -> None:
-        self.blocked_s, self.events = 0.0, []
+        self.blocked_s, self.enqueue_s, self.events = 0.0, 0.0, []
 
     def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None, bound=None) -> None:
         """A kernel the flow decided to run: enqueued at the next flush. `bound`: the node's
@@ -60,7 +61,9 @@ class DeviceQueue:
         """Write the shape_info arena's dirty spans, then enqueue the waiting kernels. Called
         before any other command goes on the queue (copies, reads), so the order on the
         in-order queue is the order the flow decided."""
+        t0 = time.perf_counter()
         self.arena.flush(self.cl_queue, self.keep)
+        self.enqueue_s += time.perf_counter() - t0
         if self.launches:
             self.enqueue(self.launches)
             self.launches = []
@@ -68,18 +71,22 @@ class DeviceQueue:
     def enqueue(self, launches) -> None:
         """(kernel, gws, lws) in order: the one enqueue loop of the flow and of plan replays."""
         enqueue, q = cl.enqueue_nd_range_kernel, self.cl_queue
+        t0 = time.perf_counter()
         if self.profile:
             self.events += [enqueue(q, k, g, l) for k, g, l in launches]
         else:
             for k, g, l in launches:
                 enqueue(q, k, g, l)
+        self.enqueue_s += time.perf_counter() - t0
 
     def write(self, buf: cl.Buffer, arr: np.ndarray) -> None:
         """A non-blocking host-to-device copy (no flush: callers write buffers no waiting
         kernel reads, such as inputs and host values)."""
+        t0 = time.perf_counter()
         arr = np.require(arr, requirements="C")
         cl.enqueue_copy(self.cl_queue, buf, arr, is_blocking=False)
         self.keep(arr)
+        self.enqueue_s += time.perf_counter() - t0
 
     def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
         """A device-to-device copy, in order after every kernel decided so far."""

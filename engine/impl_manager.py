@@ -4,6 +4,7 @@ and their background queue (the GPU plugin's async_compilation.md), and the reor
 into the layout a static impl wants (update_weights, preprocessing.md)."""
 from __future__ import annotations
 
+import time
 import weakref
 
 import numpy as np
@@ -43,6 +44,8 @@ class ImplManager:
         self.prebuilt: dict = {}
         self.prebuild_workers = prebuild_workers
         self._prebuilt_for: set = set()     # input shapes prebuild walked already
+        self.wait_s = 0.0              # time the flow waited for builds (the network resets it)
+        self.prebuild_s = 0.0          # ... spent walking a new signature for prebuild
 
     def __len__(self) -> int:
         return len(self.cache)
@@ -63,8 +66,10 @@ class ImplManager:
             return
         shapes = tuple((k, np.shape(v)) for k, v in feeds.items())
         if shapes not in self._prebuilt_for:
+            t0 = time.perf_counter()
             self._prebuilt_for.add(shapes)
             start_builds(self, insts, tensors, feeds)
+            self.prebuild_s += time.perf_counter() - t0
 
     def _count_compile(self, ms: float, static: bool, critical: bool) -> None:
         c = self.decisions.counters
@@ -95,10 +100,13 @@ class ImplManager:
                                   impl_kind="dynamic")
             return impl
         built = self.prebuilt.pop((call.source, jit), None)
+        t0 = time.perf_counter()
         try:
             prg, ms = built.result() if built is not None else compile_program(self.ctx, call.source, jit)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
+        finally:
+            self.wait_s += time.perf_counter() - t0
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
         self._put(key, impl, node)
         self._count_compile(ms, False, built is None)
@@ -153,6 +161,7 @@ class ImplManager:
         return None, "queued"
 
     def _build_static_now(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:
+        t0 = time.perf_counter()
         try:
             prg, ms = self._build_static(key)
         except cl.RuntimeError as e:
@@ -160,6 +169,8 @@ class ImplManager:
             self.decisions.record("update_impl", "fallback", "build_failed", node, impl=name,
                                   error=str(e)[:200])
             return None, "failed"
+        finally:
+            self.wait_s += time.perf_counter() - t0
         impl = Impl(name, "static", prg, ms)
         self._put(key, impl, node)
         self._count_compile(ms, True, True)

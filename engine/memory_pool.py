@@ -112,6 +112,14 @@ class MemoryPool:
         """`name` occupies `nbytes` of device memory of its own in this inference."""
         self._live[name] = nbytes
 
+    def live(self) -> dict:
+        """What note_live was told in this inference so far: tensor -> bytes."""
+        return dict(self._live)
+
+    def note_many(self, live: dict) -> None:
+        """note_live for each (name, nbytes) of `live` (a partial replay's repeated nodes)."""
+        self._live.update(live)
+
     def live_lower_bound(self) -> int:
         """The largest sum of bytes of tensors live at one step of this inference: no
         allocator can hold less (views and in-place concat inputs occupy nothing of their own)."""

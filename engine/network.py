@@ -11,8 +11,9 @@ from collections import Counter
 import numpy as np
 import pyopencl as cl
 
+from engine.accounting import Accounting
 from engine.buffers import Buffers
-from engine.decisions import Decisions
+from engine.decisions import Decisions, InputNode
 from engine.device import select_device
 from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
@@ -52,15 +53,17 @@ class Network:
                                  async_compile, compile_workers, prebuild_workers, impl_cache,
                                  impl_cache_capacity)
         self.rt = Runtime(self.device, self.queue, self.buffers, self.impls, self.decisions)
+        self.accounting = Accounting(self.queue, self.buffers, self.impls, self.decisions.trace)
         self.insts = instantiate(program, self.buffers.tensors, self.rt)
         self.index_checks = IndexChecks(self.insts)   # indices out of range refused, not clamped
         self.iter = -1
+        self.time_ms: dict = {}        # the last inference's time by part (engine/accounting.py)
         self.feedback = dict(feedback or {})
         self.kv_pasts = self._plan_kv_appends()
         self._plan_memory(memory_pool)
         # plan replay of repeated input signatures (engine/fast_path); None: the flow runs always
-        self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.index_checks.tensors,
-                             bool(self.feedback)) if fast_path else None
+        self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.decisions,
+                             self.index_checks.tensors, bool(self.feedback)) if fast_path else None
         if self.fast is not None:
             self.queue.observer = self.fast
 
@@ -130,7 +133,7 @@ class Network:
         action = "reuse" if t.buf is not None and t.capacity >= value.nbytes else "alloc"
         self.buffers.upload(t)
         self.memory.note_live(name, value.nbytes)
-        self.decisions.record("realloc", "external", action, _InputNode(name), bytes=value.nbytes)
+        self.decisions.record("realloc", "external", action, InputNode(name), bytes=value.nbytes)
 
     def feed_back(self, name: str, src: Tensor, value: np.ndarray | None) -> None:
         """Input `name` takes output `src` of the previous inference without leaving the device:
@@ -157,7 +160,7 @@ class Network:
             reason = "feedback_copy"
             self.memory.note_live(name, nbytes)
         t.dev_version = t.version
-        self.decisions.record("realloc", "external", reason, _InputNode(name), bytes=nbytes)
+        self.decisions.record("realloc", "external", reason, InputNode(name), bytes=nbytes)
 
     # ---- inference ----------------------------------------------------------------------
     def infer(self, feeds: dict, fed_back: dict | None = None, outputs=None) -> dict:
@@ -170,21 +173,27 @@ class Network:
         self.trace.iter = self.iter
         t0 = time.perf_counter()
         self.queue.begin_inference()
-        fast = self.fast if self.fast is not None and not self.fast.blocker else None
+        self.accounting.begin()
+        fast, fed_back = self.fast, fed_back or {}
         sig = signature(feeds, fast.by_value) if fast is not None else None
         plan = fast.find(sig) if fast is not None else None
         if plan is not None:
             return self.index_checks.after(self._replay(plan, feeds, t0, want))
+        partial = fast.partial_for(feeds, fed_back) if fast is not None else None
         self.decisions.begin()
         self.rt.shape_of_changed.clear()
         self.memory.begin_inference()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
         self.impls.prebuild(self.insts, self.tensors, feeds)
         if fast is not None:
-            fast.begin_flow(sig)
-        self._inputs(feeds, fed_back or {})
-        for inst in self.insts:
-            inst.execute()
+            fast.begin_flow(sig, feeds, fed_back, partial)
+        self._inputs(feeds, fed_back)
+        if partial is not None:
+            upto = fast.run_partial()    # the dirty nodes' flow between repeated blocks
+        else:
+            upto = None
+            for inst in self.insts:
+                inst.execute()
         outs = self._outputs(want)
         latency = (time.perf_counter() - t0) * 1e3
         c = self.counters
@@ -192,11 +201,14 @@ class Network:
         # device memory of activations at its peak, next to what the live tensors needed
         c["peak_bytes"] = self.memory.peak_bytes
         c["live_bytes_lower_bound"] = self.memory.live_lower_bound()
-        base = {"plan_base": True} if fast is not None and fast.end_flow(c, self.iter) else {}
-        self.trace.event("infer_end", latency_ms=round(latency, 3),
-                         out_shapes=self.output_shapes(), counters=dict(c), **base)
-        self.trace.flush()
+        self._end(latency, fast.end_flow(c, self.iter, upto) if fast is not None else {})
         return self.index_checks.after(outs)
+
+    def _end(self, latency: float, extra: dict) -> None:
+        self.time_ms = self.accounting.parts_ms(latency)
+        self.trace.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
+                         counters=dict(self.counters), time_ms=self.time_ms, **extra)
+        self.trace.flush()
 
     def _inputs(self, feeds: dict, fed_back: dict) -> None:
         for name in self.program.inputs:
@@ -231,15 +243,6 @@ class Network:
         tr = self.trace      # the same three records whatever the sink (no-op sinks ignore them)
         tr.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
         tr.event("plan", "", "", "replay", why, of_iter=plan.of_iter, kernels=len(plan.launches))
-        tr.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
-                 counters=dict(c))
-        tr.flush()
+        self._end(latency, {})
         return outs
 
-
-class _InputNode:
-    """Graph inputs appear in the trace as nodes of op "Parameter" (OpenVINO's name)."""
-    op = "Parameter"
-
-    def __init__(self, name):
-        self.name = name

@@ -111,7 +111,7 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                     if base is None:
                         raise TraceError(f"{path}:{lineno}: plan replay of inference "
                                          f"{rec['of_iter']}, which is not a plan base")
-                    yield from replayed(base, rec)
+                    yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
                     continue
                 bases.see(rec)
                 yield rec
@@ -127,11 +127,14 @@ def _not_text(path: str, lineno: int) -> str:
 NOT_REPLAYED = frozenset({"infer_start", "infer_end", "check", "run_end", "plan"})
 
 
-def replayed(base: list[dict], rec: dict) -> Iterator[dict]:
-    """The decision events a `plan replay` event stands for: copies of its base inference's,
-    renumbered to the replaying inference (ts: the replay's)."""
+def replayed(base: list[dict], rec: dict, clean_nodes: list | None = None) -> Iterator[dict]:
+    """The decision events a `plan` event stands for: copies of its base inference's (for a
+    `plan partial`, those of the base's first `upto` clean nodes only: the other nodes' events
+    are the inference's own), renumbered to the replaying inference (ts: the replay's)."""
+    names = set((clean_nodes or [])[:rec.get("upto", 0)]) if rec.get("action") == "partial" else None
     for e in base:
-        yield {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
+        if names is None or e["node"] in names:
+            yield {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
 
 
 class PlanBases:
@@ -143,6 +146,7 @@ class PlanBases:
         self._cur: list[dict] = []
         self._cur_iter = None
         self._bases: dict[int, list[dict]] = {}
+        self._clean: dict[int, list] = {}   # a base's partial plan: its clean nodes in order
 
     def see(self, rec: dict) -> None:
         it = rec["iter"]
@@ -151,10 +155,15 @@ class PlanBases:
         if rec["kind"] == "infer_end":
             if rec.get("plan_base"):
                 self._bases[it] = self._cur
+                self._clean[it] = rec.get("clean_nodes") or []
                 while len(self._bases) > self.KEEP:
+                    del self._clean[min(self._bases)]
                     del self._bases[min(self._bases)]
         elif rec["kind"] not in NOT_REPLAYED:
             self._cur.append(rec)
 
     def events(self, it: int) -> list[dict] | None:
         return self._bases.get(it)
+
+    def clean_nodes(self, it: int) -> list:
+        return self._clean.get(it, [])

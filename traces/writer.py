@@ -17,6 +17,7 @@ class TraceWriter:
         self._t0 = time.perf_counter()
         self._buf: list[bytes] = []
         self.iter = -1
+        self.spent_s = 0.0             # time spent writing events (infer_end's breakdown)
         self.write({"kind": "header", "schema": SCHEMA_VERSION, "tool": "dyncli", **header})
         self.flush()
 
@@ -28,18 +29,22 @@ class TraceWriter:
 
     def event(self, kind: str, node: str = "", op: str = "", action: str = "", reason: str = "",
               **fields) -> None:
+        t0 = time.perf_counter()
         rec = {"kind": kind, "iter": self.iter, "node": node, "op": op, "action": action,
-               "reason": reason, "ts": round(time.perf_counter() - self._t0, 6)}
+               "reason": reason, "ts": round(t0 - self._t0, 6)}
         if fields:
             rec.update(fields)
         self._buf.append(_dumps(rec))
+        self.spent_s += time.perf_counter() - t0
 
     def flush(self) -> None:
+        t0 = time.perf_counter()
         if self._buf:
             self._buf.append(b"")
             self._f.write(b"\n".join(self._buf))
             self._buf.clear()
         self._f.flush()
+        self.spent_s += time.perf_counter() - t0
 
     def close(self) -> None:
         if not self._f.closed:
@@ -81,13 +86,16 @@ class MemoryTrace:
                "reason": reason, "ts": time.perf_counter() - self._t0, **fields}
         self.events.append(rec)
         if kind == "plan":   # expanded as the file reader does (traces/reader.py)
-            base = []
+            base, clean = [], None
             for e in reversed(self.events):   # events come in iter order: stop past the base
                 if e["iter"] < fields["of_iter"]:
                     break
-                if e["iter"] == fields["of_iter"] and e["kind"] not in NOT_REPLAYED:
-                    base.append(e)
-            self.events.extend(replayed(base[::-1], rec))
+                if e["iter"] == fields["of_iter"]:
+                    if e["kind"] == "infer_end":
+                        clean = e.get("clean_nodes")
+                    elif e["kind"] not in NOT_REPLAYED:
+                        base.append(e)
+            self.events.extend(replayed(base[::-1], rec, clean))
 
     def flush(self) -> None:
         pass

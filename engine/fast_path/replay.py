@@ -7,20 +7,27 @@ from collections import Counter
 import numpy as np
 
 from engine.device_queue import Observer
+from engine.fast_path import partial
 from engine.fast_path.plans import Plan, blocker, resource_free, signature, value_inputs
+from engine.layout import dtype_from_numpy
 from engine.memo import Memo
 from traces.schema import PLAN_BASES_KEPT
 
 # counters that are measurements or the fast path's own, not the flow's decisions
 NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "plan.replay",
-                           "plan.replay.same_signature", "plan.replay.transition"})
+                           "plan.replay.same_signature", "plan.replay.transition",
+                           "plan.partial"})
 
 __all__ = ["FastPath", "NOT_DECISIONS", "signature"]
 
+_IMPL_CHANGES = ("update_impl.switch", "update_impl.build", "update_weights.")
+
 
 class FastPath(Observer):
-    def __init__(self, program, insts, buffers, queue, read_after=(), feedback: bool = False):
+    def __init__(self, program, insts, buffers, queue, decisions, read_after=(), feedback: bool = False):
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
+        self.decisions = decisions
+        # why whole-inference plans cannot be recorded ("" when they can); partial plans can
         self.blocker = blocker(insts, feedback)
         self.by_value = value_inputs(insts, program.inputs)
         self.plans = Memo(PLAN_BASES_KEPT)   # (previous signature, signature) -> Plan
@@ -31,6 +38,13 @@ class FastPath(Observer):
         self.recording = None          # (previous signature, signature, memory changes)
         self._launches: list | None = None
         self._reallocs: list | None = None
+        # partial replay (engine/fast_path/partial.py): the plan the nodes are current with
+        self.attribution = partial.Attribution(insts)
+        self.current: partial.PartialPlan | None = None
+        self._partial: partial.PartialPlan | None = None   # the one this inference runs
+        self._changed: frozenset = frozenset()
+        self._fed: frozenset = frozenset()
+        self.bases = 0                 # plan bases written so far (trace readers keep the last few)
         tensors = buffers.tensors
         # graph outputs a host impl computes (shape subgraphs) keep their host value; every
         # other output is read back from its buffer
@@ -57,33 +71,101 @@ class FastPath(Observer):
             self._reallocs.append((tensor, shape, bits))
 
     # ---- around an inference of the flow ------------------------------------------------
-    def begin_flow(self, sig) -> None:
+    def input_changes(self, feeds: dict, fed_back: dict) -> frozenset:
+        """The graph inputs whose layout (or, for those shape inference reads, value) the
+        coming inference changes."""
+        tensors, out = self.buffers.tensors, set()
+        for name in self.program.inputs:
+            t = tensors[name]
+            if name in fed_back:
+                if tensors[fed_back[name]].layout != t.layout:
+                    out.add(name)
+                continue
+            v = feeds.get(name)
+            if v is None:
+                continue
+            l = t.layout
+            if l is None or l.shape != np.shape(v) or l.dtype != dtype_from_numpy(np.asarray(v).dtype) \
+                    or (name in self.by_value and not np.array_equal(t.host, v)):
+                out.add(name)
+        return frozenset(out)
+
+    def partial_for(self, feeds: dict, fed_back: dict) -> "partial.PartialPlan | None":
+        """The partial plan the coming inference may run, if any (partial.py says when)."""
+        p = self.current
+        if p is None or self.restore is not None or p.fed != frozenset(fed_back) or \
+                self.bases - p.base_no >= PLAN_BASES_KEPT:   # a reader no longer holds its base
+            return None
+        return p if self.input_changes(feeds, fed_back) <= p.changed else None
+
+    def begin_flow(self, sig, feeds: dict, fed_back: dict, plan=None) -> None:
         """Put the nodes' state back if plans ran since the flow last did; log what this
-        inference enqueues and asks the predictor."""
+        inference enqueues, asks the predictor and decides (`plan`: the partial plan it runs,
+        which records nothing)."""
         if self.restore is not None:
             _restore(self.restore.state)
             self.restore = None
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
-        self._launches, self._reallocs = [], []
+        self._partial = plan
+        if plan is None:
+            self._changed, self._fed = self.input_changes(feeds, fed_back), frozenset(fed_back)
+            self._launches, self._reallocs = [], []
+            self.decisions.log = []
 
-    def end_flow(self, counters: Counter, iteration: int) -> bool:
-        """After the flow's inference: record it as its transition's plan when it changed no
-        resource; True when recorded (the trace marks the inference as a plan base)."""
+    def run_partial(self) -> int | None:
+        """The nodes' part of the inference begun with a partial plan (partial.run)."""
+        return partial.run(self._partial, self.queue, self.decisions.counters, self.buffers)
+
+    def end_flow(self, counters: Counter, iteration: int, upto: int | None = None) -> dict:
+        """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
+        trace the partial replay; record whole and partial plans from a flow where it allows.
+        Returns what the inference's infer_end carries of it (plan_base, clean_nodes)."""
+        p = self._partial
+        if p is not None:
+            counters["plan.partial"] = 1
+            self.decisions.trace.event("plan", "", "", "partial", "diverged" if upto is not None else "",
+                                       of_iter=p.of_iter, kernels=p.kernels,
+                                       upto=len(p.clean_nodes) if upto is None else upto)
+        clean = self._record(counters, iteration, upto is not None)
+        return {} if clean is None else {"plan_base": True, "clean_nodes": clean} if clean else \
+            {"plan_base": True}
+
+    def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | None:
+        """The node names of the clean nodes of the partial plan recorded ([] when only a
+        whole plan was), or None when this inference is no plan base."""
         prev, sig, mem = self.recording
-        launches, reallocs = self._launches, self._reallocs
-        self._launches = self._reallocs = None
+        launches, reallocs, log = self._launches, self._reallocs, self.decisions.log
+        self._launches = self._reallocs = self.decisions.log = None
         self.last_sig = sig
-        if self.buffers.memory.changes != mem or not resource_free(self.insts, counters):
-            self.epoch += 1
-            self.plans.clear()
-            self.seen.clear()
-            return False
+        changed = self.buffers.memory.changes != mem or not resource_free(self.insts, counters)
+        if self._partial is not None:
+            # a dirty node that switched impls may only repeat from now on: the next flow
+            # records a plan with fewer dirty nodes
+            if diverged or any(k.startswith(_IMPL_CHANGES) for k in counters):
+                self.current = None
+            self._partial = None
+            if changed:
+                self._new_epoch()
+            return None
+        self.current = None
+        if prev is not None and not counters.get("device_reads"):
+            self.current = partial.build(self.attribution, log, launches,
+                                         self.buffers.memory.live(), set(self.program.outputs),
+                                         iteration, self._changed, self._fed)
+        clean = None
+        if self.current is not None:
+            self.bases += 1
+            self.current.base_no = self.bases
+            clean = self.current.clean_nodes
+        if changed:
+            self._new_epoch()
+            return clean
         # A repeated signature is recorded at once; a transition only when the flow runs it a
         # second time in this epoch: a policy that reallocates often (the plugin's reclaim)
         # would otherwise pay for recording plans that never live to be replayed.
-        if prev != sig and (prev, sig) not in self.seen:
+        if self.blocker or (prev != sig and (prev, sig) not in self.seen):
             self.seen.add((prev, sig))
-            return False
+            return clean
         state = [entry for i in self.all_insts for entry in i.snapshot()]
         state += [(t, t.snapshot()) for t in self.buffers.tensors.values()]
         self.plans.put((prev, sig), Plan(
@@ -92,10 +174,19 @@ class FastPath(Observer):
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=state,
             io_state=[e for e in state if e[0] in self.io_tensors]))
-        return True
+        if clean is None:
+            self.bases += 1
+        return clean or []
+
+    def _new_epoch(self) -> None:
+        self.epoch += 1
+        self.plans.clear()
+        self.seen.clear()
 
     # ---- the replay ---------------------------------------------------------------------
     def find(self, sig) -> Plan | None:
+        if self.blocker:
+            return None
         plan = self.plans.get((self.last_sig, sig))
         return plan if plan is not None and plan.epoch == self.epoch else None
 
@@ -137,6 +228,7 @@ class FastPath(Observer):
                 queue.read_to_host(tensors[name])
         self.last_sig = plan.key[1]
         self.restore = plan
+        self.current = None            # the nodes are left as another inference left them
         return {name: tensors[name].host for name in want}
 
 

@@ -1,0 +1,206 @@
+"""Partial replay (engine/fast_path/partial.py): a new signature whose changes reach only some
+nodes runs the flow for those alone. With the fast path on and off, every sequence gives
+bit-identical outputs and the same decisions per inference (counters, and trace events once
+the reader expands them); random sequences (hypothesis) cover growth, shrink, cycles, batch
+changes, decode with feedback over chunked and single-token steps, and shapes read from
+values."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from engine import Network, build_program
+from engine.fast_path import NOT_DECISIONS
+from tests.models import encoder_block, gpt2_decoder_step, kv_decoder_step
+from traces import MemoryTrace, TraceWriter
+from traces.reader import read_trace
+
+SETTINGS = settings(max_examples=6, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def _decisions(events, it):
+    return Counter((e["kind"], e["node"], e["action"], e["reason"]) for e in events
+                   if e["iter"] == it and e["kind"] not in ("infer_start", "infer_end", "plan"))
+
+
+def _run(prog, steps, device, fast, feedback=None, trace=None, **kw):
+    """steps: [(feeds, feed back?)]; returns outputs, decision counters, trace events."""
+    trace = trace if trace is not None else MemoryTrace()
+    net = Network(prog, device, trace=trace, fast_path=fast, impls="dynamic", feedback=feedback, **kw)
+    outs, counters = [], []
+    back = {v: k for k, v in (feedback or {}).items()}
+    for feeds, fed in steps:
+        o = net.infer(feeds, fed_back=back if fed else None)
+        outs.append({k: np.array(v) for k, v in o.items()})
+        counters.append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+    return outs, counters, trace
+
+
+def _same(prog, steps, device, feedback=None, **kw):
+    """Runs `steps` with the fast path on and off; asserts equal outputs and decisions;
+    returns the plan events of the run with it on."""
+    on = _run(prog, steps, device, True, feedback, **kw)
+    off = _run(prog, steps, device, False, feedback, **kw)
+    for i, (a, b) in enumerate(zip(on[0], off[0])):
+        for name in b:
+            assert np.array_equal(a[name], b[name]), f"inference {i} output {name}"
+    assert on[1] == off[1]
+    for i in range(len(steps)):
+        assert _decisions(on[2].events, i) == _decisions(off[2].events, i), f"inference {i}"
+    return [e for e in on[2].events if e["kind"] == "plan"]
+
+
+def _decode_steps(chunks, d_model=32, heads=2, seed=0):
+    """A KV decode: the first chunk from an empty past, the rest fed back."""
+    rng = np.random.default_rng(seed)
+    d_head = d_model // heads
+    empty = np.zeros((1, heads, 0, d_head), np.float32)
+    steps = []
+    for k, n in enumerate(chunks):
+        feeds = {"x": rng.standard_normal((1, n, d_model)).astype(np.float32)}
+        if k == 0:
+            feeds.update(past_k=empty, past_v=empty)
+        steps.append((feeds, k > 0))
+    return steps
+
+
+KV_FEEDBACK = {"present_k": "past_k", "present_v": "past_v"}
+
+
+def test_a_decode_replays_only_the_nodes_its_kv_length_reaches(device):
+    """Every step after the second runs the flow for the KV appends, the attention and the
+    shape values only; the clean nodes repeat the base's decisions."""
+    steps = _decode_steps([1] * 14)
+    plans = _same(build_program(kv_decoder_step()), steps, device, KV_FEEDBACK)
+    partial = {e["iter"]: e for e in plans if e["action"] == "partial"}
+    assert sorted(partial) == list(range(2, 14))
+    assert all(e["reason"] == "" and e["upto"] > 0 for e in partial.values())
+
+
+def test_a_gpt2_style_decode_with_a_mask_and_positions(device):
+    """Range positions, a causal mask from Trilu, the attention_mask fed each step (its length
+    grows): the host values change every step, their readers take the new upload."""
+    layers, heads, d_head = 2, 2, 16
+    prog = build_program(gpt2_decoder_step(layers=layers))
+    fb = {f"present_{k}_{i}": f"past_{k}_{i}" for i in range(layers) for k in ("key", "value")}
+    rng = np.random.default_rng(4)
+    steps, total = [], 0
+    for k, n in enumerate([3, 1, 1, 2, 1, 1, 1, 1]):
+        total += n
+        feeds = {"input_ids": rng.integers(0, 100, (1, n)).astype(np.int64),
+                 "attention_mask": np.ones((1, total), np.int64)}
+        if k == 0:
+            feeds.update({v: np.zeros((1, heads, 0, d_head), np.float32) for v in fb.values()})
+        steps.append((feeds, k > 0))
+    plans = _same(prog, steps, device, fb)
+    # steps 1, 3 and 4 change the new-token count (nearly every node: no plan); step 2 and 5
+    # record one (a one-token step after a one-token step), 6 and 7 replay it
+    assert {e["iter"] for e in plans if e["action"] == "partial"} == {6, 7}
+
+
+def test_a_trace_file_expands_partial_replays(tmp_path, device):
+    """In a file a partial replay is the dirty nodes' events and one `plan partial` event;
+    the reader adds the clean nodes' events from the base, so the file counts the same
+    decisions as the flow's."""
+    prog = build_program(kv_decoder_step())
+    steps = _decode_steps([2, 1, 1, 1, 1, 1])
+    files = {}
+    for fast in (True, False):
+        path = tmp_path / f"{fast}.jsonl"
+        w = TraceWriter(str(path), {"model": "kv"})
+        _run(prog, steps, device, fast, KV_FEEDBACK, trace=w)
+        w.close()
+        _, events = read_trace(str(path))
+        files[fast] = list(events)
+    assert any(e["kind"] == "plan" and e["action"] == "partial" for e in files[True])
+    for i in range(len(steps)):
+        assert _decisions(files[True], i) == _decisions(files[False], i), f"inference {i}"
+
+
+def test_changes_beyond_the_base_run_the_flow(device):
+    """A base recorded while only the sequence length changed does not serve a batch change:
+    the new input change is not among the base's, so the flow runs."""
+    model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
+    rng = np.random.default_rng(2)
+
+    def feeds(b, s):
+        return ({"input_ids": rng.integers(0, 1000, (b, s)).astype(np.int64),
+                 "attention_mask": np.ones((b, s), np.int64)}, False)
+    plans = _same(build_program(model), [feeds(1, 8), feeds(1, 8), feeds(1, 8), feeds(2, 8)], device)
+    assert not any(e["iter"] == 3 for e in plans)
+
+
+def _value_model() -> onnx.ModelProto:
+    """A Reshape whose target is a graph input (a shape read from a value), then a MatMul."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.linspace(-1, 1, 16).astype(np.float32))
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "target"], ["r"], name="Reshape"),
+                           helper.make_node("MatMul", ["r", "w"], ["m"], name="MatMul"),
+                           helper.make_node("Relu", ["m"], ["y"], name="Relu"),
+                           helper.make_node("Sigmoid", ["z"], ["u"], name="Sigmoid")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                           helper.make_tensor_value_info("target", TensorProto.INT64, [2]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, ["k", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("u", TensorProto.FLOAT, None)], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3)), min_size=4, max_size=10))
+def test_random_value_dependent_sequences(device, rows_k):
+    """Shapes read from a value input change while another input's shape does not, and the
+    other way round."""
+    prog = build_program(_value_model())
+    rng = np.random.default_rng(0)
+    steps = [({"x": rng.standard_normal(4 * rows).astype(np.float32),
+               "target": np.array([rows, 4], np.int64),
+               "z": rng.standard_normal((k, 3)).astype(np.float32)}, False) for rows, k in rows_k]
+    _same(prog, steps, device)
+
+
+_PATTERNS = {
+    "growth": lambda d: sorted(d), "shrink": lambda d: sorted(d, reverse=True),
+    "cycle": lambda d: (d[:3] * 3)[:len(d) + 3], "as_drawn": lambda d: d,
+}
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(_PATTERNS)),
+       st.lists(st.tuples(st.sampled_from([1, 2]), st.integers(2, 12)), min_size=3, max_size=8))
+def test_random_encoder_sequences(device, pattern, dims):
+    """Growth, shrink, cycles and batch changes through a fused encoder (fused epilogues and
+    attention; a padding mask)."""
+    prog = build_program(encoder_block(vocab=1000, d_model=32, heads=2, ff=64))
+    rng = np.random.default_rng(1)
+    steps = [({"input_ids": rng.integers(0, 1000, (b, s)).astype(np.int64),
+               "attention_mask": (rng.random((b, s)) > 0.2).astype(np.int64)}, False)
+             for b, s in _PATTERNS[pattern](dims)]
+    _same(prog, steps, device)
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 4), min_size=3, max_size=12), st.booleans())
+def test_random_decodes(device, chunks, restart):
+    """Decode with feedback over chunked and single-token steps; `restart` begins a second
+    sequence from an empty past halfway (the KV buffers are kept, the lengths fall)."""
+    steps = _decode_steps(chunks)
+    if restart and len(chunks) > 3:
+        steps += _decode_steps(chunks[: len(chunks) // 2], seed=5)
+    _same(build_program(kv_decoder_step()), steps, device, KV_FEEDBACK)
+
+
+@pytest.mark.parametrize("predictor", ["openvino", "adaptive"])
+def test_kv_growth_past_the_predicted_capacity_keeps_the_plan(device, predictor):
+    """Long decode: the KV buffers are reallocated several times as the cache outgrows what
+    the predictor asked for; the dirty KV nodes make those decisions themselves and the plan
+    keeps serving the steps between them."""
+    steps = _decode_steps([1] * 40)
+    plans = _same(build_program(kv_decoder_step()), steps, device, KV_FEEDBACK, predictor=predictor)
+    assert len([e for e in plans if e["action"] == "partial"]) >= 36

@@ -109,7 +109,7 @@ def bench_gpt2(device, out, tokens=256):
     net = Network(prog, device, feedback=fb)
     res = {}
     for p in ("cold", "warm"):
-        lat, kernels = [], []
+        lat, kernels, parts, counters = [], [], [], []
         fed = {}
         for t in range(tokens):
             feeds = gpt2_feeds(prog) if t == 0 else {"input_ids": np.array([[t % 50000]], np.int64)}
@@ -119,12 +119,17 @@ def bench_gpt2(device, out, tokens=256):
             net.infer(feeds, fed_back={} if t == 0 else {v: k for k, v in fb.items()}, outputs=["logits"])
             lat.append((time.perf_counter() - t0) * 1e3)
             kernels.append(net.counters["kernels"])
+            parts.append(getattr(net, "time_ms", {}))
+            counters.append(dict(net.counters))
         res[p] = {"mean_ms": statistics.mean(lat[1:]), "median_ms": statistics.median(lat[1:]),
-                  "kernels": statistics.mean(kernels[1:])}
+                  "kernels": statistics.mean(kernels[1:]),
+                  "time_ms": {k: round(statistics.mean(x.get(k, 0) for x in parts[1:]), 3)
+                              for k in parts[-1]},
+                  "partial_replays": sum(x.get("plan.partial", 0) for x in counters)}
     out["gpt2"] = res
     print(f"GPT-2 decode {tokens} tokens: warm mean {res['warm']['mean_ms']:.3f} ms/token "
           f"(median {res['warm']['median_ms']:.3f}), {res['warm']['kernels']:.0f} kernels/step; "
-          f"cold pass {res['cold']['mean_ms']:.3f}", flush=True)
+          f"cold pass {res['cold']['mean_ms']:.3f}; warm time by part {res['warm']['time_ms']}, partial replays {res['warm']['partial_replays']}", flush=True)
 
 
 def torch_peers(out, tokens=256):

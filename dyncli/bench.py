@@ -30,6 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dyncli import shapes as shape_spec
+from dyncli.defaults import CLI_DEFAULT_POLICY
 from dyncli.inputs import random_inputs
 from dyncli.runner import RunOptions, UsageError, read_model, resolve_sequence
 from engine import Network, build_program, select_device
@@ -52,7 +53,7 @@ class BenchOptions:
     same_runs: int = 10
     device: str | None = None
     impls: str = "auto"
-    predictor: str = "openvino"
+    predictor: str = CLI_DEFAULT_POLICY
     fast_path: bool = True
     trace: str | None = None
     profile: bool = False

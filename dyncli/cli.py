@@ -18,6 +18,7 @@ from rich.table import Table
 
 from dyncli import inspect_cmd, ops_cmd, predictor_sim, trace_cmd
 from dyncli import shapes as shape_spec
+from dyncli.defaults import CLI_DEFAULT_POLICY
 from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, print_wide, show_warning, state
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -110,9 +111,10 @@ def run(
     prealloc: str = typer.Option("10 16384 2 1.1", "--prealloc", metavar="'ITERS BYTES DIFF RATIO'", help="ShapePredictor settings as "
                                  "OV_GPU_MemPreallocationOptions: 'ITERS MAX_BYTES_PER_ITER MAX_DIM_DIFF RATIO'; "
                                  "'0 0 0 1.0' turns preallocation off."),
-    predictor: str = typer.Option("openvino", "--predictor", metavar="NAME", help="Output preallocation policy: "
-                                  "openvino (the plugin's ShapePredictor, tuned by --prealloc), adaptive "
-                                  "(see `dyncli predictor-sim`) or none."),
+    predictor: str = typer.Option(CLI_DEFAULT_POLICY, "--predictor", metavar="NAME", help="Output preallocation "
+                                  "policy: adaptive (the default: keeps buffers across shrinks, see `dyncli "
+                                  "predictor-sim`), openvino (the plugin's ShapePredictor and reclaim rule, "
+                                  "tuned by --prealloc) or none."),
     impls: str = typer.Option("auto", "--impls", metavar="MODE", help="Kernel impls: 'dynamic' (shape-agnostic only), "
                               "'static' (a static impl per shape wherever an op has one, built in the "
                               "critical path), 'auto' (dynamic at once, static builds of MatMul/Gemm/"
@@ -224,7 +226,7 @@ def bench(
     same_runs: int = typer.Option(10, "--same-runs", metavar="N", help="Warm runs of each distinct shape on its own."),
     device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device (see `dyncli devices`)."),
     impls: str = typer.Option("auto", "--impls", metavar="MODE", help="dynamic | static | auto, as for `dyncli run`."),
-    predictor: str = typer.Option("openvino", "--predictor", metavar="POLICY", help="Output preallocation "
+    predictor: str = typer.Option(CLI_DEFAULT_POLICY, "--predictor", metavar="POLICY", help="Output preallocation "
                                   "policy, as for `dyncli run` (adaptive keeps buffers across shrinks, "
                                   "so shape changes stop reallocating and the fast path can replay them)."),
     fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated signatures and transitions."),

@@ -24,6 +24,7 @@ from engine.layout import np_dtype
 from engine.model_file import load_model
 from engine.fusion import fusion_map
 from engine.predictors import ENGINE_POLICIES
+from dyncli.defaults import CLI_DEFAULT_POLICY
 from engine.impl_cache import IMPL_MODES
 from engine.program import ModelError
 from traces import TraceWriter
@@ -58,7 +59,7 @@ class RunOptions:
     device: str | None = None
     prealloc: str = "10 16384 2 1.1"
     feedback: list = field(default_factory=list)
-    predictor: str = "openvino"
+    predictor: str = CLI_DEFAULT_POLICY
     impls: str = "auto"
     async_compile: bool = True
     impl_cache_capacity: int = 300

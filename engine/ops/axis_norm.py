@@ -9,7 +9,7 @@ from engine.layout import Layout, type_jit
 from engine.ops.registry import register
 from engine.ops.activation import FLOATS
 from engine.ops.common import ShapeInferenceError, norm_axis
-from engine.ops.norm import _softmax_view, reduce_call
+from engine.ops.norm import reduce_call
 
 
 def _floats(node, x):
@@ -26,8 +26,25 @@ def _line_call(node, x, kernel, view, extra=()):
                       params=(a, inner, outer * inner), gws=(max(outer * inner, 1),))
 
 
-# LogSoftmax and Hardmax: one axis (default -1) from opset 13, the flattened tail from `axis`
-# (default 1) before, as Softmax (norm.py's view)
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _softmax_view(node, shape):
+    """(outer, A, inner, None) of LogSoftmax and Hardmax, Softmax's rule: one axis (default -1)
+    from opset 13, the flattened tail from `axis` (default 1) before."""
+    if not shape:
+        return 1, 1, 1, None
+    if node.opset < 13:
+        axis = norm_axis(int(node.attrs.get("axis", 1)), len(shape))
+        return _prod(shape[:axis]), _prod(shape[axis:]), 1, None
+    axis = norm_axis(int(node.attrs.get("axis", -1)), len(shape))
+    return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:]), None
+
+
 def _softmax_like(kernel):
     def kernels(node, ins, outs, deps):
         return [_line_call(node, ins[0], kernel, _softmax_view(node, ins[0].shape))]
@@ -45,12 +62,7 @@ for _op, _kernel in (("LogSoftmax", "log_softmax"), ("Hardmax", "hardmax")):
 
 def _lp_view(node, x):
     axis = norm_axis(int(node.attrs.get("axis", -1)), x.rank)
-    outer = inner = 1
-    for d in x.shape[:axis]:
-        outer *= d
-    for d in x.shape[axis + 1:]:
-        inner *= d
-    return outer, x.shape[axis], inner, None
+    return _prod(x.shape[:axis]), x.shape[axis], _prod(x.shape[axis + 1:]), None
 
 
 def _lp_kernels(node, ins, outs, deps):

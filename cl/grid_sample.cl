@@ -28,7 +28,7 @@ inline TC gs_reflect(TC x, TC lo, TC hi) {
 
 // Keys' cubic convolution weights (a = -0.75) of the 4 taps around a point t past the first
 inline void gs_cubic(TC t, TC* w) {
-    const TC a = -0.75;
+    const TC a = (TC)-0.75f;
     const TC t1 = t + 1, t2 = 1 - t, t3 = 2 - t;
     w[0] = ((a * t1 - 5 * a) * t1 + 8 * a) * t1 - 4 * a;
     w[1] = ((a + 2) * t - (a + 3)) * t * t + 1;
@@ -57,7 +57,7 @@ KERNEL(grid_sample)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global const 
         len[k] = L;
         const TC g = (TC)LOAD_TG(G, T_OFF(1) + (n * P + p) * S + (S - 1 - k));
         TC u = ALIGN ? (g + 1) / 2 * (L - 1) : ((g + 1) * L - 1) / 2;
-        const TC lo = ALIGN ? 0 : (TC)-0.5, hi = ALIGN ? (TC)(L - 1) : (TC)L - (TC)0.5;
+        const TC lo = ALIGN ? 0 : (TC)-0.5f, hi = ALIGN ? (TC)(L - 1) : (TC)L - (TC)0.5f;
 #if GS_MODE == 0
         u = rint(u);
 #endif
@@ -103,7 +103,7 @@ KERNEL(grid_sample)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global const 
             i = clamp(i, 0, L - 1);
 #else
             if (i < 0 || i >= L)
-                i = (int)gs_reflect((TC)i, ALIGN ? 0 : (TC)-0.5, ALIGN ? (TC)(L - 1) : (TC)L - (TC)0.5);
+                i = (int)gs_reflect((TC)i, ALIGN ? 0 : (TC)-0.5f, ALIGN ? (TC)(L - 1) : (TC)L - (TC)0.5f);
 #endif
             wt *= w[k][j];
             off = off * L + i;

@@ -95,7 +95,7 @@ def _mvn_kernels(node, ins, outs, deps):
     geo = reduce_call(node, x.shape, axes)
     kept = geo.gws[0] if x.count else 0
     # epsilon 1e-9: the constant of ONNX's function body
-    jit = (*type_jit("T", x.dtype), ("MVN", 1), ("EPS", "1e-9"), ("IMPL_TAG", node.op))
+    jit = (*type_jit("T", x.dtype), ("MVN", 1), ("EPS", "1e-9f"), ("IMPL_TAG", node.op))
     return [KernelCall("axis_norm", "mvn", jit, (("in", 0), ("out", 0)),
                        params=geo.params + (kept,), gws=geo.gws)]
 

@@ -49,10 +49,13 @@ KERNEL(arg_reduce)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global long* Y
 }
 #endif
 
-// ---- CumSum along one axis -------------------------------------------------------------------
-// X, Y viewed as [outer, A, inner]. JIT: EXCLUSIVE, REVERSE (0/1).
+// ---- CumSum (CumProd) along one axis ---------------------------------------------------------
+// X, Y viewed as [outer, A, inner]. JIT: EXCLUSIVE, REVERSE (0/1); CUM_PRODUCT 1: products.
 // PARAM(0) A, PARAM(1) inner. Each work-item sums its own prefix: O(A^2) work, no sync.
 #ifdef CUMSUM
+#ifndef CUM_PRODUCT
+#define CUM_PRODUCT 0
+#endif
 KERNEL(cumsum)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
 {
     const int gid = get_global_id(0);
@@ -62,8 +65,11 @@ KERNEL(cumsum)(OPTIONAL_SHAPE_INFO_ARG __global const T* X, __global T* Y)
     const int row = gid - j * inner;       // element 0 of this one's line
     int lo = REVERSE ? j : 0, hi = REVERSE ? A - 1 : j;
     if (EXCLUSIVE) { if (REVERSE) ++lo; else --hi; }
-    T acc = 0;
-    for (int a = lo; a <= hi; ++a) acc += X[T_OFF(0) + row + a * inner];
+    T acc = CUM_PRODUCT ? 1 : 0;
+    for (int a = lo; a <= hi; ++a) {
+        const T v = X[T_OFF(0) + row + a * inner];
+        acc = CUM_PRODUCT ? acc * v : acc + v;
+    }
     Y[T_OFF(1) + gid] = acc;
 }
 #endif

@@ -37,6 +37,7 @@ EXCLUDED = {
     r"^test_training_dropout(_default)?(_mask)?$": "Dropout training_mode=1 with a ratio (random) is not an inference",
     r"^test_convtranspose_3d$": "3-D ConvTranspose is not supported (1-D and 2-D only)",
     r"^test_convtranspose_output_shape$": "ConvTranspose output_shape larger than the full output is not supported",
+    r"^test_attention_local_window_gqa_rank4_mask_expanded$": "Softmax runs float32 only (float64 here)",
 }
 
 # Cases that run and fail today: counted as failures in the figure, each with what is known. A
@@ -51,6 +52,11 @@ KNOWN_FAILURES = {
         "onnxruntime's align_corners (output size), not ONNX's reference (input * scale)",
     "test_resize_downsample_scales_cubic_align_corners":
         "onnxruntime's align_corners (output size), not ONNX's reference (input * scale)",
+    # the reference rounds to float16 after every node of the expanded graph; the engine keeps
+    # float32 inside its kernels (Softmax between Casts, the GEMM's accumulator): 2 of 192 values
+    # differ by one half ULP (4.9e-4 at 0.47, over rtol 1e-3), and onnxruntime differs the same way
+    "test_attention_4d_causal_fp16_expanded":
+        "float16 rounded once per kernel, not after every node as the reference does",
 }
 
 

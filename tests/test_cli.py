@@ -88,9 +88,9 @@ def test_check_mismatch_exits_1(tmp_path):
 def _unsupported_model(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
-    g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["a"], name="hm1"),
+    g = helper.make_graph([helper.make_node("Multinomial", ["x"], ["a"], name="mn1"),
                            helper.make_node("Det", ["a"], ["b"], name="det1"),
-                           helper.make_node("Hardmax", ["b"], ["y"], name="hm2")], "g", [x], [y])
+                           helper.make_node("Multinomial", ["b"], ["y"], name="mn2")], "g", [x], [y])
     p = tmp_path / "bad.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
     return p
@@ -114,7 +114,7 @@ def test_usage_errors_are_one_line_exit_2(args, needle):
 def test_unsupported_ops_listed_before_running(tmp_path):
     r = runner.invoke(app, ["run", str(_unsupported_model(tmp_path)), "--shapes", "4"])
     assert r.exit_code == 2
-    assert "Hardmax (nodes: hm1, hm2)" in r.output and "Det (nodes: det1)" in r.output
+    assert "Multinomial (nodes: mn1, mn2)" in r.output and "Det (nodes: det1)" in r.output
 
 
 def test_declared_static_dim_contradiction_and_relaxing(tmp_path):

@@ -46,17 +46,17 @@ def test_inspect_names_unsupported_ops_and_shapeless_inputs(tmp_path):
     x = onnx.ValueInfoProto(name="x")
     x.type.tensor_type.elem_type = TensorProto.FLOAT   # no shape: any rank
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["a"], name="hm1"),
+    g = helper.make_graph([helper.make_node("Multinomial", ["x"], ["a"], name="mn1"),
                            helper.make_node("Relu", ["a"], ["b"], name="r"),
-                           helper.make_node("Hardmax", ["b"], ["y"], name="hm2")], "g", [x], [y])
+                           helper.make_node("Multinomial", ["b"], ["y"], name="mn2")], "g", [x], [y])
     p = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
     d = json.loads(invoke("inspect", p, "--json").stdout)
     assert d["inputs"] == [{"name": "x", "dtype": "float", "dims": None}]
-    assert d["unsupported"] == [{"op": "Hardmax", "nodes": ["hm1", "hm2"]}]
+    assert d["unsupported"] == [{"op": "Multinomial", "nodes": ["mn1", "mn2"]}]
     text = invoke("inspect", p).stdout
     assert "  x  float  any rank (no declared shape)" in text
-    assert "unsupported ops (dyncli run refuses the model): Hardmax (2 nodes: hm1, hm2)" in text
+    assert "unsupported ops (dyncli run refuses the model): Multinomial (2 nodes: mn1, mn2)" in text
 
 
 def test_run_grid_through_the_cli(tmp_path):

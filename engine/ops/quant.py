@@ -24,6 +24,7 @@ from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.conv import _conv_geometry
 from engine.ops.matmul import _mm_operands
 from engine.ops.registry import register
+from engine.ops import quant_host  # noqa: F401  (host impls: constant folding at every opset)
 from onnx import TensorProto
 
 # saturation range of each quantized type

@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
-D, HEADS, FF, VOCAB = 32, 2, 64, 50      # the encoder's sizes
+D, HEADS, FF, VOCAB = 32, 2, 64, 100     # the encoder's sizes (VOCAB: dyncli's default id range)
 
 
 def _init(name, arr):

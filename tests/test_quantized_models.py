@@ -193,3 +193,30 @@ def test_conv_integer_grouped(device):
                [_vi("y", TensorProto.INT32, None)], inits, opset=10)
     seq = [{"x": rng.integers(0, 256, (n, 4, h, ww)).astype(np.uint8)} for n, h, ww in [(1, 5, 7), (2, 5, 7), (1, 9, 4)]]
     run_vs_ort(m, seq, device, 0, 0)
+
+
+def test_conv_integer_1d_dilated_strided(device):
+    rng = np.random.default_rng(7)
+    inits = [helper.make_tensor("w", TensorProto.UINT8, [3, 2, 3], rng.integers(0, 256, (3, 2, 3))),
+             helper.make_tensor("xz", TensorProto.UINT8, [], [100]),
+             helper.make_tensor("wz", TensorProto.UINT8, [], [120])]
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], dilations=[2], pads=[2, 1], strides=[2])
+    m = _model([node], [_vi("x", TensorProto.UINT8, ["n", 2, "l"])], [_vi("y", TensorProto.INT32, None)],
+               inits, opset=10)
+    run_vs_ort(m, [{"x": rng.integers(0, 256, (n, 2, l)).astype(np.uint8)} for n, l in [(1, 9), (2, 9), (1, 20)]],
+               device, 0, 0)
+
+
+def test_qlinear_matmul_per_column_scale_over_batch(device):
+    rng = np.random.default_rng(8)
+    inits = [helper.make_tensor("as", TensorProto.FLOAT, [], [0.03]),
+             helper.make_tensor("az", TensorProto.UINT8, [], [128]),
+             helper.make_tensor("b", TensorProto.INT8, [8, 5], rng.integers(-128, 128, (8, 5))),
+             helper.make_tensor("bs", TensorProto.FLOAT, [5], rng.random(5) * 0.02 + 0.001),
+             helper.make_tensor("bz", TensorProto.INT8, [5], [0] * 5),
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.07]),
+             helper.make_tensor("yz", TensorProto.UINT8, [], [110])]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    m = _model([node], [_vi("a", TensorProto.UINT8, ["b", "m", 8])], [_vi("y", TensorProto.UINT8, None)], inits)
+    run_vs_ort(m, [{"a": rng.integers(0, 256, (b, r, 8)).astype(np.uint8)} for b, r in [(1, 3), (2, 3), (3, 7)]],
+               device, 0, 0)

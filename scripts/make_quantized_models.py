@@ -6,7 +6,9 @@ tool writes them for a user's float model (needs onnx and onnxruntime, as the te
   format: per-channel int8 weights, uint8 activations, a random calibration data reader;
 - bert.dynamic.onnx: a tiny BERT-like encoder layer (token embedding, self-attention, a GELU
   MLP, LayerNorms) with dynamic batch and sequence length, quantized by `quantize_dynamic`
-  (DynamicQuantizeLinear + MatMulInteger for every MatMul with a constant weight).
+  (DynamicQuantizeLinear + MatMulInteger for every MatMul with a constant weight);
+- convnet.dynamic.onnx: the same CNN quantized by `quantize_dynamic` (ConvInteger for the Convs,
+  MatMulInteger for the Gemm).
 
     python scripts/make_quantized_models.py OUT_DIR
 
@@ -143,7 +145,9 @@ def main(out_dir: str) -> int:
                         weight_type=QuantType.QInt8)
         enc_out = os.path.join(out_dir, "bert.dynamic.onnx")
         quantize_dynamic(f_enc, enc_out, weight_type=QuantType.QInt8)
-    for p in (conv_out, enc_out):
+        conv_dyn = os.path.join(out_dir, "convnet.dynamic.onnx")
+        quantize_dynamic(f_conv, conv_dyn, weight_type=QuantType.QInt8)
+    for p in (conv_out, enc_out, conv_dyn):
         _stamp(p)
         ops = sorted({n.op_type for n in onnx.load(p).graph.node})
         print(f"{p}: {os.path.getsize(p)} bytes, ops {', '.join(ops)}")

@@ -3,7 +3,8 @@ shape sequences, and the quantization ops one by one.
 
 tests/quantized/ holds what `python scripts/make_quantized_models.py tests/quantized` wrote: a
 small CNN quantized by `quantize_static` (QDQ: per-channel int8 weights, uint8 activations) and
-a tiny BERT-like layer quantized by `quantize_dynamic` (DynamicQuantizeLinear + MatMulInteger).
+by `quantize_dynamic` (DynamicQuantizeLinear + ConvInteger), and a tiny BERT-like layer
+quantized by `quantize_dynamic` (DynamicQuantizeLinear + MatMulInteger).
 
 onnxruntime fuses the QDQ groups into integer kernels and rounds requantized sums of integer
 products; the engine runs DequantizeLinear, the float op and QuantizeLinear, and the floats
@@ -77,11 +78,12 @@ def _run(path, feed_seq, device):
     return apart
 
 
-def test_convnet_qdq_over_batch_and_resolution(device):
+@pytest.mark.parametrize("name", ["convnet.qdq.onnx", "convnet.dynamic.onnx"])
+def test_convnet_over_batch_and_resolution(device, name):
     rng = np.random.default_rng(0)
     shapes = [(1, 16, 16), (2, 16, 16), (2, 16, 16), (1, 24, 20), (3, 9, 13), (1, 32, 32), (1, 16, 16)]
     feeds = [{"x": rng.standard_normal((b, 3, h, w)).astype(np.float32)} for b, h, w in shapes]
-    _run(os.path.join(HERE, "convnet.qdq.onnx"), feeds, device)
+    _run(os.path.join(HERE, name), feeds, device)
 
 
 def test_bert_dynamic_over_sequence_lengths(device):
@@ -102,7 +104,8 @@ def test_fixtures_hold_what_the_quantizer_writes():
                    and len(inits[n.input[1]].dims) == 1]
     assert per_channel, "no per-channel int8 weight"
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops(bert)
-    for p in ("convnet.qdq.onnx", "bert.dynamic.onnx"):
+    assert {"DynamicQuantizeLinear", "ConvInteger"} <= ops(onnx.load(os.path.join(HERE, "convnet.dynamic.onnx")))
+    for p in ("convnet.qdq.onnx", "bert.dynamic.onnx", "convnet.dynamic.onnx"):
         assert os.path.getsize(os.path.join(HERE, p)) < 300_000
 
 

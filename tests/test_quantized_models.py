@@ -223,3 +223,24 @@ def test_qlinear_matmul_per_column_scale_over_batch(device):
     m = _model([node], [_vi("a", TensorProto.UINT8, ["b", "m", 8])], [_vi("y", TensorProto.UINT8, None)], inits)
     run_vs_ort(m, [{"a": rng.integers(0, 256, (b, r, 8)).astype(np.uint8)} for b, r in [(1, 3), (2, 3), (3, 7)]],
                device, 0, 0)
+
+
+@pytest.mark.parametrize("attrs,shape", [({}, []), ({"axis": 1}, [4]), ({"axis": 1, "block_size": 2}, [2, 2, 3])])
+def test_host_impls_match_onnx_reference(attrs, shape):
+    """The numpy host impls (constant folding) give onnx.reference's outputs, dtype included."""
+    from onnx.reference import ReferenceEvaluator
+    from engine.graph import Node
+    from engine.ops import quant_host
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((2, 4, 3)) * 40).astype(np.float32)
+    scale = (rng.random(shape) + 0.1).astype(np.float32)
+    zp = rng.integers(-20, 20, shape).astype(np.int8)
+    for op, fn, args in (("QuantizeLinear", quant_host.quantize, (x, scale, zp)),
+                         ("DequantizeLinear", quant_host.dequantize, (x.astype(np.int8), scale, zp))):
+        proto = helper.make_node(op, ["a", "s", "z"], ["y"], **attrs)
+        g = helper.make_graph([proto], "g", [_vi(n, TensorProto.UNDEFINED, None) for n in "asz"],
+                              [_vi("y", TensorProto.UNDEFINED, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        want = ReferenceEvaluator(m).run(None, dict(zip(["a", "s", "z"], args)))[0]
+        got = fn(Node("n", op, ["a", "s", "z"], ["y"], attrs, proto, 21), *args)[0]
+        assert got.dtype == want.dtype and np.array_equal(got, want), op

@@ -24,11 +24,11 @@ from engine.ops.common import ShapeInferenceError, norm_axis
 from engine.ops.conv import _conv_geometry
 from engine.ops.matmul import _mm_operands
 from engine.ops.registry import register
-from engine.ops import quant_host  # noqa: F401  (host impls: constant folding at every opset)
+# QRANGE: the saturation range of each quantized type; importing quant_host registers the host
+# impls (constant folding at every opset)
+from engine.ops.quant_host import QRANGE
 from onnx import TensorProto
 
-# saturation range of each quantized type
-QRANGE = {"i8": (-128, 127), "u8": (0, 255), "i16": (-32768, 32767), "u16": (0, 65535)}
 # the element types the integer kernels take for A/X and B/W
 INT8 = ("i8", "u8")
 # one work-group reduces DynamicQuantizeLinear's input range
@@ -78,7 +78,7 @@ def _granularity(node, x: Layout, scale: Layout, zp: Layout | None) -> tuple:
 
 def _q_call(kernel, node, x: Layout, mode: int, params: tuple, tx: str, tz: str | None, ty: str,
             args: tuple) -> KernelCall:
-    lo, hi = QRANGE.get(ty if kernel == "quantize" else "u8")
+    lo, hi = QRANGE.get(ty, (0, 255))   # the range only matters where ty is quantized
     jit = (*type_jit("TX", tx), ("TY", cl_type(ty)), ("Q_MODE", mode), ("HAS_ZP", int(tz is not None)),
            ("QMIN", lo), ("QMAX", hi), ("IMPL_TAG", node.op))
     if tz is not None:
@@ -223,7 +223,7 @@ def _mm_kernels(node, ins, outs, deps):
 
 
 def _mm_infer(node, ins, deps):
-    _, jit, got = _int_args(node, ins)
+    got = _int_args(node, ins)[2]
     a2, b2, _, out = _mm_operands(got[0][1].shape, got[1][1].shape)
     _zp_shape(node, got[2][1], a2[-2], "A's zero point")
     _zp_shape(node, got[3][1], b2[-1], "B's zero point")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from engine.host_ops import _fast
+from engine.layout import np_dtype
 
-QRANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
-          np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
+# saturation range of each quantized type (the device kernels' too)
+QRANGE = {"i8": (-128, 127), "u8": (0, 255), "i16": (-32768, 32767), "u16": (0, 65535)}
+_NP_RANGE = {np_dtype(k): v for k, v in QRANGE.items()}
 
 
 def _expand(node, x, p):
@@ -25,7 +27,7 @@ def _expand(node, x, p):
 
 @_fast("DequantizeLinear")
 def dequantize(node, x, scale, zp=None):
-    if x.dtype not in QRANGE and x.dtype != np.int32 or scale.dtype != np.float32:
+    if x.dtype not in _NP_RANGE and x.dtype != np.int32 or scale.dtype != np.float32:
         return None
     d = x.astype(np.int32)
     if zp is not None:
@@ -36,10 +38,10 @@ def dequantize(node, x, scale, zp=None):
 @_fast("QuantizeLinear")
 def quantize(node, x, scale, zp=None):
     to = zp.dtype if zp is not None else np.dtype(np.uint8)
-    if to not in QRANGE or x.dtype != np.float32 or scale.dtype != np.float32 \
+    if to not in _NP_RANGE or x.dtype != np.float32 or scale.dtype != np.float32 \
             or zp is None and int(node.attrs.get("output_dtype", 0)) not in (0, 2):
         return None
-    lo, hi = QRANGE[to]
+    lo, hi = _NP_RANGE[to]
     q = np.rint(x / _expand(node, x, scale))
     if zp is not None:
         q = q + _expand(node, x, zp).astype(np.float32)

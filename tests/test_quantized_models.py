@@ -182,7 +182,8 @@ def test_qlinear_conv_per_channel_with_bias(device):
                             pads=[1, 1, 1, 1], strides=[2, 1])
     m = _model([node], [_vi("x", TensorProto.UINT8, ["n", 3, "h", "w"])],
                [_vi("y", TensorProto.UINT8, None)], inits, opset=10)
-    seq = [{"x": rng.integers(0, 256, (n, 3, h, ww)).astype(np.uint8)} for n, h, ww in [(1, 8, 8), (2, 8, 8), (1, 11, 6)]]
+    seq = [{"x": rng.integers(0, 256, (n, 3, h, ww)).astype(np.uint8)}
+           for n, h, ww in [(1, 8, 8), (2, 8, 8), (1, 11, 6)]]
     run_vs_ort(m, seq, device, 0, 0)
 
 
@@ -194,7 +195,8 @@ def test_conv_integer_grouped(device):
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], group=2, pads=[0, 1, 2, 1])
     m = _model([node], [_vi("x", TensorProto.UINT8, ["n", 4, "h", "w"])],
                [_vi("y", TensorProto.INT32, None)], inits, opset=10)
-    seq = [{"x": rng.integers(0, 256, (n, 4, h, ww)).astype(np.uint8)} for n, h, ww in [(1, 5, 7), (2, 5, 7), (1, 9, 4)]]
+    seq = [{"x": rng.integers(0, 256, (n, 4, h, ww)).astype(np.uint8)}
+           for n, h, ww in [(1, 5, 7), (2, 5, 7), (1, 9, 4)]]
     run_vs_ort(m, seq, device, 0, 0)
 
 

@@ -108,7 +108,7 @@ KERNEL(dql_params)(OPTIONAL_SHAPE_INFO_ARG __global const float* x, __global flo
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) {
-        const float s = hi[0] == lo[0] ? 1.0f : (hi[0] - lo[0]) / (float)(QMAX - QMIN);
+        const float s = hi[0] == lo[0] ? 1.0f : q_div(hi[0] - lo[0], (float)(QMAX - QMIN));
         scale[T_OFF(1)] = s;
         zp[T_OFF(2)] = (TY)rint(clamp((float)QMIN - q_div(lo[0], s), (float)QMIN, (float)QMAX));
     }

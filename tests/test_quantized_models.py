@@ -246,3 +246,17 @@ def test_host_impls_match_onnx_reference(attrs, shape):
         want = ReferenceEvaluator(m).run(None, dict(zip(["a", "s", "z"], args)))[0]
         got = fn(Node("n", op, ["a", "s", "z"], ["y"], attrs, proto, 21), *args)[0]
         assert got.dtype == want.dtype and np.array_equal(got, want), op
+
+
+def test_check_tolerates_one_quantization_step_on_8_bit_outputs():
+    """--check: int8/uint8 outputs one step apart pass by default, two do not; --atol counts
+    steps there; every other integer output stays exact."""
+    from dyncli.check import compare
+    want = np.array([0, 5, 255], np.uint8)
+    c = compare("q", np.array([1, 5, 254], np.uint8), want)
+    assert c.ok and c.max_abs == 1 and c.detail == "2 elements within 1 quantization step(s)"
+    assert not compare("q", np.array([2, 5, 255], np.uint8), want).ok
+    assert not compare("q", np.array([1, 5, 255], np.uint8), want, atol=0).ok
+    assert compare("q", np.array([-128, 3], np.int8), np.array([-127, 3], np.int8)).ok
+    assert not compare("i", np.array([1, 5], np.int32), np.array([0, 5], np.int32)).ok
+    assert not compare("i", np.array([1, 5], np.int64), np.array([0, 5], np.int64), atol=1).ok

@@ -241,8 +241,12 @@ register("QLinearMatMul", checked=21, kernels=_mm_kernels)(_mm_infer)
 def _conv_geo(node, ins):
     _, _, got = _int_args(node, ins)
     x, w = got[0][1], got[1][1]
-    # the float Conv's geometry (it checks types: give it float layouts of the same shapes)
-    g = _conv_geometry(node, [Layout(x.shape, "f32"), Layout(w.shape, "f32")])
+    # the float Conv's geometry (it checks types: give it float layouts of the same shapes);
+    # its errors name the op as Conv
+    try:
+        g = _conv_geometry(node, [Layout(x.shape, "f32"), Layout(w.shape, "f32")])
+    except ShapeInferenceError as e:
+        raise ShapeInferenceError(str(e).replace("Conv ", f"{node.op} ", 1)) from None
     _zp_shape(node, got[2][1], 1, "x's zero point")
     _zp_shape(node, got[3][1], g["OC"], "w's zero point")
     if len(got) > 4:

@@ -95,7 +95,7 @@ def run(
     rtol: Optional[float] = typer.Option(None, "--rtol", metavar="X", help="Relative tolerance of --check "
                                          "[default: 1e-3; 1e-2 for a float16 output]."),
     atol: Optional[float] = typer.Option(None, "--atol", metavar="X", help="Absolute tolerance of --check "
-                                         "[default: 1e-4; 1e-2 for a float16 output]."),
+                                         "[default: 1e-4; 1e-2 for a float16 output; 1 step for an int8/uint8 output]."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE|none", help="Trace file, e.g. run.trace.jsonl "
                                     "(default: ./<model>.trace.jsonl); 'none' writes no trace."),
     trace_level: str = typer.Option("all", "--trace-level", metavar="LEVEL", help="What the trace "

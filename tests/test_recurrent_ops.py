@@ -1,0 +1,159 @@
+"""LSTM, GRU and RNN against onnxruntime over sequences of sequence lengths and batch sizes,
+one Network per model (the shape-agnostic kernels serve every length).
+
+The fixtures in tests/recurrent/ are written by scripts/make_recurrent_models.py: helper-built
+models (bidirectional LSTM with peepholes, sequence_lens and initial states; two batch-first
+GRUs, one with linear_before_reset; two RNNs) and a torch nn.LSTM export (2 layers,
+bidirectional, batch_first). The attribute cases below (clip, input_forget, the other
+activations) are built here, small.
+"""
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from engine import Network, build_program
+from tests.conftest import run_vs_ort
+
+HERE = os.path.join(os.path.dirname(__file__), "recurrent")
+I, H = 16, 32
+# (sequence length, batch): growth, a repeat, a shrink, a batch change, length 1
+SHAPES = [(5, 2), (5, 2), (9, 3), (1, 1), (12, 2), (3, 4)]
+
+
+def _load(name):
+    return onnx.load(os.path.join(HERE, name))
+
+
+def _lens(rng, s, b):
+    """Lengths in 1..s, one row at full length."""
+    lens = rng.integers(1, s + 1, b).astype(np.int32)
+    lens[0] = s
+    return lens
+
+
+def test_lstm_bidirectional_with_states_and_lengths(device):
+    rng = np.random.default_rng(0)
+    feeds = [{"X": rng.standard_normal((s, b, I)).astype(np.float32),
+              "sequence_lens": _lens(rng, s, b),
+              "initial_h": rng.standard_normal((2, b, H)).astype(np.float32) * 0.5,
+              "initial_c": rng.standard_normal((2, b, H)).astype(np.float32) * 0.5}
+             for s, b in SHAPES]
+    run_vs_ort(_load("lstm_bidir.onnx"), feeds, device)
+
+
+def _seq_first(model):
+    """The batch-first model with layout 0 (onnxruntime runs no layout 1): the reference."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.name == "layout":
+                a.i = 0
+    for vi in list(m.graph.input) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        order = {4: (1, 2, 0, 3), 3: (1, 0, 2)}.get(len(dims), (0,))
+        if vi.name != "sequence_lens":
+            kept = [onnx.TensorShapeProto.Dimension() for _ in dims]
+            for k, d in zip(order, dims):
+                kept[k].CopyFrom(d)
+            del dims[:]
+            dims.extend(kept)
+    return m
+
+
+def test_gru_batch_first(device):
+    """layout 1 against onnxruntime on the same model in layout 0 (transposed feeds and outputs)."""
+    from tests.conftest import assert_close, ort_session
+    model = _load("gru.onnx")
+    net = Network(build_program(model), device)
+    sess = ort_session(_seq_first(model))
+    rng = np.random.default_rng(1)
+    for s, b in SHAPES:
+        feeds = {"X": rng.standard_normal((b, s, I)).astype(np.float32),
+                 "sequence_lens": _lens(rng, s, b),
+                 "initial_h": rng.standard_normal((b, 1, H)).astype(np.float32) * 0.5}
+        ref = sess.run(None, {"X": feeds["X"].transpose(1, 0, 2), "sequence_lens": feeds["sequence_lens"],
+                              "initial_h": feeds["initial_h"].transpose(1, 0, 2)})
+        got = net.infer(feeds)
+        assert_close(got["Y"], ref[0].transpose(2, 0, 1, 3), what=f"Y {s}x{b}")
+        assert_close(got["Y_h"], ref[1].transpose(1, 0, 2), what=f"Y_h {s}x{b}")
+        assert_close(got["Y_h2"], ref[2].transpose(1, 0, 2), what=f"Y_h2 {s}x{b}")
+
+
+def test_rnn(device):
+    rng = np.random.default_rng(2)
+    feeds = [{"X": rng.standard_normal((s, b, I)).astype(np.float32),
+              "initial_h": rng.standard_normal((2, b, H)).astype(np.float32) * 0.5}
+             for s, b in SHAPES]
+    run_vs_ort(_load("rnn.onnx"), feeds, device)
+
+
+def test_torch_lstm_export(device):
+    """torch.nn.LSTM(16, 32, num_layers=2, bidirectional=True, batch_first=True), exported."""
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((b, s, I)).astype(np.float32),
+              "h0": rng.standard_normal((4, b, H)).astype(np.float32) * 0.5,
+              "c0": rng.standard_normal((4, b, H)).astype(np.float32) * 0.5}
+             for s, b in SHAPES]
+    run_vs_ort(_load("torch_lstm.onnx"), feeds, device)
+
+
+def test_zero_length_rows_give_zeros(device):
+    """A row of length 0: Y, Y_h and Y_c are zero there (onnxruntime's convention)."""
+    m = _load("lstm_bidir.onnx")
+    rng = np.random.default_rng(4)
+    feeds = [{"X": rng.standard_normal((4, 3, I)).astype(np.float32),
+              "sequence_lens": np.array([4, 0, 2], np.int32),
+              "initial_h": np.ones((2, 3, H), np.float32),
+              "initial_c": np.ones((2, 3, H), np.float32)}]
+    net = run_vs_ort(m, feeds, device)
+    out = net.infer(feeds[0])
+    assert not out["Y_h"][:, 1].any() and not out["Y_c"][:, 1].any() and not out["Y"][:, :, 1].any()
+
+
+def _single(op, attrs, gates, dirs=1, bias=True, opset=14):
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, s).astype(np.float32), n)
+             for n, s in (("W", (dirs, gates * 8, 4)), ("R", (dirs, gates * 8, 8)),
+                          ("B", (dirs, 2 * gates * 8)))][:3 if bias else 2]
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ["X", "W", "R"] + (["B"] if bias else []), outs, hidden_size=8,
+                            **attrs)
+    g = helper.make_graph([node], op, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["s", "b", 4])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+ATTR_CASES = {
+    "lstm_clip_input_forget": ("LSTM", {"clip": 0.7, "input_forget": 1}, 4, 1),
+    "lstm_other_activations": ("LSTM", {"activations": ["HardSigmoid", "Softsign", "Elu"],
+                                        "activation_alpha": [0.3, 0.8], "activation_beta": [0.4]}, 4, 1),
+    "gru_reverse_activations": ("GRU", {"direction": "reverse", "activations": ["Sigmoid", "ScaledTanh"],
+                                        "activation_alpha": [1.5], "activation_beta": [0.7]}, 3, 1),
+    "rnn_bidirectional_per_direction": ("RNN", {"direction": "bidirectional",
+                                                "activations": ["LeakyRelu", "Softplus"],
+                                                "activation_alpha": [0.2]}, 1, 2),
+    "rnn_affine_thresholded": ("RNN", {"direction": "bidirectional",
+                                       "activations": ["Affine", "ThresholdedRelu"],
+                                       "activation_alpha": [0.5, 0.1], "activation_beta": [0.2]}, 1, 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ATTR_CASES))
+def test_attributes(device, case):
+    op, attrs, gates, dirs = ATTR_CASES[case]
+    m = _single(op, attrs, gates, dirs)
+    rng = np.random.default_rng(6)
+    feeds = [{"X": rng.standard_normal((s, b, 4)).astype(np.float32)} for s, b in ((3, 2), (6, 1), (3, 2))]
+    run_vs_ort(m, feeds, device, check_nonconstant=False)
+
+
+def test_bad_weight_shape_is_named():
+    m = _single("GRU", {}, 3)
+    m.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.zeros((1, 24, 5), np.float32), "R"))
+    net = Network(build_program(m))
+    with pytest.raises(Exception, match="GRU"):
+        net.infer({"X": np.zeros((2, 1, 4), np.float32)})

@@ -5,7 +5,10 @@ The fixtures in tests/recurrent/ are written by scripts/make_recurrent_models.py
 models (bidirectional LSTM with peepholes, sequence_lens and initial states; two batch-first
 GRUs, one with linear_before_reset; two RNNs) and a torch nn.LSTM export (2 layers,
 bidirectional, batch_first). The attribute cases below (clip, input_forget, the other
-activations) are built here, small.
+activations) are built here, small. Each runs both kernel variants on the suite's device
+(`net.impls.device_type`): "cpu" (a work-item per direction and batch row) and "gpu" (a
+work-group of lanes over the hidden units, barriers between steps; GEMM tiles, GEMV and split-K
+for the input projection).
 """
 import os
 
@@ -23,8 +26,17 @@ I, H = 16, 32
 SHAPES = [(5, 2), (5, 2), (9, 3), (1, 1), (12, 2), (3, 4)]
 
 
+KINDS = ["cpu", "gpu"]
+
+
 def _load(name):
     return onnx.load(os.path.join(HERE, name))
+
+
+def _net(model, device, kind):
+    net = Network(build_program(model), device, impls="dynamic")
+    net.impls.device_type = kind
+    return net
 
 
 def _lens(rng, s, b):
@@ -34,7 +46,8 @@ def _lens(rng, s, b):
     return lens
 
 
-def test_lstm_bidirectional_with_states_and_lengths(device):
+@pytest.mark.parametrize("kind", KINDS)
+def test_lstm_bidirectional_with_states_and_lengths(device, kind):
     rng = np.random.default_rng(0)
     feeds = [{"X": rng.standard_normal((s, b, I)).astype(np.float32),
               "sequence_lens": _lens(rng, s, b),
@@ -42,7 +55,7 @@ def test_lstm_bidirectional_with_states_and_lengths(device):
               "initial_c": rng.standard_normal((2, b, H)).astype(np.float32) * 0.5}
              for s, b in SHAPES]
     model = _load("lstm_bidir.onnx")
-    net = run_vs_ort(model, feeds[:1], device)
+    net = run_vs_ort(model, feeds[:1], device, net=_net(model, device, kind))
     for f in feeds[1:]:
         run_vs_ort(model, [f], device, net=net)
         # the sequence length is read from shape_info: no length builds a kernel of its own
@@ -69,11 +82,12 @@ def _seq_first(model):
     return m
 
 
-def test_gru_batch_first(device):
+@pytest.mark.parametrize("kind", KINDS)
+def test_gru_batch_first(device, kind):
     """layout 1 against onnxruntime on the same model in layout 0 (transposed feeds and outputs)."""
     from tests.conftest import assert_close, ort_session
     model = _load("gru.onnx")
-    net = Network(build_program(model), device)
+    net = _net(model, device, kind)
     sess = ort_session(_seq_first(model))
     rng = np.random.default_rng(1)
     for s, b in SHAPES:
@@ -88,25 +102,30 @@ def test_gru_batch_first(device):
         assert_close(got["Y_h2"], ref[2].transpose(1, 0, 2), what=f"Y_h2 {s}x{b}")
 
 
-def test_rnn(device):
+@pytest.mark.parametrize("kind", KINDS)
+def test_rnn(device, kind):
     rng = np.random.default_rng(2)
     feeds = [{"X": rng.standard_normal((s, b, I)).astype(np.float32),
               "initial_h": rng.standard_normal((2, b, H)).astype(np.float32) * 0.5}
              for s, b in SHAPES]
-    run_vs_ort(_load("rnn.onnx"), feeds, device)
+    model = _load("rnn.onnx")
+    run_vs_ort(model, feeds, device, net=_net(model, device, kind))
 
 
-def test_torch_lstm_export(device):
+@pytest.mark.parametrize("kind", KINDS)
+def test_torch_lstm_export(device, kind):
     """torch.nn.LSTM(16, 32, num_layers=2, bidirectional=True, batch_first=True), exported."""
     rng = np.random.default_rng(3)
     feeds = [{"x": rng.standard_normal((b, s, I)).astype(np.float32),
               "h0": rng.standard_normal((4, b, H)).astype(np.float32) * 0.5,
               "c0": rng.standard_normal((4, b, H)).astype(np.float32) * 0.5}
              for s, b in SHAPES]
-    run_vs_ort(_load("torch_lstm.onnx"), feeds, device)
+    model = _load("torch_lstm.onnx")
+    run_vs_ort(model, feeds, device, net=_net(model, device, kind))
 
 
-def test_zero_length_rows_give_zeros(device):
+@pytest.mark.parametrize("kind", KINDS)
+def test_zero_length_rows_give_zeros(device, kind):
     """A row of length 0: Y, Y_h and Y_c are zero there (onnxruntime's convention)."""
     m = _load("lstm_bidir.onnx")
     rng = np.random.default_rng(4)
@@ -114,20 +133,20 @@ def test_zero_length_rows_give_zeros(device):
               "sequence_lens": np.array([4, 0, 2], np.int32),
               "initial_h": np.ones((2, 3, H), np.float32),
               "initial_c": np.ones((2, 3, H), np.float32)}]
-    net = run_vs_ort(m, feeds, device)
+    net = run_vs_ort(m, feeds, device, net=_net(m, device, kind))
     out = net.infer(feeds[0])
     assert not out["Y_h"][:, 1].any() and not out["Y_c"][:, 1].any() and not out["Y"][:, :, 1].any()
 
 
-def _single(op, attrs, gates, dirs=1, bias=True, opset=14):
+def _single(op, attrs, gates, dirs=1, bias=True, opset=14, inp=4):
     rng = np.random.default_rng(5)
     inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, s).astype(np.float32), n)
-             for n, s in (("W", (dirs, gates * 8, 4)), ("R", (dirs, gates * 8, 8)),
+             for n, s in (("W", (dirs, gates * 8, inp)), ("R", (dirs, gates * 8, 8)),
                           ("B", (dirs, 2 * gates * 8)))][:3 if bias else 2]
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, ["X", "W", "R"] + (["B"] if bias else []), outs, hidden_size=8,
                             **attrs)
-    g = helper.make_graph([node], op, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["s", "b", 4])],
+    g = helper.make_graph([node], op, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["s", "b", inp])],
                           [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -147,13 +166,24 @@ ATTR_CASES = {
 }
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", sorted(ATTR_CASES))
-def test_attributes(device, case):
+def test_attributes(device, case, kind):
     op, attrs, gates, dirs = ATTR_CASES[case]
     m = _single(op, attrs, gates, dirs)
     rng = np.random.default_rng(6)
     feeds = [{"X": rng.standard_normal((s, b, 4)).astype(np.float32)} for s, b in ((3, 2), (6, 1), (3, 2))]
-    run_vs_ort(m, feeds, device, check_nonconstant=False)
+    run_vs_ort(m, feeds, device, net=_net(m, device, kind), check_nonconstant=False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_few_rows_long_input(device, kind):
+    """Few rows and a long input: the projection splits K on GPUs (its partial sums in one
+    more internal buffer)."""
+    m = _single("LSTM", {"direction": "bidirectional"}, 4, 2, inp=1024)
+    rng = np.random.default_rng(8)
+    feeds = [{"X": (0.05 * rng.standard_normal((s, 1, 1024))).astype(np.float32)} for s in (2, 4, 1, 3)]
+    run_vs_ort(m, feeds, device, net=_net(m, device, kind))
 
 
 def test_bad_weight_shape_is_named():

@@ -32,6 +32,8 @@ KERNEL(recurrent_seq)(OPTIONAL_SHAPE_INFO_ARG __global const float* XW, __global
     const int S = PARAM(0), NB = PARAM(1), H = PARAM(2), D = PARAM(3);
     const int GH = NGATES * H;
     const int grp = get_group_id(0), lid = get_local_id(0), WG = get_local_size(0);
+    // the grid is exactly D * B groups (an empty batch empties every output: the node does not
+    // run); no early return either: PoCL aborts on a return before the step barriers
     const int d = grp / NB, b = grp % NB;
     const int rev = d == 1 || REV0;
     int len = S;

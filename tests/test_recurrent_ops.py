@@ -126,7 +126,8 @@ def test_torch_lstm_export(device, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_zero_length_rows_give_zeros(device, kind):
-    """A row of length 0: Y, Y_h and Y_c are zero there (onnxruntime's convention)."""
+    """A row of length 0: Y, Y_h and Y_c are zero there (onnxruntime's convention); so is
+    everything for an empty sequence."""
     m = _load("lstm_bidir.onnx")
     rng = np.random.default_rng(4)
     feeds = [{"X": rng.standard_normal((4, 3, I)).astype(np.float32),
@@ -136,6 +137,9 @@ def test_zero_length_rows_give_zeros(device, kind):
     net = run_vs_ort(m, feeds, device, net=_net(m, device, kind))
     out = net.infer(feeds[0])
     assert not out["Y_h"][:, 1].any() and not out["Y_c"][:, 1].any() and not out["Y"][:, :, 1].any()
+    empty = {**feeds[0], "X": np.zeros((0, 3, I), np.float32), "sequence_lens": np.zeros(3, np.int32)}
+    out = net.infer(empty)
+    assert out["Y"].shape == (0, 2, 3, H) and not out["Y_h"].any() and not out["Y_c"].any()
 
 
 def _single(op, attrs, gates, dirs=1, bias=True, opset=14, inp=4):

@@ -10,10 +10,12 @@ and batch dynamic) and, when torch is importable, a torch nn.LSTM export.
   linear_before_reset and initial_h (Y, Y_h), a bidirectional one with sequence_lens (Y_h only).
 - rnn.onnx (opset 14): a bidirectional RNN with biases and initial_h (Y_h only) and a forward
   one with Relu and no bias (Y only).
-- torch_lstm.onnx (torch, TorchScript exporter, opset 17): nn.LSTM(16, 32, num_layers=2,
-  bidirectional=True, batch_first=True) with (h0, c0) inputs. torch is not a dependency of
-  the engine nor of the tests: the file is committed; rerun this script in an environment
-  with torch to rewrite it.
+- torch_lstm.{legacy,dynamo}.onnx: nn.LSTM(16, 32, num_layers=2, bidirectional=True,
+  batch_first=True) with (h0, c0) inputs, and torch_gru.{legacy,dynamo}.onnx: nn.GRU(16, 32,
+  bidirectional=True, batch_first=True) with h0, written by torch's TorchScript exporter
+  (opset 17) and its torch.export one (opset 20, needs onnxscript). torch is a dependency of
+  neither the engine nor the tests: the files are committed; rerun this script where torch
+  is installed (a virtual environment of its own will do) to rewrite them.
 """
 from __future__ import annotations
 
@@ -92,32 +94,53 @@ def rnn(rng) -> onnx.ModelProto:
                   inits, 14, "rnn")
 
 
-def torch_lstm(path: str) -> bool:
-    """Export nn.LSTM (2 layers, bidirectional, batch_first) with torch's TorchScript exporter;
-    False when torch is not importable."""
+def torch_rnn(path: str, cell: str, exporter: str) -> bool:
+    """Export torch's nn.LSTM (2 layers) or nn.GRU (1 layer), bidirectional and batch_first,
+    with the TorchScript ("legacy", opset 17) or torch.export ("dynamo", opset 20) exporter;
+    False when torch (or, for dynamo, onnxscript) is not importable."""
     try:
         import torch
+        if exporter == "dynamo":
+            import onnxscript  # noqa: F401
     except ImportError:
         return False
+    lstm = cell == "LSTM"
 
-    class Net(torch.nn.Module):
+    class LSTM(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.lstm = torch.nn.LSTM(I, H, num_layers=2, bidirectional=True, batch_first=True)
+            self.rnn = torch.nn.LSTM(I, H, num_layers=2, bidirectional=True, batch_first=True)
 
         def forward(self, x, h0, c0):
-            y, (h, c) = self.lstm(x, (h0, c0))
+            y, (h, c) = self.rnn(x, (h0, c0))
             return y, h, c
 
+    class GRU(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.GRU(I, H, bidirectional=True, batch_first=True)
+
+        def forward(self, x, h0):
+            return self.rnn(x, h0)
+
     torch.manual_seed(0)
-    args = (torch.randn(2, 5, I), torch.zeros(4, 2, H), torch.zeros(4, 2, H))
-    torch.onnx.export(Net().eval(), args, path, input_names=["x", "h0", "c0"],
-                      output_names=["y", "h", "c"], opset_version=17, dynamo=False,
-                      dynamic_axes={"x": {0: "batch", 1: "seq"}, "h0": {1: "batch"},
-                                    "c0": {1: "batch"}, "y": {0: "batch", 1: "seq"},
-                                    "h": {1: "batch"}, "c": {1: "batch"}})
+    layers = 2 if lstm else 1
+    states = ["h0", "c0"] if lstm else ["h0"]
+    outs = ["y", "h", "c"] if lstm else ["y", "h"]
+    args = (torch.randn(2, 5, I),) + tuple(torch.zeros(2 * layers, 2, H) for _ in states)
+    names = dict(input_names=["x"] + states, output_names=outs)
+    if exporter == "dynamo":
+        batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+        shapes = ({0: batch, 1: seq},) + tuple({1: batch} for _ in states)
+        prog = torch.onnx.export((LSTM if lstm else GRU)().eval(), args, dynamo=True, dynamic_shapes=shapes, **names)
+        prog.save(path)
+    else:
+        axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
+        axes.update({n: {1: "batch"} for n in states + outs[1:]})
+        torch.onnx.export((LSTM if lstm else GRU)().eval(), args, path, opset_version=17, dynamo=False,
+                          dynamic_axes=axes, **names)
     m = onnx.load(path)
-    onnx.helper.set_model_props(m, {"torch": torch.__version__})
+    onnx.helper.set_model_props(m, {"torch": torch.__version__, "exporter": exporter})
     onnx.save(m, path)
     return True
 
@@ -128,10 +151,13 @@ def main(out: str = DEFAULT_OUT) -> int:
     for name, make in (("lstm_bidir", lstm_bidir), ("gru", gru), ("rnn", rnn)):
         onnx.save(make(rng), os.path.join(out, f"{name}.onnx"))
         print(f"wrote {name}.onnx")
-    if torch_lstm(os.path.join(out, "torch_lstm.onnx")):
-        print("wrote torch_lstm.onnx")
-    else:
-        print("torch is not importable: torch_lstm.onnx kept as it is")
+    for cell in ("LSTM", "GRU"):
+        for exporter in ("legacy", "dynamo"):
+            name = f"torch_{cell.lower()}.{exporter}.onnx"
+            if torch_rnn(os.path.join(out, name), cell, exporter):
+                print(f"wrote {name}")
+            else:
+                print(f"torch (and onnxscript for dynamo) not importable: {name} kept as it is")
     return 0
 
 

@@ -3,8 +3,8 @@ one Network per model (the shape-agnostic kernels serve every length).
 
 The fixtures in tests/recurrent/ are written by scripts/make_recurrent_models.py: helper-built
 models (bidirectional LSTM with peepholes, sequence_lens and initial states; two batch-first
-GRUs, one with linear_before_reset; two RNNs) and a torch nn.LSTM export (2 layers,
-bidirectional, batch_first). The attribute cases below (clip, input_forget, the other
+GRUs, one with linear_before_reset; two RNNs) and torch exports of nn.LSTM (2 layers) and
+nn.GRU, bidirectional and batch_first, by both of torch's exporters. The attribute cases below (clip, input_forget, the other
 activations) are built here, small. Each runs both kernel variants on the suite's device
 (`net.impls.device_type`): "cpu" (a work-item per direction and batch row) and "gpu" (a
 work-group of lanes over the hidden units, barriers between steps; GEMM tiles, GEMV and split-K
@@ -112,15 +112,25 @@ def test_rnn(device, kind):
     run_vs_ort(model, feeds, device, net=_net(model, device, kind))
 
 
+TORCH = ["torch_lstm.legacy.onnx", "torch_lstm.dynamo.onnx", "torch_gru.legacy.onnx",
+         "torch_gru.dynamo.onnx"]
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_torch_lstm_export(device, kind):
-    """torch.nn.LSTM(16, 32, num_layers=2, bidirectional=True, batch_first=True), exported."""
+@pytest.mark.parametrize("name", TORCH)
+def test_torch_export(device, name, kind):
+    """torch's nn.LSTM (2 layers) and nn.GRU, bidirectional and batch_first, as its TorchScript
+    and torch.export exporters write them."""
+    model = _load(name)
+    layers = 4 if "lstm" in name else 2
     rng = np.random.default_rng(3)
-    feeds = [{"x": rng.standard_normal((b, s, I)).astype(np.float32),
-              "h0": rng.standard_normal((4, b, H)).astype(np.float32) * 0.5,
-              "c0": rng.standard_normal((4, b, H)).astype(np.float32) * 0.5}
-             for s, b in SHAPES]
-    model = _load("torch_lstm.onnx")
+    feeds = []
+    for s, b in SHAPES:
+        f = {"x": rng.standard_normal((b, s, I)).astype(np.float32),
+             "h0": rng.standard_normal((layers, b, H)).astype(np.float32) * 0.5}
+        if "lstm" in name:
+            f["c0"] = rng.standard_normal((layers, b, H)).astype(np.float32) * 0.5
+        feeds.append(f)
     run_vs_ort(model, feeds, device, net=_net(model, device, kind))
 
 

@@ -72,7 +72,7 @@ def _seq_first(model):
                 a.i = 0
     for vi in list(m.graph.input) + list(m.graph.output):
         dims = vi.type.tensor_type.shape.dim
-        order = {4: (1, 2, 0, 3), 3: (1, 0, 2)}.get(len(dims), (0,))
+        order = {4: (2, 0, 1, 3), 3: (1, 0, 2)}.get(len(dims), (0,))   # where each dim goes
         if vi.name != "sequence_lens":
             kept = [onnx.TensorShapeProto.Dimension() for _ in dims]
             for k, d in zip(order, dims):
@@ -82,24 +82,45 @@ def _seq_first(model):
     return m
 
 
+def _lstm_batch_first():
+    """A bidirectional LSTM in layout 1 with sequence_lens, initial states and every output."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.uniform(-0.3, 0.3, s).astype(np.float32), n)
+             for n, s in (("W", (2, 4 * H, I)), ("R", (2, 4 * H, H)), ("B", (2, 8 * H)))]
+    node = helper.make_node("LSTM", ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c"],
+                            ["Y", "Y_h", "Y_c"], hidden_size=H, direction="bidirectional", layout=1)
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([node], "lstm_batch_first",
+                          [vi("X", TensorProto.FLOAT, ["b", "s", I]), vi("sequence_lens", TensorProto.INT32, ["b"]),
+                           vi("initial_h", TensorProto.FLOAT, ["b", 2, H]),
+                           vi("initial_c", TensorProto.FLOAT, ["b", 2, H])],
+                          [vi("Y", TensorProto.FLOAT, ["b", "s", 2, H]), vi("Y_h", TensorProto.FLOAT, ["b", 2, H]),
+                           vi("Y_c", TensorProto.FLOAT, ["b", 2, H])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_gru_batch_first(device, kind):
+@pytest.mark.parametrize("which", ["gru.onnx", "lstm"])
+def test_batch_first(device, which, kind):
     """layout 1 against onnxruntime on the same model in layout 0 (transposed feeds and outputs)."""
     from tests.conftest import assert_close, ort_session
-    model = _load("gru.onnx")
+    model = _load(which) if which.endswith(".onnx") else _lstm_batch_first()
     net = _net(model, device, kind)
     sess = ort_session(_seq_first(model))
+    names = [o.name for o in model.graph.output]
+    states = [i.name for i in model.graph.input if i.name.startswith("initial_")]
     rng = np.random.default_rng(1)
     for s, b in SHAPES:
         feeds = {"X": rng.standard_normal((b, s, I)).astype(np.float32),
-                 "sequence_lens": _lens(rng, s, b),
-                 "initial_h": rng.standard_normal((b, 1, H)).astype(np.float32) * 0.5}
-        ref = sess.run(None, {"X": feeds["X"].transpose(1, 0, 2), "sequence_lens": feeds["sequence_lens"],
-                              "initial_h": feeds["initial_h"].transpose(1, 0, 2)})
+                 "sequence_lens": _lens(rng, s, b)}
+        for n in states:
+            d = 2 if which == "lstm" else 1
+            feeds[n] = rng.standard_normal((b, d, H)).astype(np.float32) * 0.5
+        ref = sess.run(None, {k: v if v.ndim == 1 else v.transpose(1, 0, 2) for k, v in feeds.items()})
         got = net.infer(feeds)
-        assert_close(got["Y"], ref[0].transpose(2, 0, 1, 3), what=f"Y {s}x{b}")
-        assert_close(got["Y_h"], ref[1].transpose(1, 0, 2), what=f"Y_h {s}x{b}")
-        assert_close(got["Y_h2"], ref[2].transpose(1, 0, 2), what=f"Y_h2 {s}x{b}")
+        for n, r in zip(names, ref):
+            want = r.transpose(2, 0, 1, 3) if r.ndim == 4 else r.transpose(1, 0, 2)
+            assert_close(got[n], want, what=f"{n} {s}x{b}")
 
 
 @pytest.mark.parametrize("kind", KINDS)

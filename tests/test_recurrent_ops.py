@@ -198,14 +198,17 @@ ATTR_CASES = {
     "rnn_affine_thresholded": ("RNN", {"direction": "bidirectional",
                                        "activations": ["Affine", "ThresholdedRelu"],
                                        "activation_alpha": [0.5, 0.1], "activation_beta": [0.2]}, 1, 2),
+    # the oldest form the engine runs (no layout attribute)
+    "gru_opset7": ("GRU", {"linear_before_reset": 1, "direction": "bidirectional"}, 3, 2, 7),
+    "lstm_opset7": ("LSTM", {"direction": "reverse"}, 4, 1, 7),
 }
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", sorted(ATTR_CASES))
 def test_attributes(device, case, kind):
-    op, attrs, gates, dirs = ATTR_CASES[case]
-    m = _single(op, attrs, gates, dirs)
+    op, attrs, gates, dirs, *opset = ATTR_CASES[case]
+    m = _single(op, attrs, gates, dirs, opset=opset[0] if opset else 14)
     rng = np.random.default_rng(6)
     feeds = [{"X": rng.standard_normal((s, b, 4)).astype(np.float32)} for s, b in ((3, 2), (6, 1), (3, 2))]
     run_vs_ort(m, feeds, device, net=_net(m, device, kind), check_nonconstant=False)

@@ -27,9 +27,9 @@ CELLS = {"RNN": (1, ("Tanh",), 2), "GRU": (3, ("Sigmoid", "Tanh"), 2),
 SEQ_OP = {"LSTM": "lstm_sequence", "GRU": "gru_sequence", "RNN": "rnn_sequence"}
 CELL_CODE = {"RNN": 0, "GRU": 1, "LSTM": 2}
 
-# activation -> (C expression of x, alpha, beta as {a}/{b}; (default alpha, default beta));
-# alpha and beta are consumed from activation_alpha/beta in order, by the activations that
-# take one (as onnxruntime does); a missing one takes the op's default
+# activation -> (C expression of {x} with its alpha {a} and beta {b}, default alpha, default
+# beta; None: takes none). alpha and beta are consumed from activation_alpha/beta in order, by
+# the activations that take one (as onnxruntime does); a missing one takes the default
 ACTIVATIONS = {
     "relu": ("fmax({x}, 0.0f)", None, None),
     "tanh": ("tanh({x})", None, None),

@@ -23,6 +23,16 @@
 inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp(-x)); }
 inline float softplus_f(float x) { return x > 20.0f ? x : log1p(exp(x)); }
 
+// row . h over n values, 4 at a time (a row of R and the state are both contiguous)
+inline float dot_row(const __global float* row, const __global float* h, int n) {
+    float4 acc = (float4)(0.0f);
+    int i = 0;
+    for (; i + 4 <= n; i += 4) acc = mad(vload4(0, row + i), vload4(0, h + i), acc);
+    float a = (acc.s0 + acc.s1) + (acc.s2 + acc.s3);
+    for (; i < n; ++i) a = mad(row[i], h[i], a);
+    return a;
+}
+
 KERNEL(recurrent_seq)(OPTIONAL_SHAPE_INFO_ARG __global const float* XW, __global const float* R,
                       __global const float* Bias, __global const T_SEQ* SL,
                       __global const float* H0, __global const float* C0,
@@ -80,14 +90,8 @@ KERNEL(recurrent_seq)(OPTIONAL_SHAPE_INFO_ARG __global const float* XW, __global
         __global float* rh = st + 3 * H;
         __global float* zs = st + 4 * H;
         for (int j = lid; j < H; j += WG) {
-            const __global float* rz = r + j * H;
-            const __global float* rr = r + (H + j) * H;
-            float az = 0.0f, ar = 0.0f;
-            for (int i = 0; i < H; ++i) {
-                az = mad(rz[i], hp[i], az);
-                ar = mad(rr[i], hp[i], ar);
-            }
-            float gz = x[j] + az, gr = x[H + j] + ar;
+            float gz = x[j] + dot_row(r + j * H, hp, H);
+            float gr = x[H + j] + dot_row(r + (H + j) * H, hp, H);
 #if HAS_B
             gz += wb[j] + rb[j];
             gr += wb[H + j] + rb[H + j];
@@ -97,10 +101,7 @@ KERNEL(recurrent_seq)(OPTIONAL_SHAPE_INFO_ARG __global const float* XW, __global
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
         for (int j = lid; j < H; j += WG) {
-            const __global float* rr = r + (2 * H + j) * H;
-            float a = 0.0f;
-            for (int i = 0; i < H; ++i) a = mad(rr[i], rh[i], a);
-            float gh = x[2 * H + j] + a;
+            float gh = x[2 * H + j] + dot_row(r + (2 * H + j) * H, rh, H);
 #if HAS_B
             gh += wb[2 * H + j] + rb[2 * H + j];
 #endif
@@ -113,13 +114,8 @@ KERNEL(recurrent_seq)(OPTIONAL_SHAPE_INFO_ARG __global const float* XW, __global
         }
 #else
         for (int j = lid; j < H; j += WG) {
-            float acc[NGATES];
-            for (int g = 0; g < NGATES; ++g) acc[g] = 0.0f;
-            for (int i = 0; i < H; ++i) {
-                const float hv = hp[i];
-                for (int g = 0; g < NGATES; ++g) acc[g] = mad(r[(g * H + j) * H + i], hv, acc[g]);
-            }
-            float gx[NGATES];
+            float acc[NGATES], gx[NGATES];
+            for (int g = 0; g < NGATES; ++g) acc[g] = dot_row(r + (g * H + j) * H, hp, H);
             for (int g = 0; g < NGATES; ++g) {
                 gx[g] = x[g * H + j];
 #if HAS_B

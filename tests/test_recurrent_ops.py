@@ -4,8 +4,10 @@ one Network per model (the shape-agnostic kernels serve every length).
 The fixtures in tests/recurrent/ are written by scripts/make_recurrent_models.py: helper-built
 models (bidirectional LSTM with peepholes, sequence_lens and initial states; two batch-first
 GRUs, one with linear_before_reset; two RNNs) and torch exports of nn.LSTM (2 layers) and
-nn.GRU, bidirectional and batch_first, by both of torch's exporters. The attribute cases below (clip, input_forget, the other
-activations) are built here, small. Each runs both kernel variants on the suite's device
+nn.GRU, bidirectional and batch_first, by both of torch's exporters. The attribute cases
+below (clip, input_forget, the other activations, opset 7, layout 1 with every output) are
+built here, small. onnxruntime runs no layout 1: batch-first models are checked against it on
+their layout-0 twin. Each runs both kernel variants on the suite's device
 (`net.impls.device_type`): "cpu" (a work-item per direction and batch row) and "gpu" (a
 work-group of lanes over the hidden units, barriers between steps; GEMM tiles, GEMV and split-K
 for the input projection).
@@ -24,8 +26,6 @@ HERE = os.path.join(os.path.dirname(__file__), "recurrent")
 I, H = 16, 32
 # (sequence length, batch): growth, a repeat, a shrink, a batch change, length 1
 SHAPES = [(5, 2), (5, 2), (9, 3), (1, 1), (12, 2), (3, 4)]
-
-
 KINDS = ["cpu", "gpu"]
 
 

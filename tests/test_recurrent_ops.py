@@ -230,3 +230,22 @@ def test_bad_weight_shape_is_named():
     net = Network(build_program(m))
     with pytest.raises(Exception, match="GRU"):
         net.infer({"X": np.zeros((2, 1, 4), np.float32)})
+
+
+def test_float16_model(device):
+    """A float16 model runs the float32 kernels between the Casts the program inserts."""
+    from tests.conftest import assert_close, ort_session
+    from tests.models import to_float16
+    model = _load("lstm_bidir.onnx")
+    net = Network(build_program(to_float16(model)), device)
+    sess = ort_session(model)
+    rng = np.random.default_rng(10)
+    for s, b in ((5, 2), (9, 3)):
+        feeds = {"X": rng.standard_normal((s, b, I)).astype(np.float16),
+                 "sequence_lens": _lens(rng, s, b),
+                 "initial_h": np.zeros((2, b, H), np.float16), "initial_c": np.zeros((2, b, H), np.float16)}
+        ref = sess.run(None, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()})
+        got = net.infer(feeds)
+        for n, r in zip(("Y", "Y_h", "Y_c"), ref):
+            assert got[n].dtype == np.float16
+            assert_close(got[n].astype(np.float32), r, 1e-2, 1e-2, f"{n} {s}x{b}")

@@ -9,5 +9,6 @@ from engine.ops import activation, logic, reduce, indexing, arrange, einsum, nor
 from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # noqa: F401
 from engine.ops import bitwise, swish_shrink, cast_like, reduce_sums, axis_norm, indicator, compress, grid_sample, nms  # noqa: F401
 from engine.ops import quant  # noqa: F401
+from engine.ops import recurrent  # noqa: F401
 
 __all__ = ["OPS", "OpDef", "register", "supported_ops", "DEFAULT_CHECKED"]

@@ -119,12 +119,13 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             progress(done[0], n_total, what)
         return ms, net.blocked_s * 1e3, net.counters
 
-    # 1. first pass: first-seen latency per shape, compile time
-    first_seen, compile_ms = {}, 0.0
+    # 1. first pass: first-seen latency per shape (and where it went), compile time
+    first_seen, first_parts, compile_ms = {}, {}, 0.0
     for f, k in zip(feeds, keys):
         ms, _, c = infer(f, "first pass")
         compile_ms += c.get("compile_ms", 0.0)
-        first_seen.setdefault(k, ms)
+        if k not in first_seen:
+            first_seen[k], first_parts[k] = ms, dict(net.time_ms)
     # 2. warm-up
     for _ in range(opts.warmup):
         for f in feeds:
@@ -134,7 +135,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     for _ in range(opts.repeat):
         for f, k in zip(feeds, keys):
             ms, blocked, c = infer(f, "sequence")
-            rows.append((k, ms, blocked, c.get("kernels", 0), bool(c.get("plan.replay"))))
+            rows.append((k, ms, blocked, c.get("kernels", 0), bool(c.get("plan.replay")),
+                         bool(c.get("plan.partial")), dict(net.time_ms)))
     # 4. each distinct shape warm on its own
     same = {}
     for k in distinct:
@@ -164,6 +166,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             "median_ms": statistics.median(r[1] for r in mine), "p90_ms": pct([r[1] for r in mine], 90),
             "host_ms": statistics.median(r[1] - r[2] for r in mine),
             "kernels": mine[-1][3], "replayed": sum(r[4] for r in mine),
+            "partial": sum(r[5] for r in mine), "time_ms": _mean_parts(r[6] for r in mine),
+            "first_seen_time_ms": first_parts[k],
             "same_shape_ms": same[k]["median_ms"],
             "first_seen_over_warm": first_seen[k] / same[k]["median_ms"],
         }
@@ -178,7 +182,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
         "sequence": {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat),
                      "p90_ms": pct(lat, 90), "host_ms_mean": statistics.mean(r[1] - r[2] for r in rows),
                      "kernels_mean": statistics.mean(r[3] for r in rows),
-                     "replayed": sum(r[4] for r in rows)},
+                     "replayed": sum(r[4] for r in rows), "partial": sum(r[5] for r in rows),
+                     "time_ms": _mean_parts(r[6] for r in rows)},
         "dynamic_overhead": statistics.mean(lat) / denom,
         "steady_host_us_per_kernel": statistics.median(steady) if steady else None,
         "shapes": per_shape,
@@ -188,6 +193,12 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     for peer in opts.compare:
         out.setdefault("peers", {})[peer] = _peer(peer, model, feeds, keys, opts, per_shape)
     return out
+
+
+def _mean_parts(parts) -> dict:
+    """The mean of infer_end time_ms dicts (engine/accounting.py), part by part."""
+    parts = list(parts)
+    return {k: statistics.mean(p.get(k, 0.0) for p in parts) for k in parts[0]} if parts else {}
 
 
 # --compare PEER -> how to install it

@@ -285,14 +285,33 @@ def bench_tables(r: dict, width: int = 80) -> list:
     if r["steady_host_us_per_kernel"] is not None:
         s.add_row("host us per kernel, same shape", f"{r['steady_host_us_per_kernel']:.1f}")
     s.add_row("kernels per inference (mean)", f"{sq['kernels_mean']:.1f}")
-    s.add_row("replayed by the fast path", f"{sq['replayed']}/{r['timed_inferences']}")
+    s.add_row("replayed by the fast path: whole / partial",
+              f"{sq['replayed']} / {sq.get('partial', 0)} of {r['timed_inferences']}")
     s.add_row("load / compile (first pass)", f"{r['load_ms']:.1f} / {r['compile_ms']:.1f}")
     if "device_ms_mean" in sq:
         s.add_row("kernel time per inference (mean)", f"{sq['device_ms_mean']:.3f}")
     for name, p in peers.items():
         s.add_row(f"{name}", p["skipped"] if "skipped" in p else
                   f"mean {p['mean_ms']:.3f} (x{sq['mean_ms'] / p['mean_ms']:.2f})")
-    return [head, *tables, s]
+    return [head, *tables, s, *bench_time_table(r)]
+
+
+def bench_time_table(r: dict) -> list:
+    """Where the time went, part by part (engine/accounting.py): the timed sequence's mean, and
+    the first inference of the shape whose first time was slowest."""
+    sq = r["sequence"]
+    if not sq.get("time_ms"):
+        return []
+    worst = max(r["shapes"], key=lambda k: r["shapes"][k]["first_seen_ms"])
+    first = r["shapes"][worst]["first_seen_time_ms"]
+    t = Table(title="time by part (ms)", title_justify="left", caption=f"first: shape {worst}'s "
+              "first inference (the slowest first one)", caption_justify="left")
+    t.add_column("part", no_wrap=True)
+    t.add_column("sequence mean", justify="right", no_wrap=True)
+    t.add_column("first", justify="right", no_wrap=True)
+    for part, v in sq["time_ms"].items():
+        t.add_row(part, f"{v:.3f}", f"{first.get(part, 0.0):.3f}")
+    return [t]
 
 
 def kernel_table(r: dict, width: int = 80) -> list:

@@ -151,6 +151,26 @@ def changes_table(s: dict, wide: bool = False) -> Group:
     return Group(*lines)
 
 
+def time_table(s: dict) -> Table | None:
+    """Where the inferences' time went (infer_end's time_ms, engine/accounting.py): each part's
+    mean and max over the inferences, and the slowest inference's own split."""
+    rows = [r for r in s["rows"] if r.get("time_ms")]
+    if not rows:
+        return None
+    slow = max(rows, key=lambda r: r["latency_ms"])
+    t = Table(title="time by part, ms", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              padding=(0, 1), caption=f"#{slow['iter']}: the slowest inference ({slow['latency_ms']:.2f} ms)",
+              caption_justify="left")
+    t.add_column("part", no_wrap=True)
+    for head in ("mean", "max", f"#{slow['iter']}"):
+        t.add_column(head, justify="right", no_wrap=True)
+    for part in rows[-1]["time_ms"]:
+        vals = [r["time_ms"].get(part, 0.0) for r in rows]
+        t.add_row(part, f"{sum(vals) / len(vals):.3f}", f"{max(vals):.3f}",
+                  f"{slow['time_ms'].get(part, 0.0):.3f}")
+    return t
+
+
 def view_tables(s: dict, wide: bool = False) -> list:
     """The tables that answer the question asked: with --group-by the grouped table alone; with
     an event filter (--node, --op, --kind, --action) the matching decisions per inference, the
@@ -160,7 +180,9 @@ def view_tables(s: dict, wide: bool = False) -> list:
     nodes = cost_table(s["top_nodes"], "node", "nodes that cost most (time between events, ms)", wide)
     if set(s["filters"]) - {"iter"}:
         return [inference_table(s, wide), nodes, changes_table(s, wide)]
-    return [inference_table(s, wide), counters_table(s), nodes, changes_table(s, wide)]
+    timing = time_table(s)
+    return [inference_table(s, wide), counters_table(s), *([timing] if timing else []), nodes,
+            changes_table(s, wide)]
 
 
 def trace_view(s: dict, wide: bool = False) -> Group:

@@ -4,6 +4,7 @@ and their background queue (the GPU plugin's async_compilation.md), and the reor
 into the layout a static impl wants (update_weights, preprocessing.md)."""
 from __future__ import annotations
 
+import os
 import time
 import weakref
 
@@ -42,7 +43,10 @@ class ImplManager:
         self.failed: set = set()       # keys whose static build failed: dynamic stays
         # (source, jit) -> future of a build started ahead of the node that needs it
         self.prebuilt: dict = {}
-        self.prebuild_workers = prebuild_workers
+        # more build threads than cores only take turns with each other (and, on a CPU
+        # device, with the kernels): a CPU device gets one per core
+        self.prebuild_workers = min(prebuild_workers, os.cpu_count() or 1) if device_type == "cpu" \
+            else prebuild_workers
         self._prebuilt_for: set = set()     # input shapes prebuild walked already
         self.wait_s = 0.0              # time the flow waited for builds (the network resets it)
         self.prebuild_s = 0.0          # ... spent walking a new signature for prebuild
@@ -50,11 +54,16 @@ class ImplManager:
     def __len__(self) -> int:
         return len(self.cache)
 
+    def in_flight(self, busy: bool) -> None:
+        """An inference starts or ends: background builds wait for the end on a CPU device."""
+        if self._compile_queue is not None:
+            self._compile_queue.in_flight(busy)
+
     @property
     def compile_queue(self) -> CompileQueue:
         """The background compile queue, started on first use (`wait_idle()` for tests)."""
         if self._compile_queue is None:
-            self._compile_queue = CompileQueue(self.compile_workers)
+            self._compile_queue = CompileQueue(self.compile_workers, self.device_type == "cpu")
             # a network that is gone needs none of its queued builds: they would only take
             # the cores from the next one (on a 2-core CPU, minutes of a test suite)
             weakref.finalize(self, self._compile_queue.stop)

@@ -174,6 +174,7 @@ class Network:
         t0 = time.perf_counter()
         self.queue.begin_inference()
         self.accounting.begin()
+        self.impls.in_flight(True)
         fast, fed_back = self.fast, fed_back or {}
         sig = signature(feeds, fast.by_value) if fast is not None else None
         plan = fast.find(sig) if fast is not None else None
@@ -205,6 +206,7 @@ class Network:
         return self.index_checks.after(outs)
 
     def _end(self, latency: float, extra: dict) -> None:
+        self.impls.in_flight(False)
         self.time_ms = self.accounting.parts_ms(latency)
         self.trace.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
                          counters=dict(self.counters), time_ms=self.time_ms, **extra)

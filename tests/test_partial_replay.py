@@ -204,3 +204,24 @@ def test_kv_growth_past_the_predicted_capacity_keeps_the_plan(device, predictor)
     steps = _decode_steps([1] * 40)
     plans = _same(build_program(kv_decoder_step()), steps, device, KV_FEEDBACK, predictor=predictor)
     assert len([e for e in plans if e["action"] == "partial"]) >= 36
+
+
+def test_every_inference_says_where_its_time_went(device, tmp_path):
+    """infer_end's time_ms: every part present, none negative, and the parts sum to the
+    latency within 10% (flow is what the measured parts leave), in memory and in the file."""
+    prog = build_program(kv_decoder_step())
+    path = tmp_path / "t.jsonl"
+    w = TraceWriter(str(path), {"model": "kv"})
+    _run(prog, _decode_steps([3, 1, 1, 1]), device, True, KV_FEEDBACK, trace=w)
+    w.close()
+    _, events = read_trace(str(path))
+    ends = [e for e in events if e["kind"] == "infer_end"]
+    assert len(ends) == 4
+    from engine.accounting import PARTS
+    for e in ends:
+        parts = e["time_ms"]
+        assert set(parts) == set(PARTS)
+        assert all(v >= 0 for v in parts.values())
+        assert abs(sum(parts.values()) - e["latency_ms"]) <= 0.1 * e["latency_ms"] + 0.01
+    assert ends[0]["time_ms"]["build_wait"] + ends[0]["time_ms"]["prebuild"] >= 0
+    assert ends[-1]["time_ms"]["trace"] > 0       # this run wrote a trace

@@ -22,7 +22,8 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "reason": (str,), "ts": _NUM, "shapes": (dict,),
                "counters": (dict,), "latency_ms": _NUM, "compile_ms": _NUM, "of_iter": (int,),
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
-               "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,)}
+               "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
+               "upto": (int,), "clean_nodes": (list,), "time_ms": (dict,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -164,26 +165,34 @@ KINDS: dict[str, dict] = {
         "doc": "An OpenCL program was built (pyopencl's binary cache may serve it).",
     },
     "plan": {
-        "actions": {"replay"},
-        "reasons": {"same_signature", "transition"},
-        "fields": ("of_iter", "kernels"),
-        "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path): the inference "
-               "`of_iter` changed no resource and this one repeats its transition (the same "
+        "actions": {"replay", "partial"},
+        "reasons": {"same_signature", "transition", "diverged"},
+        "fields": ("of_iter", "kernels", "upto"),
+        "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
+               "the inference `of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
                "with no resource changed since, so its `kernels` were enqueued again as recorded, "
                "with no per-node flow. It stands for the decisions of `of_iter`: the file holds "
                "this one event, and the reader (traces/reader.py) expands it into copies of "
                "`of_iter`'s decision events, marked `replayed: true`, so every view counts "
-               "them. Off with `--no-fast-path`.",
+               "them. `partial`: the inference's input changes reached only some nodes (a decode "
+               "step: the KV length), so only those ran the flow (their events are in the file as "
+               "usual) and every other node repeated what it did in `of_iter` (`kernels` of them): "
+               "the reader copies `of_iter`'s events of the first `upto` names of its "
+               "`clean_nodes`. `diverged`: a tensor those nodes read changed after all, and the "
+               "nodes from there on ran the flow. Off with `--no-fast-path`.",
     },
     "infer_end": {
         "actions": {""},
-        "fields": ("latency_ms", "out_shapes", "counters", "plan_base"),
+        "fields": ("latency_ms", "out_shapes", "counters", "plan_base", "clean_nodes", "time_ms"),
         "doc": "An inference finished; `counters` are this inference's decision counts, plus "
                "`peak_bytes` (device memory of activation buffers at its peak) and "
                "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
-               "allocator can do with less). `plan_base: true`: the inference changed no resource, "
-               "so later `plan replay` events may refer to it.",
+               "allocator can do with less). `time_ms`: where its latency went, part by part "
+               "(engine/accounting.py: flow, build_wait, prebuild, alloc, enqueue, device_wait, "
+               "trace; they sum to `latency_ms`). `plan_base: true`: later `plan` events may refer "
+               "to it (a whole replay when it changed no resource; `clean_nodes`, in execution "
+               "order, the nodes a partial replay of it may repeat).",
     },
     "check": {
         "actions": {"pass", "fail"},

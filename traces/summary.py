@@ -170,6 +170,7 @@ class TraceSummary:
         self.rows.append({"iter": it, "inputs": start.get("shapes", {}), "outputs": end.get("out_shapes", {}),
                           "latency_ms": latency, "ts": start["ts"],
                           "counters": {k: v for k, v in counters.items() if k != "latency_ms"},
+                          "time_ms": end.get("time_ms") or {},
                           "decisions": dict(sorted(decisions.items()))})
 
     # -- result -----------------------------------------------------------------------------

@@ -11,6 +11,8 @@ KV-cache buffer with room along its sequence axis is read in place (padded_ok).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from engine.fused_ops import fused_jit
 from engine.kernels import KernelCall
 from engine.layout import Layout
@@ -47,14 +49,22 @@ def ranks_ok(node, ins) -> bool:
 
 
 def geometry(node, ins) -> dict:
-    (q, qs), (kt, kts), (v, vs) = (_view(l, p) for l, p in zip(ins[:3], node.attrs["perms"]))
+    """The chain's dims and strides for these operands (read-only: shared between callers).
+    Shape inference, the fusion check and the kernel calls each ask for the same shapes in
+    turn, and a decode step asks for new ones every token: the last few are kept."""
+    return _geometry(node.name, node.attrs["perms"], node.attrs["out_perm"], *ins[:3])
+
+
+@lru_cache(maxsize=64)
+def _geometry(name, perms, out_perm, *ins) -> dict:
+    (q, qs), (kt, kts), (v, vs) = (_view(l, p) for l, p in zip(ins, perms))
     if kt[2] != q[3] or v[2] != kt[3]:
-        raise ShapeInferenceError(f"attention {node.name}: q {q}, k^T {kt}, v {v} do not chain")
+        raise ShapeInferenceError(f"attention {name}: q {q}, k^T {kt}, v {v} do not chain")
     bh = broadcast(q[:2], kt[:2])
     rank = ins[0].rank
     y = broadcast(bh, v[:2]) + (q[2], v[3])
     y = y if rank == 4 else y[:1] + y[2:]
-    op = node.attrs["out_perm"]
+    op = out_perm
     out = tuple(y[i] for i in op) if op is not None else y
     # strides of y's (b, h, s, d) in the output buffer
     ost = contiguous_strides(out)

@@ -23,6 +23,9 @@ class Observer:
     def predicted(self, tensor, shape, bits) -> None:
         pass
 
+    def touched(self, cache, key) -> None:
+        """A cache hit (the impl cache, a node's weights cache): `cache.get(key)` again repeats it."""
+
 
 class DeviceQueue:
     # On a GPU, kernels wait for at most this many others before a flush sends them (with one

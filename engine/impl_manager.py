@@ -41,6 +41,10 @@ class ImplManager:
         self.cache = cache if cache is not None else ImplCache(cache_capacity)
         self._compile_queue: CompileQueue | None = None
         self.failed: set = set()       # keys whose static build failed: dynamic stays
+        # static keys the impl cache evicted: not built again (a run whose shapes want more
+        # static impls than the cache holds would otherwise rebuild them in turn for ever, each
+        # switch sending the next inferences back through the flow)
+        self.evicted: set = set()
         # (source, jit) -> future of a build started ahead of the node that needs it
         self.prebuilt: dict = {}
         # more build threads than cores only take turns with each other (and, on a CPU
@@ -91,19 +95,29 @@ class ImplManager:
     def _put(self, key, impl, node) -> None:
         impl.nbytes = program_bytes(impl.program, self.ctx.devices[0])
         evicted = self.cache.put(key, impl)
-        for _, old, why in evicted:
+        for old_key, old, why in evicted:
+            if old.kind == "static":
+                self.evicted.add(old_key)
             self.decisions.record("update_impl", "evict", why, node=node, impl=old.name,
                                   impl_kind=old.kind, bytes=old.nbytes)
         if evicted:
             del old, evicted      # the last references: their programs are freed here
             give_back_freed_heap()
 
+    def _cached(self, key):
+        """The impl cache's entry for `key` (None on a miss); a hit is reported to the queue's
+        observer: it moves the entry in the LRU order, which a plan replay must repeat."""
+        impl = self.cache.get(key)
+        if impl is not None:
+            self.buffers.queue.observer.touched(self.cache, key)
+        return impl
+
     # ---- shape-agnostic impls -----------------------------------------------------------
     def dynamic(self, call, node) -> Impl:
         """The dynamic (shape-agnostic) impl of `call`: impl cache, else built now."""
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
         key = dynamic_key(call.source, jit)
-        impl = self.cache.get(key)
+        impl = self._cached(key)
         if impl is not None:
             self.decisions.record("update_impl", "cache_hit", "dynamic", node, impl=impl.name,
                                   impl_kind="dynamic")
@@ -156,12 +170,15 @@ class ImplManager:
         the build submitted to the compile queue (deduplicated)."""
         if key in self.failed:
             return None, "failed"
-        impl = self.cache.get(key)
+        impl = self._cached(key)
         if impl is not None:
             return impl, "hit"
         impl = self.take_static(key, name, node)
         if impl is not None:
             return impl, "ready"
+        if key in self.evicted:
+            self.decisions.record("update_impl", "fallback", "evicted", node, impl=name)
+            return None, "evicted"
         if not self.async_compile:
             return self._build_static_now(key, name, node)
         fresh = self.compile_queue.submit(key, lambda: self._build_static(key))
@@ -209,7 +226,7 @@ class ImplManager:
         """A pending static build of `key`: (its impl, True) once ready (from the compile
         queue, or from the impl cache when another node took it first); (None, still
         pending?) otherwise (no, when it failed); a build evicted before this node took it is submitted again."""
-        impl = self.cache.get(key) if key in self.cache else self.take_static(key, name, node)
+        impl = self._cached(key) if key in self.cache else self.take_static(key, name, node)
         if impl is not None:
             return impl, False
         if key in self.failed:

@@ -63,7 +63,10 @@ class _Track:
         self.horizon = 0              # steps of the last steady preallocation
         self.horizon_step: tuple | None = None
         self.held = False             # every growth since that preallocation matched its step
-        self.recent: deque = deque(maxlen=window)
+        # (t, need) of the last `window` requirements, needs decreasing: recent[0] is their
+        # max (a monotonic queue: the policy asks for it on every call, replays included)
+        self.window = window
+        self.recent: deque = deque()
         self.cycle_start = 0
         self.cycle_max = 0
         self.prev_cycle_max = 0
@@ -89,14 +92,19 @@ class _Track:
             self.cycle_start, self.cycle_max = self.t, need
         else:
             self.cycle_max = max(self.cycle_max, need)
-        self.recent.append(need)
+        recent = self.recent
+        while recent and recent[-1][1] <= need:
+            recent.pop()
+        recent.append((self.t, need))
+        if recent[0][0] <= self.t - self.window:
+            recent.popleft()
         self.last = shape
         self.t += 1
 
     def needed_soon(self, grace: int) -> int:
         """Elements this buffer is expected to need again soon: the recent max, and the last
         cycle's max while the current cycle has had about as long as that one to get there."""
-        soon = max(self.recent)
+        soon = self.recent[0][1]
         if self.prev_cycle_max and self.t - self.cycle_start <= self.prev_cycle_len * 3 // 2 + grace:
             soon = max(soon, self.prev_cycle_max)
         return soon
@@ -136,7 +144,9 @@ class AdaptivePredictor:
     def realloc(self, buf: BufferState, id: str, shape: tuple, dtype_bits: int,
                 used_bytes: int | None = None) -> ReallocDecision:
         s = self.settings
-        tr = self._tracks.setdefault(id, _Track(s.memory_window))
+        tr = self._tracks.get(id)
+        if tr is None:
+            tr = self._tracks[id] = _Track(s.memory_window)
         need = _shape_size(shape)
         tr.observe(shape, need)
         soon = tr.needed_soon(s.base_iters)

@@ -370,6 +370,7 @@ class PrimitiveInst:
                 w.layout.nbytes, self.rt.device.global_mem_size, buffers.used_bytes))
         t = self.weights_cache.get(wl)
         if t is not None:
+            self.rt.queue.observer.touched(self.weights_cache, wl)   # its LRU order moved
             self._rec("update_weights", "cache_hit", layout=wl.name)
         elif wl.compatible:
             t = Tensor(f"{w.name}:{wl.name}", Layout(tuple(wl.shape), "f32"),

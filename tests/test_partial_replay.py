@@ -33,7 +33,8 @@ def _decisions(events, it):
 def _run(prog, steps, device, fast, feedback=None, trace=None, **kw):
     """steps: [(feeds, feed back?)]; returns outputs, decision counters, trace events."""
     trace = trace if trace is not None else MemoryTrace()
-    net = Network(prog, device, trace=trace, fast_path=fast, impls="dynamic", feedback=feedback, **kw)
+    kw.setdefault("impls", "dynamic")
+    net = Network(prog, device, trace=trace, fast_path=fast, feedback=feedback, **kw)
     outs, counters = [], []
     back = {v: k for k, v in (feedback or {}).items()}
     for feeds, fed in steps:
@@ -225,3 +226,16 @@ def test_every_inference_says_where_its_time_went(device, tmp_path):
         assert abs(sum(parts.values()) - e["latency_ms"]) <= 0.1 * e["latency_ms"] + 0.01
     assert ends[0]["time_ms"]["build_wait"] + ends[0]["time_ms"]["prebuild"] >= 0
     assert ends[-1]["time_ms"]["trace"] > 0       # this run wrote a trace
+
+
+def test_transitions_that_switch_between_cached_static_impls_replay(device):
+    """Static impls built in the critical path for some shapes, the shape-agnostic impl for the
+    others: a transition switches impls through the impl cache (and the weights cache) without
+    building anything, so it is replayed, its cache hits repeated in the LRU orders; decisions
+    and outputs equal the flow's."""
+    model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
+    rng = np.random.default_rng(3)
+    steps = [({"input_ids": rng.integers(0, 1000, (1, s)).astype(np.int64),
+               "attention_mask": np.ones((1, s), np.int64)}, False) for s in [8, 16, 24] * 5]
+    plans = _same(build_program(model), steps, device, impls="auto", async_compile=False)
+    assert any(e["action"] == "replay" and e["reason"] == "transition" for e in plans)

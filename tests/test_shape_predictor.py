@@ -174,3 +174,21 @@ def test_settings_parse_errors(text):
     with pytest.raises(ValueError) as e:
         PreallocSettings.parse(text)
     assert "\n" not in str(e.value) and "preallocation options" in str(e.value)
+
+
+def test_adaptive_recent_max_is_the_max_of_the_window():
+    """The adaptive policy's running max (a monotonic queue) equals the max over its window
+    of requirements, whatever the order they come in."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from engine.predictors import _Track
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.integers(1, 8), st.lists(st.integers(0, 50), min_size=1, max_size=60))
+    def check(window, needs):
+        tr = _Track(window)
+        for k, n in enumerate(needs):
+            tr.observe((n,), n)
+            assert tr.recent[0][1] == max(needs[max(0, k + 1 - window):k + 1])
+    check()

@@ -67,7 +67,7 @@ KINDS: dict[str, dict] = {
     "update_impl": {
         "actions": {"build", "cache_hit", "keep", "queue", "switch", "evict", "fallback"},
         "reasons": {"dynamic", "static", "already_queued", "static_ready", "build_failed",
-                    "capacity", "bytes"},
+                    "capacity", "bytes", "evicted"},
         "fields": ("impl", "impl_kind", "compile_ms", "critical", "old_impl", "new_impl", "error",
                    "bytes"),
         "doc": "Impl selection (impl cache keyed by the full ImplParams). `build`: an impl cache "
@@ -79,7 +79,9 @@ KINDS: dict[str, dict] = {
                "`compile_ms` off the critical path); `evict`: the LRU dropped `impl` (reason "
                "`capacity`: past --impl-cache-capacity impls; `bytes`: its static impls past "
                "their byte bound; `bytes`: the host bytes `impl` held); "
-               "`fallback`: a static build failed, the dynamic impl stays.",
+               "`fallback`: the dynamic impl stays, its static build failed (`build_failed`) or "
+               "was built once and evicted (`evicted`: not built again, so a run whose shapes want "
+               "more static impls than the cache holds does not rebuild them in turn).",
     },
     "update_weights": {
         "actions": {"skip", "reset", "cache_hit", "reinterpret", "reorder"},

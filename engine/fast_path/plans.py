@@ -9,7 +9,7 @@ import numpy as np
 
 class Plan:
     __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
-                 "state", "io_state")
+                 "state", "io_state", "touches")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -48,8 +48,10 @@ def blocker(insts, feedback: bool = False) -> str:
     return ""
 
 
-# decisions that leave every resource as it was (the memory pool's own count covers buffers)
-_FREE = ("update_shape.", "update_impl.keep", "update_weights.skip", "realloc.reuse", "realloc.view",
+# decisions that leave every resource as it was (the memory pool's own count covers buffers);
+# a cache hit only moves its entry in the cache's LRU order, which a replay repeats (`touches`)
+_FREE = ("update_shape.", "update_impl.keep", "update_impl.fallback", "update_impl.cache_hit",
+         "update_weights.skip", "update_weights.cache_hit", "update_weights.reset", "realloc.reuse", "realloc.view",
          "realloc.external", "realloc.by_other", "realloc.empty", "set_args.", "execute.",
          "fusion.unfuse", "in_place_concat.apply")
 

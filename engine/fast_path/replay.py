@@ -38,6 +38,7 @@ class FastPath(Observer):
         self.recording = None          # (previous signature, signature, memory changes)
         self._launches: list | None = None
         self._reallocs: list | None = None
+        self._touches: list | None = None
         # partial replay (engine/fast_path/partial.py): the plan the nodes are current with
         self.attribution = partial.Attribution(insts)
         self.current: partial.PartialPlan | None = None
@@ -69,6 +70,10 @@ class FastPath(Observer):
     def predicted(self, tensor, shape, bits) -> None:
         if self._reallocs is not None:
             self._reallocs.append((tensor, shape, bits))
+
+    def touched(self, cache, key) -> None:
+        if self._touches is not None:
+            self._touches.append((cache, key))
 
     # ---- around an inference of the flow ------------------------------------------------
     def input_changes(self, feeds: dict, fed_back: dict) -> frozenset:
@@ -109,7 +114,7 @@ class FastPath(Observer):
         self._partial = plan
         if plan is None:
             self._changed, self._fed = self.input_changes(feeds, fed_back), frozenset(fed_back)
-            self._launches, self._reallocs = [], []
+            self._launches, self._reallocs, self._touches = [], [], []
             self.decisions.log = []
 
     def run_partial(self) -> int | None:
@@ -134,8 +139,8 @@ class FastPath(Observer):
         """The node names of the clean nodes of the partial plan recorded ([] when only a
         whole plan was), or None when this inference is no plan base."""
         prev, sig, mem = self.recording
-        launches, reallocs, log = self._launches, self._reallocs, self.decisions.log
-        self._launches = self._reallocs = self.decisions.log = None
+        launches, reallocs, log, touches = self._launches, self._reallocs, self.decisions.log, self._touches
+        self._launches = self._reallocs = self._touches = self.decisions.log = None
         self.last_sig = sig
         changed = self.buffers.memory.changes != mem or not resource_free(self.insts, counters)
         if self._partial is not None:
@@ -173,7 +178,7 @@ class FastPath(Observer):
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches], reallocs=reallocs,
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=state,
-            io_state=[e for e in state if e[0] in self.io_tensors]))
+            io_state=[e for e in state if e[0] in self.io_tensors], touches=touches))
         if clean is None:
             self.bases += 1
         return clean or []
@@ -219,6 +224,8 @@ class FastPath(Observer):
                 b.arg_ids = args
         queue.arena.flush(queue.cl_queue, queue.keep)
         queue.enqueue(plan.kernels)
+        for cache, key in plan.touches:        # the flow's cache hits, in the LRU orders too
+            cache.get(key)
         used = self.buffers.used_bytes
         predictor = self.buffers.predictor
         for t, shape, bits in plan.reallocs:   # the same predictor calls as the flow's

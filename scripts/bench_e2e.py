@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from dyncli.bench import BenchOptions, bench_model  # noqa: E402
+from dyncli.defaults import CLI_DEFAULT_POLICY  # noqa: E402
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
 
@@ -46,11 +47,11 @@ def bench_bert(device, out):
     seq = bert_sequence()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([{"input_ids": [1, s], "attention_mask": [1, s]} for s in seq], f)
-    for key, fast, pred in (("bert_fast", True, "openvino"), ("bert_no_fast_path", False, "openvino"),
-                            ("bert_fast_adaptive", True, "adaptive")):
+    for key, fast, pred in (("bert_default", True, CLI_DEFAULT_POLICY), ("bert_no_fast_path", False, CLI_DEFAULT_POLICY),
+                            ("bert_openvino", True, "openvino")):
         r = bench_model(BenchOptions(model=BERT, shapes_file=f.name, warmup=1, repeat=1, same_runs=10,
-                                     device=device, fast_path=fast, profile=fast and pred == "openvino",
-                                     compare=["onnxruntime"] if key == "bert_fast" else [],
+                                     device=device, fast_path=fast, profile=key == "bert_default",
+                                     compare=["onnxruntime"] if key == "bert_default" else [],
                                      input_range=["input_ids:0..30000"], predictor=pred))
         out[key] = r
         sq = r["sequence"]
@@ -60,7 +61,9 @@ def bench_bert(device, out):
               f"{sq['replayed']}/{r['timed_inferences']}; kernel time {sq.get('device_ms_mean', float('nan')):.3f} ms; "
               f"first-seen/warm max {max(v['first_seen_over_warm'] for v in r['shapes'].values()):.1f} "
               f"(seq 96: {r['shapes']['1x96']['first_seen_ms']:.1f} / {r['shapes']['1x96']['same_shape_ms']:.2f} ms); "
-              f"load {r['load_ms']:.0f} ms compile {r['compile_ms']:.0f} ms", flush=True)
+              f"load {r['load_ms']:.0f} ms compile {r['compile_ms']:.0f} ms; partial {sq.get('partial')}; "
+              f"time by part (mean) {({k: round(v, 3) for k, v in sq.get('time_ms', {}).items()})}; "
+              f"first-seen 96 by part {r['shapes']['1x96'].get('first_seen_time_ms')}", flush=True)
         if "peers" in r:
             print(f"  onnxruntime CPU mean {r['peers']['onnxruntime']['mean_ms']:.3f} ms", flush=True)
     # the trace's cost: the same sequence with the trace `dyncli run` writes, and without
@@ -73,7 +76,7 @@ def bench_bert(device, out):
     tpath = os.path.join(tempfile.gettempdir(), "bert.trace.jsonl")
     for traced in (True, False):
         trace = TraceWriter(tpath, {"model": BERT}) if traced else None
-        net = Network(prog, select_device(device), trace=trace)
+        net = Network(prog, select_device(device), trace=trace, predictor=CLI_DEFAULT_POLICY)
         for f in feeds:                             # warm
             net.infer(f)
         ms = []
@@ -106,7 +109,7 @@ def bench_gpt2(device, out, tokens=256):
     import onnx
     prog = build_program(onnx.load(GPT2), GPT2)
     fb = {n.replace("past_", "present_"): n for n in prog.inputs if n.startswith("past_")}
-    net = Network(prog, device, feedback=fb)
+    net = Network(prog, device, feedback=fb, predictor=CLI_DEFAULT_POLICY)
     res = {}
     for p in ("cold", "warm"):
         lat, kernels, parts, counters = [], [], [], []

@@ -49,10 +49,15 @@ class ImplManager:
         self.prebuilt: dict = {}
         # more build threads than cores only take turns with each other (and, on a CPU
         # device, with the kernels): a CPU device gets one per core
-        self.prebuild_workers = min(prebuild_workers, os.cpu_count() or 1) if device_type == "cpu" \
-            else prebuild_workers
+        self.prebuild_workers = min(prebuild_workers, max(2, os.cpu_count() or 1)) \
+            if device_type == "cpu" else prebuild_workers
         self._prebuilt_for: set = set()     # input shapes prebuild walked already
         self.wait_s = 0.0              # time the flow waited for builds (the network resets it)
+        # walks of new signatures in a row that found nothing to build: after two, new
+        # signatures are not walked until a build lands in the critical path again (a walk
+        # costs a pass of shape inference over every node: ~20 ms of a first-seen BERT length
+        # on the H100's host, for nothing once every kernel is built)
+        self._idle_walks = 0
         self.prebuild_s = 0.0          # ... spent walking a new signature for prebuild
 
     def __len__(self) -> int:
@@ -78,10 +83,11 @@ class ImplManager:
         if self.prebuild_workers <= 1:
             return
         shapes = tuple((k, np.shape(v)) for k, v in feeds.items())
-        if shapes not in self._prebuilt_for:
+        if shapes not in self._prebuilt_for and self._idle_walks < 2:
             t0 = time.perf_counter()
             self._prebuilt_for.add(shapes)
-            start_builds(self, insts, tensors, feeds)
+            found = start_builds(self, insts, tensors, feeds)
+            self._idle_walks = 0 if found else self._idle_walks + 1
             self.prebuild_s += time.perf_counter() - t0
 
     def _count_compile(self, ms: float, static: bool, critical: bool) -> None:
@@ -133,6 +139,8 @@ class ImplManager:
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
         self._put(key, impl, node)
         self._count_compile(ms, False, built is None)
+        if built is None:
+            self._idle_walks = 0       # a build the walks did not foresee: walk again
         extra = {"prebuilt": True} if built is not None else {}
         self.decisions.record("update_impl", "build", "dynamic", node, impl=impl.name,
                               impl_kind="dynamic", compile_ms=round(ms, 3), critical=built is None,

@@ -66,14 +66,15 @@ def _walk_into(insts, tensors, feeds: dict, calls: list) -> None:
 
 
 def start_builds(impls, insts, tensors, feeds: dict) -> int:
-    """Start the builds the first inference will need; returns how many were started."""
+    """Start the builds the first inference will need; returns how many it found (started
+    when at least two: one build gains nothing from a thread)."""
     todo = {}
     for call in _walk(insts, tensors, feeds):
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
         if dynamic_key(call.source, jit) not in impls.cache and (call.source, jit) not in impls.prebuilt:
             todo.setdefault((call.source, jit), None)
     if len(todo) < 2:
-        return 0
+        return len(todo)
     pool = ThreadPoolExecutor(max_workers=impls.prebuild_workers, thread_name_prefix="prebuild")
     for source, jit in todo:
         impls.prebuilt[(source, jit)] = pool.submit(compile_program, impls.ctx, source, jit)

@@ -102,3 +102,18 @@ def test_prebuild_keeps_the_decisions(device):
     assert runs[1][1] == runs[4][1] and len(runs[1][1]) > 2
     assert not any(runs[1][2]) and all(runs[4][2])
     assert runs[4][3] == 0
+
+
+def test_new_signatures_stop_being_walked_once_walks_find_nothing(device):
+    """Prebuild walks a new signature's shape inference to start its builds; once two walks in
+    a row found every kernel built, later signatures are not walked (time_ms.prebuild is 0),
+    and outputs stay those of the flow."""
+    model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
+    rng = np.random.default_rng(0)
+    net = Network(build_program(model), device, impls="dynamic", prebuild_workers=4)
+    walked = []
+    for s in (8, 12, 16, 20, 24):
+        feeds = {"input_ids": rng.integers(0, 1000, (1, s)), "attention_mask": np.ones((1, s), np.int64)}
+        net.infer(feeds)
+        walked.append(net.time_ms["prebuild"] > 0)
+    assert walked == [True, True, True, False, False]

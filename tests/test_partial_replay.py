@@ -224,7 +224,6 @@ def test_every_inference_says_where_its_time_went(device, tmp_path):
         assert set(parts) == set(PARTS)
         assert all(v >= 0 for v in parts.values())
         assert abs(sum(parts.values()) - e["latency_ms"]) <= 0.1 * e["latency_ms"] + 0.01
-    assert ends[0]["time_ms"]["build_wait"] + ends[0]["time_ms"]["prebuild"] >= 0
     assert ends[-1]["time_ms"]["trace"] > 0       # this run wrote a trace
 
 

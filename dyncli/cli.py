@@ -127,10 +127,11 @@ def run(
     memory_pool: bool = typer.Option(True, "--memory-pool/--no-memory-pool", help="Hand the buffers "
                                      "of dead tensors to later nodes of the same inference "
                                      "(realloc `from_pool`); off: every tensor keeps its own."),
-    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Replay the plan of "
-                                   "an input signature whose last inference changed nothing "
-                                   "(engine/fast_path; traced as `plan replay`); off: the per-node "
-                                   "flow runs every inference."),
+    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Replay what the flow "
+                                   "decided when the same shapes come again (`plan replay`), and run "
+                                   "the flow only for the nodes a change reaches, the rest repeating "
+                                   "(`plan partial`: a decode step); off: the per-node flow runs every "
+                                   "node of every inference."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only: no per-inference table, no "
                                "progress bar."),
@@ -229,7 +230,9 @@ def bench(
     predictor: str = typer.Option(CLI_DEFAULT_POLICY, "--predictor", metavar="POLICY", help="Output preallocation "
                                   "policy, as for `dyncli run` (adaptive keeps buffers across shrinks, "
                                   "so shape changes stop reallocating and the fast path can replay them)."),
-    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated signatures and transitions."),
+    fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated "
+                                   "signatures and transitions, partial replay of changes that reach "
+                                   "few nodes, as for `dyncli run`."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),
     profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
     compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),

@@ -236,7 +236,7 @@ def summary_table(s: dict) -> Table:
         ("in-place concats: applied / fell back",
          f"{c.get('in_place_concat.apply', 0)} / {c.get('in_place_concat.fallback', 0)}"),
         ("unfusions (fusion invalid for shapes)", str(c.get("fusion.unfuse", 0))),
-        ("fast path: plan replays", str(c.get("plan.replay", 0))),
+        ("fast path: whole / partial replays", f"{c.get('plan.replay', 0)} / {c.get('plan.partial', 0)}"),
     ]
     if c.get("kv_cache.append", 0) or c.get("kv_cache.copy", 0):
         rows.append(("KV cache appends / full copies (bytes copied)",

@@ -27,10 +27,14 @@ tells it when the flow runs instead (`begin_flow`, `end_flow`); the runtime serv
 launches and predictor calls to it as their observer (engine/device_queue.py `Observer`); every
 node snapshots and restores its own state. Nothing of it lives in the flow's methods.
 
-Not used when the program's shapes depend on data (NonZero's dynamic output) or decode feedback
-moves buffers between inferences (--feedback). A policy that reallocates often (the plugin's
-reclaim of buffers 10x too large) bumps the epoch often and leaves little to replay:
-`--predictor adaptive` keeps buffers across shrinks.
+Whole plans are not used when the program's shapes depend on data (NonZero's dynamic output)
+or decode feedback moves buffers between inferences (--feedback). A policy that reallocates
+often (the plugin's reclaim of buffers 10x too large) bumps the epoch often and leaves little
+to replay: `--predictor adaptive` (the command line's default) keeps buffers across shrinks.
+
+Partial plans (partial.py) serve a new signature whose changes reach only some nodes: those
+run the flow, the others repeat a recorded base inference. They work with --feedback (a decode
+step is one plan for every KV length) and survive the dirty nodes' resource changes.
 """
 from engine.fast_path.replay import NOT_DECISIONS, FastPath, signature
 

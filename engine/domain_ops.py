@@ -1,0 +1,174 @@
+"""Domain ops (com.microsoft, what onnxruntime's transformer optimizer emits; also the
+SimplifiedLayerNormalization onnxruntime keeps in the ONNX domain) rewritten at load into
+ONNX-schema nodes, before constant folding, shape subgraphs and fusion see the graph.
+
+Each such op registers `expand(node, ctx)` (engine/ops/registry.py `register_expansion`;
+the ops are in engine/ops/ms/): it writes through `ctx` the ONNX nodes that compute the op,
+ending in the op's own output names. The nodes run at EXPAND_OPSET whatever the model's
+opset (each `Node` carries its opset), so an expansion is written against one set of schemas.
+They then run as any exported graph does: LayerNormalization's kernel, MatMul with its bias in
+the epilogue, the attention chain fused into one kernel (engine/attention_fusion.py), weight
+splits folded as constants.
+
+Some expansions depend on an input's rank (Attention's mask_index: lengths [B] or a raw mask
+[B, T]): ranks come from ONNX shape inference over the graph, the domain ops' outputs
+declared with the ranks their expansions give.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from engine.graph import ModelError
+from engine.ops import OPS
+from engine.ops.registry import op_key
+
+# the opset the expansions are written against (Gelu 20, ReduceMean's axes input 18)
+EXPAND_OPSET = 21
+
+
+class ExpandContext:
+    """What an expansion writes through: new nodes and constants under names unique in the
+    graph, the node's attributes, the element types and ranks of tensors."""
+
+    def __init__(self, node: onnx.NodeProto, label: str, taken: set, types):
+        self.proto, self.label, self._taken, self._types = node, label, taken, types
+        self.nodes: list[onnx.NodeProto] = []
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self.declared: dict[str, tuple[int, int]] = {}
+
+    def fresh(self, hint: str) -> str:
+        name, k = f"{self.label}/{hint}", 1
+        while name in self._taken:
+            k += 1
+            name = f"{self.label}/{hint}_{k}"
+        self._taken.add(name)
+        return name
+
+    def input(self, k: int) -> str:
+        """Input `k`'s tensor name, "" when omitted."""
+        return self.proto.input[k] if k < len(self.proto.input) else ""
+
+    def output(self, k: int) -> str:
+        return self.proto.output[k] if k < len(self.proto.output) else ""
+
+    def op(self, op_type: str, inputs: list, outputs=None, n_out: int = 1, **attrs):
+        """Add one node; returns its output name (its list when it has several). `outputs`
+        names them (the domain op's own outputs), else they are fresh."""
+        outs = list(outputs) if outputs is not None else [self.fresh(op_type.lower()) for _ in range(n_out)]
+        ins = list(inputs)
+        while ins and not ins[-1]:      # omitted optional inputs and outputs at the end
+            ins.pop()
+        kept = list(outs)
+        while len(kept) > 1 and not kept[-1]:
+            kept.pop()
+        self.nodes.append(helper.make_node(op_type, ins, kept, name=self.fresh(op_type), **attrs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def const(self, value, dtype=np.float32) -> str:
+        """A Constant node holding `value` (folded at load)."""
+        name = self.fresh("const")
+        t = numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+        self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh("Constant"), value=t))
+        return name
+
+    def dim(self, tensor: str, axis: int) -> str:
+        """A [1] int64 tensor holding dim `axis` of `tensor` (a Shape: host-run shape math)."""
+        end = {"end": axis + 1} if axis != -1 else {}
+        return self.op("Shape", [tensor], start=axis, **end)
+
+    def rank(self, tensor: str) -> int | None:
+        t = self._types(tensor)
+        return None if t is None else len(t[1])
+
+    def shape(self, tensor: str) -> tuple | None:
+        """`tensor`'s dims as far as known at load (None for a dynamic one), None if unknown."""
+        t = self._types(tensor)
+        return None if t is None else t[1]
+
+    def elem_type(self, tensor: str) -> int:
+        t = self._types(tensor)
+        return TensorProto.FLOAT if t is None else t[0]
+
+    def declare(self, output: str, elem_type: int, shape) -> None:
+        """The type and dims (None: dynamic) of one of the op's outputs, for ops downstream."""
+        if output:
+            self.declared[output] = (elem_type, tuple(shape))
+
+    def fail(self, why: str):
+        raise ModelError(f"node {self.label} ({self.proto.domain}::{self.proto.op_type}): {why}")
+
+
+class _Types:
+    """Element type and dims of the graph's tensors by ONNX shape inference, over the model
+    with the domain ops expanded so far replaced by their declared outputs (rerun when a
+    tensor not known yet is asked for after another expansion: it may be downstream of it)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model, self.known, self.declared, self.done = model, {}, {}, set()
+        self._infer()
+
+    def __call__(self, name: str):
+        if name not in self.known and self.stale:
+            self._infer()
+        return self.known.get(name)
+
+    def _infer(self) -> None:
+        g = self.model.graph
+        names = {vi.name for vi in g.input}
+        inputs = list(g.input) + [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                                  for t in g.initializer if t.name not in names]
+        inputs += [helper.make_tensor_value_info(n, et, list(s)) for n, (et, s) in self.declared.items()]
+        light = helper.make_graph([n for n in g.node if id(n) not in self.done], g.name, inputs, [])
+        # ONNX refuses nodes of a domain the model does not import (onnxruntime runs them)
+        imports = list(self.model.opset_import)
+        have = {o.domain for o in imports}
+        imports += [helper.make_opsetid(d, 1) for d in sorted({n.domain for n in g.node} - have)]
+        m = helper.make_model(light, opset_imports=imports, ir_version=self.model.ir_version)
+        try:
+            m = onnx.shape_inference.infer_shapes(m)
+        except Exception:   # a graph ONNX cannot infer: the declared and input types only
+            pass
+        for vi in list(m.graph.input) + list(m.graph.value_info):
+            tt = vi.type.tensor_type
+            if tt.elem_type and tt.HasField("shape"):
+                dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+                self.known[vi.name] = (tt.elem_type, dims)
+        self.known.update(self.declared)
+        self.stale = False
+
+    def expanded(self, node: onnx.NodeProto, declared: dict) -> None:
+        self.done.add(id(node))
+        self.declared.update(declared)
+        self.known.update(declared)
+        self.stale = True
+
+
+def expansion(node: onnx.NodeProto):
+    """The registered `expand` of `node`'s op, None when it runs as it is."""
+    d = OPS.get(op_key(node.domain, node.op_type))
+    return d.expand if d is not None else None
+
+
+def expand_domain_ops(model: onnx.ModelProto, opset: int) -> list[tuple[onnx.NodeProto, int]]:
+    """The graph's nodes with every domain op replaced by its expansion, each with the opset it
+    runs at (`opset` for the model's own nodes, EXPAND_OPSET for the expansions'). The
+    caller's model is left as it is. Unsupported ops were refused before (program.py)."""
+    g = model.graph
+    if not any(expansion(n) for n in g.node):
+        return [(n, opset) for n in g.node]
+    taken = {t.name for t in g.initializer} | {vi.name for vi in g.input} | \
+        {n.name for n in g.node} | {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
+    types = _Types(model)
+    out = []
+    for k, n in enumerate(g.node):
+        expand = expansion(n)
+        if expand is None:
+            out.append((n, opset))
+            continue
+        ctx = ExpandContext(n, n.name or f"{n.op_type}_{k}", taken, types)
+        expand(n, ctx)
+        types.expanded(n, ctx.declared)
+        out += [(e, EXPAND_OPSET) for e in ctx.nodes]
+    return out

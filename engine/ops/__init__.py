@@ -7,5 +7,6 @@ from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, n
 from engine.ops import attention  # noqa: F401
 from engine.ops import activation, logic, reduce, indexing, arrange, einsum, norm_stats  # noqa: F401
 from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # noqa: F401
+from engine.ops import ms  # noqa: F401  (com.microsoft ops, expanded at load)
 
 __all__ = ["OPS", "OpDef", "register", "supported_ops", "DEFAULT_CHECKED"]

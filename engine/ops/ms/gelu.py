@@ -1,0 +1,31 @@
+"""Gelu, BiasGelu and FastGelu (com.microsoft): ONNX Gelu (opset 20), exact erf or the tanh
+approximation FastGelu is, after the bias Add; both fuse into the MatMul before them."""
+from __future__ import annotations
+
+from engine.ops.ms.domain import MS
+from engine.ops.registry import register_expansion
+
+
+def _gelu(ctx, approximate: str) -> None:
+    x, bias = ctx.input(0), ctx.input(1)
+    if bias:
+        x = ctx.op("Add", [x, bias])
+    ctx.op("Gelu", [x], outputs=[ctx.output(0)], approximate=approximate)
+
+
+@register_expansion(MS, "Gelu")
+def gelu(node, ctx):
+    """y = 0.5 x (1 + erf(x / sqrt 2))."""
+    _gelu(ctx, "none")
+
+
+@register_expansion(MS, "BiasGelu")
+def bias_gelu(node, ctx):
+    """Gelu(A + B), B a bias over the last dim."""
+    _gelu(ctx, "none")
+
+
+@register_expansion(MS, "FastGelu")
+def fast_gelu(node, ctx):
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) of X (+ bias)."""
+    _gelu(ctx, "tanh")

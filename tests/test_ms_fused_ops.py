@@ -1,0 +1,296 @@
+"""com.microsoft ops (what onnxruntime's transformer optimizer emits) against onnxruntime's CPU
+kernels: the optimized BERT fixture over a shape sequence, then each op alone in a small model.
+
+tests/ort_optimized/bert.ortopt.f32.onnx is scripts/make_optimized_bert.py's output: a small
+random-weight BERT that `optimize_model(model_type='bert')` fused into EmbedLayerNormalization,
+Attention (fed the embedding's 1-D mask index), SkipLayerNormalization and BiasGelu.
+"""
+import collections
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from engine import build_program
+from engine.graph import ModelError
+from tests.conftest import run_vs_ort
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "ort_optimized", "bert.ortopt.f32.onnx")
+MS = "com.microsoft"
+F, I32 = TensorProto.FLOAT, TensorProto.INT32
+RTOL, ATOL = 2e-4, 3e-5
+
+
+def _bert_feeds(shapes, seed=0):
+    """Rows after the first padded at the end (each keeps at least one token)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b, s in shapes:
+        mask = np.ones((b, s), np.int64)
+        for r in range(1, b):
+            mask[r, s - min(s - 1, 3 * r):] = 0
+        out.append({"input_ids": rng.integers(0, 100, (b, s)), "token_type_ids": rng.integers(0, 2, (b, s)),
+                    "attention_mask": mask})
+    return out
+
+
+BERT_SHAPES = [(1, 8), (2, 16), (2, 16), (1, 5), (2, 12), (1, 8)]
+
+
+def test_fixture_holds_the_optimizers_fused_ops():
+    m = onnx.load(FIXTURE)
+    ops = collections.Counter(n.op_type for n in m.graph.node if n.domain == MS)
+    assert ops == {"EmbedLayerNormalization": 1, "Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2}
+    assert os.path.getsize(FIXTURE) < 300_000
+    assert {p.key for p in m.metadata_props} >= {"dyncli.optimizer", "dyncli.fused"}
+
+
+def test_optimized_bert_matches_onnxruntime_over_shapes(device):
+    m = onnx.load(FIXTURE)
+    net = run_vs_ort(m, _bert_feeds(BERT_SHAPES), device, RTOL, ATOL)
+    # each Attention runs as the fused attention kernel, each layer norm as LayerNormalization's
+    ran = collections.Counter(i.node.op for i in net.insts)
+    assert ran["attention"] == 2 and ran["LayerNormalization"] == 5 and "Softmax" not in ran
+
+
+def test_optimized_bert_with_a_raw_2d_mask(device):
+    """What `--use_raw_attention_mask` makes: each Attention reads the [B, S] mask (int32)."""
+    m = onnx.load(FIXTURE)
+    for n in m.graph.node:
+        if n.op_type == "Attention":
+            n.input[3] = "attention_mask_int32"
+    run_vs_ort(m, _bert_feeds([(2, 10), (1, 6), (2, 10)], seed=1), device, RTOL, ATOL)
+
+
+# ---- one op per model ---------------------------------------------------------------------
+def _model(node, inputs, outputs, inits=()):
+    g = helper.make_graph([node], "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+
+
+def _vi(name, elem, dims):
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def _w(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _x(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_embed_layer_norm_with_segments_and_mask(device):
+    rng = np.random.default_rng(0)
+    h = 16
+    inits = [("word", _w(rng, 30, h)), ("pos", _w(rng, 12, h)), ("seg", _w(rng, 2, h)),
+             ("gamma", 1 + _w(rng, h, scale=0.1)), ("beta", _w(rng, h, scale=0.1))]
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "segs", "word", "pos", "seg", "gamma", "beta", "mask"],
+                            ["y", "mask_index", "sum"], domain=MS, epsilon=1e-5)
+    ins = [_vi(n, I32, ["b", "s"]) for n in ("ids", "segs", "mask")]
+    outs = [_vi("y", F, None), _vi("mask_index", I32, None), _vi("sum", F, None)]
+    feeds = []
+    for b, s in ((2, 7), (1, 12), (3, 4)):
+        mask = (rng.random((b, s)) > 0.3).astype(np.int32)
+        mask[0, 0] = 2                            # counted only where exactly 1, as onnxruntime
+        feeds.append({"ids": rng.integers(0, 30, (b, s), dtype=np.int32),
+                      "segs": rng.integers(0, 2, (b, s), dtype=np.int32), "mask": mask})
+    run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
+
+
+def test_embed_layer_norm_with_position_ids_and_no_mask(device):
+    rng = np.random.default_rng(1)
+    h = 8
+    inits = [("word", _w(rng, 20, h)), ("pos", _w(rng, 10, h)), ("gamma", 1 + _w(rng, h, scale=0.1)),
+             ("beta", _w(rng, h, scale=0.1))]
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "gamma", "beta", "", "pids"],
+                            ["y", "mask_index"], domain=MS)
+    ins = [_vi("ids", I32, ["b", "s"]), _vi("pids", I32, ["b", "s"])]
+    outs = [_vi("y", F, None), _vi("mask_index", I32, None)]
+    feeds = [{"ids": rng.integers(0, 20, (b, s), dtype=np.int32), "pids": rng.integers(0, 10, (b, s), dtype=np.int32)}
+             for b, s in ((2, 5), (1, 9))]
+    run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
+
+
+@pytest.mark.parametrize("form", ["bias_sum_out", "no_beta", "skip_2d"])
+def test_skip_layer_norm(device, form):
+    rng = np.random.default_rng(2)
+    h = 24
+    inits = [("gamma", 1 + _w(rng, h, scale=0.1)), ("beta", _w(rng, h, scale=0.1)), ("bias", _w(rng, h))]
+    inputs = {"bias_sum_out": ["x", "skip", "gamma", "beta", "bias"], "no_beta": ["x", "skip", "gamma"],
+              "skip_2d": ["x", "skip", "gamma", "beta"]}[form]
+    outputs = ["y", "", "", "sum"] if form == "bias_sum_out" else ["y"]
+    node = helper.make_node("SkipLayerNormalization", inputs, outputs, domain=MS, epsilon=1e-6)
+    skip_dims = ["s", h] if form == "skip_2d" else ["b", "s", h]
+    ins = [_vi("x", F, ["b", "s", h]), _vi("skip", F, skip_dims)]
+    outs = [_vi(o, F, None) for o in outputs if o]
+    feeds = [{"x": _x(rng, b, s, h), "skip": _x(rng, *((s, h) if form == "skip_2d" else (b, s, h)))}
+             for b, s in ((2, 5), (1, 9), (2, 5))]
+    run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
+
+
+@pytest.mark.parametrize("op,bias", [("Gelu", False), ("BiasGelu", True), ("FastGelu", True), ("FastGelu", False)])
+def test_gelus(device, op, bias):
+    rng = np.random.default_rng(3)
+    node = helper.make_node(op, ["x", "bias"] if bias else ["x"], ["y"], domain=MS)
+    inits = [("bias", _w(rng, 12))] if bias else []
+    feeds = [{"x": 2 * _x(rng, b, s, 12)} for b, s in ((2, 3), (1, 7))]
+    run_vs_ort(_model(node, [_vi("x", F, ["b", "s", 12])], [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)
+
+
+@pytest.mark.parametrize("form", ["sum_and_inv_std", "no_bias"])
+def test_rms_norms(device, form):
+    rng = np.random.default_rng(4)
+    h = 16
+    inits = [("gamma", 1 + _w(rng, h, scale=0.1)), ("bias", _w(rng, h))]
+    if form == "sum_and_inv_std":
+        node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma", "bias"],
+                                ["y", "", "inv", "sum"], domain=MS, epsilon=1e-6)
+        outs = [_vi(o, F, None) for o in ("y", "inv", "sum")]
+    else:
+        node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y"], domain=MS)
+        outs = [_vi("y", F, None)]
+    ins = [_vi("x", F, ["b", "s", h]), _vi("skip", F, ["b", "s", h])]
+    feeds = [{"x": _x(rng, b, s, h), "skip": _x(rng, b, s, h)} for b, s in ((2, 5), (1, 3))]
+    run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
+
+
+def test_simplified_layer_norm(device):
+    rng = np.random.default_rng(5)
+    # onnxruntime keeps it in the ONNX domain
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["y", "inv"], axis=-1, epsilon=1e-6)
+    inits = [("gamma", 1 + _w(rng, 20, scale=0.1))]
+    feeds = [{"x": _x(rng, b, s, 20)} for b, s in ((2, 5), (3, 1))]
+    run_vs_ort(_model(node, [_vi("x", F, ["b", "s", 20])], [_vi("y", F, None), _vi("inv", F, None)], inits),
+               feeds, device, RTOL, ATOL)
+
+
+# ---- Attention ----------------------------------------------------------------------------
+HID, HEADS = 16, 2
+
+
+def _lengths(b, s, rng):
+    return rng.integers(1, s + 1, (b,)).astype(np.int32)
+
+
+def _ends_starts(b, s, rng):
+    ends = rng.integers(s // 2 + 1, s + 1, (b,))
+    return np.concatenate([ends, rng.integers(0, s // 2, (b,))]).astype(np.int32)
+
+
+def _raw(b, s, rng):
+    m = (rng.random((b, s)) > 0.3).astype(np.int32)
+    m[:, 0] = 1
+    return m
+
+
+def _raw3(b, s, rng):
+    m = (rng.random((b, s, s)) > 0.3).astype(np.int32)
+    m[:, :, 0] = 1
+    return m
+
+
+MASKS = {"none": None, "lengths": (_lengths, ["b"]), "ends_starts": (_ends_starts, ["b2"]),
+         "raw_2d": (_raw, ["b", "s"]), "raw_3d": (_raw3, ["b", "s", "s"])}
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_attention_mask_forms(device, mask):
+    rng = np.random.default_rng(6)
+    inits = [("w", _w(rng, HID, 3 * HID, scale=0.5)), ("bias", _w(rng, 3 * HID, scale=0.1))]
+    inputs = ["x", "w", "bias"] + (["mask"] if MASKS[mask] else [])
+    node = helper.make_node("Attention", inputs, ["y"], domain=MS, num_heads=HEADS)
+    ins = [_vi("x", F, ["b", "s", HID])] + ([_vi("mask", I32, MASKS[mask][1])] if MASKS[mask] else [])
+    feeds = []
+    for b, s in ((2, 6), (1, 9), (3, 4)):
+        f = {"x": _x(rng, b, s, HID)}
+        if MASKS[mask]:
+            f["mask"] = MASKS[mask][0](b, s, rng)
+        feeds.append(f)
+    run_vs_ort(_model(node, ins, [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)
+
+
+def test_attention_causal_past_present_and_bias(device):
+    """unidirectional with a past (a prompt, then decode steps), a raw mask over past + new,
+    explicit scale and mask_filter_value; present = past + new keys/values."""
+    rng = np.random.default_rng(7)
+    inits = [("w", _w(rng, HID, 3 * HID, scale=0.5)), ("bias", _w(rng, 3 * HID, scale=0.1))]
+    node = helper.make_node("Attention", ["x", "w", "bias", "mask", "past"], ["y", "present"], domain=MS,
+                            num_heads=HEADS, unidirectional=1, scale=0.3, mask_filter_value=-1000.0)
+    ins = [_vi("x", F, ["b", "s", HID]), _vi("mask", I32, ["b", "t"]),
+           _vi("past", F, [2, "b", HEADS, "p", HID // HEADS])]
+    feeds = []
+    for b, s, p in ((2, 3, 0), (2, 1, 3), (1, 4, 5)):
+        feeds.append({"x": _x(rng, b, s, HID), "mask": _raw(b, p + s, rng),
+                      "past": _x(rng, 2, b, HEADS, p, HID // HEADS)})
+    run_vs_ort(_model(node, ins, [_vi("y", F, None), _vi("present", F, None)], inits), feeds, device, RTOL, ATOL)
+
+
+def test_attention_bias_input(device):
+    """attention_bias [B, N, S, T] added to the scores (onnxruntime takes it without a past)."""
+    rng = np.random.default_rng(11)
+    inits = [("w", _w(rng, HID, 3 * HID, scale=0.5))]
+    node = helper.make_node("Attention", ["x", "w", "", "mask", "", "ab"], ["y"], domain=MS, num_heads=HEADS)
+    ins = [_vi("x", F, ["b", "s", HID]), _vi("mask", I32, ["b"]), _vi("ab", F, ["b", HEADS, "s", "s"])]
+    feeds = [{"x": _x(rng, b, s, HID), "mask": _lengths(b, s, rng), "ab": _x(rng, b, HEADS, s, s)}
+             for b, s in ((2, 4), (1, 7))]
+    run_vs_ort(_model(node, ins, [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)
+
+
+def test_attention_unequal_head_sizes(device):
+    rng = np.random.default_rng(8)
+    sizes = [16, 16, 8]
+    inits = [("w", _w(rng, HID, sum(sizes), scale=0.5)), ("bias", _w(rng, sum(sizes), scale=0.1))]
+    node = helper.make_node("Attention", ["x", "w", "bias"], ["y"], domain=MS, num_heads=HEADS,
+                            qkv_hidden_sizes=sizes)
+    feeds = [{"x": _x(rng, b, s, HID)} for b, s in ((2, 5), (1, 3))]
+    run_vs_ort(_model(node, [_vi("x", F, ["b", "s", HID])], [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)
+
+
+@pytest.mark.parametrize("mask", ["none", "lengths", "raw_2d"])
+def test_multi_head_attention(device, mask):
+    """Separate q, k, v (cross attention: L != S) with a bias; a past with present outputs."""
+    rng = np.random.default_rng(9)
+    inits = [("bias", _w(rng, 3 * HID, scale=0.1))]
+    inputs = ["q", "k", "v", "bias", "mask" if mask != "none" else "", "", "pk", "pv"]
+    node = helper.make_node("MultiHeadAttention", inputs, ["y", "present_k", "present_v"], domain=MS,
+                            num_heads=HEADS)
+    mdims = {"lengths": ["b"], "raw_2d": ["b", "t"]}.get(mask)
+    ins = [_vi("q", F, ["b", "s", HID]), _vi("k", F, ["b", "l", HID]), _vi("v", F, ["b", "l", HID])] + \
+        ([_vi("mask", I32, mdims)] if mdims else []) + \
+        [_vi(n, F, ["b", HEADS, "p", HID // HEADS]) for n in ("pk", "pv")]
+    feeds = []
+    for b, s, l, p in ((2, 3, 5, 2), (1, 4, 4, 0), (2, 1, 6, 3)):
+        f = {"q": _x(rng, b, s, HID), "k": _x(rng, b, l, HID), "v": _x(rng, b, l, HID),
+             "pk": _x(rng, b, HEADS, p, HID // HEADS), "pv": _x(rng, b, HEADS, p, HID // HEADS)}
+        if mask == "lengths":
+            f["mask"] = rng.integers(1, p + l + 1, (b,)).astype(np.int32)
+        elif mask == "raw_2d":
+            f["mask"] = _raw(b, p + l, rng)
+        feeds.append(f)
+    outs = [_vi(n, F, None) for n in ("y", "present_k", "present_v")]
+    run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
+
+
+# ---- what is refused ------------------------------------------------------------------------
+def test_other_domains_and_unknown_ms_ops_are_refused_by_name():
+    x = _vi("x", F, ["n"])
+    nodes = [helper.make_node("Foo", ["x"], ["a"], domain="org.example", name="foo"),
+             helper.make_node("QOrderedGelu", ["a"], ["y"], domain=MS, name="qg")]
+    g = helper.make_graph(nodes, "g", [x], [_vi("y", F, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError) as e:
+        build_program(m)
+    assert str(e.value) == ("unsupported ops: com.microsoft::QOrderedGelu (nodes: qg); "
+                            "org.example::Foo (custom domain)")
+
+
+def test_attention_refuses_a_4d_mask_naming_the_node():
+    rng = np.random.default_rng(10)
+    node = helper.make_node("Attention", ["x", "w", "", "mask"], ["y"], domain=MS, num_heads=2, name="att")
+    m = _model(node, [_vi("x", F, ["b", "s", HID]), _vi("mask", I32, ["b", 1, 8, 8])], [_vi("y", F, None)],
+               [("w", _w(rng, HID, 3 * HID))])
+    with pytest.raises(ModelError, match=r"node att \(com.microsoft::Attention\): mask_index of rank 4"):
+        build_program(m)

@@ -294,3 +294,31 @@ def test_attention_refuses_a_4d_mask_naming_the_node():
                [("w", _w(rng, HID, 3 * HID))])
     with pytest.raises(ModelError, match=r"node att \(com.microsoft::Attention\): mask_index of rank 4"):
         build_program(m)
+
+
+# ---- RotaryEmbedding ------------------------------------------------------------------------
+ROTARY = {  # form: (input dims, num_heads, rotary_embedding_dim, interleaved, position ids dims)
+    "bsd_halves_partial": (["b", "s", 32], 2, 8, 0, ["b", "s"]),
+    "bsd_interleaved_start": (["b", "s", 32], 2, 0, 1, [1]),
+    "bnsh_halves": (["b", 2, "s", 16], 0, 0, 0, ["b", "s"]),
+    "bnsh_interleaved_partial": (["b", 2, "s", 16], 2, 8, 1, [1]),
+}
+
+
+@pytest.mark.parametrize("form", list(ROTARY))
+def test_rotary_embedding(device, form):
+    dims, heads, rot, inter, pdims = ROTARY[form]
+    rng = np.random.default_rng(12)
+    half = (rot or 16) // 2
+    inits = [("cos", np.cos(rng.random((20, half))).astype(np.float32)),
+             ("sin", np.sin(rng.random((20, half))).astype(np.float32))]
+    attrs = {"interleaved": inter, **({"num_heads": heads} if heads else {}),
+             **({"rotary_embedding_dim": rot} if rot else {})}
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
+    ins = [_vi("x", F, dims), _vi("pos", TensorProto.INT64, pdims)]
+    feeds = []
+    for b, s in ((2, 5), (1, 3), (2, 1)):
+        shape = [b if d == "b" else s if d == "s" else d for d in dims]
+        pos = np.array([4], np.int64) if pdims == [1] else rng.integers(0, 20, (b, s))
+        feeds.append({"x": _x(rng, *shape), "pos": pos})
+    run_vs_ort(_model(node, ins, [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)

@@ -54,10 +54,11 @@ def _keep_to_bias(ctx, keep: str) -> str:
     return ctx.op("Where", [keep, ctx.const(0.0), ctx.const(_filter(ctx))])
 
 
-def _positions(ctx, length: str) -> str:
-    """0 .. n-1 (int32) for `length` a [1] int64 tensor."""
-    n = ctx.op("Cast", [ctx.op("Squeeze", [length, ctx.const([0], np.int64)])], to=TensorProto.INT32)
-    return ctx.op("Range", [ctx.const(0, np.int32), n, ctx.const(1, np.int32)])
+def positions_of(ctx, length: str, elem=TensorProto.INT32) -> str:
+    """0 .. n-1 for `length` a [1] int64 tensor (host shape math)."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    n = ctx.op("Cast", [ctx.op("Squeeze", [length, ctx.const([0], np.int64)])], to=elem)
+    return ctx.op("Range", [ctx.const(0, dt), n, ctx.const(1, dt)])
 
 
 def mask_bias(ctx, mask: str, batch: str, keys: str, what: str, starts: bool = True) -> str:
@@ -69,7 +70,7 @@ def mask_bias(ctx, mask: str, batch: str, keys: str, what: str, starts: bool = T
     if rank == 1:
         m = ctx.op("Cast", [mask], to=TensorProto.INT32)
         ends = ctx.op("Slice", [m, ctx.const([0], np.int64), batch, ctx.const([0], np.int64)])
-        pos, col = _positions(ctx, keys), ctx.const([1], np.int64)
+        pos, col = positions_of(ctx, keys), ctx.const([1], np.int64)
         keep = ctx.op("Less", [pos, ctx.op("Unsqueeze", [ends, col])])
         if starts:
             # the starts of a [2B] mask; zeros for a [B] one (its second half is empty)
@@ -93,8 +94,8 @@ def causal_bias(ctx, queries: str, keys: str) -> str:
     """The unidirectional bias [S, T]: query i (at position T - S + i, after the past) sees
     keys up to its own position."""
     past = ctx.op("Cast", [ctx.op("Sub", [keys, queries])], to=TensorProto.INT32)
-    rows = ctx.op("Add", [ctx.op("Unsqueeze", [_positions(ctx, queries), ctx.const([1], np.int64)]), past])
-    return ctx.op("Where", [ctx.op("Greater", [_positions(ctx, keys), rows]), ctx.const(_filter(ctx)),
+    rows = ctx.op("Add", [ctx.op("Unsqueeze", [positions_of(ctx, queries), ctx.const([1], np.int64)]), past])
+    return ctx.op("Where", [ctx.op("Greater", [positions_of(ctx, keys), rows]), ctx.const(_filter(ctx)),
                             ctx.const(0.0)])
 
 

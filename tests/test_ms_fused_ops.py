@@ -322,3 +322,59 @@ def test_rotary_embedding(device, form):
         pos = np.array([4], np.int64) if pdims == [1] else rng.integers(0, 20, (b, s))
         feeds.append({"x": _x(rng, *shape), "pos": pos})
     run_vs_ort(_model(node, ins, [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)
+
+
+# ---- GroupQueryAttention --------------------------------------------------------------------
+GQ_HEADS, GQ_KV, GQ_H = 4, 2, 16     # onnxruntime rotates heads of a multiple of 16
+
+
+def _gqa_model(packed=False, rotary=False, **attrs):
+    names = ["q", "" if packed else "k", "" if packed else "v", "pk", "pv", "sl", "tot"]
+    qw = (GQ_HEADS + 2 * GQ_KV) * GQ_H if packed else GQ_HEADS * GQ_H
+    ins = [_vi("q", F, ["b", "s", qw])] + ([] if packed else [_vi(n, F, ["b", "s", GQ_KV * GQ_H]) for n in "kv"]) + \
+        [_vi(n, F, ["b", GQ_KV, "p", GQ_H]) for n in ("pk", "pv")] + [_vi("sl", I32, ["b"]), _vi("tot", I32, [])]
+    inits = []
+    if rotary:
+        names += ["cos", "sin"]
+        angles = np.arange(32)[:, None] * (10000.0 ** (-np.arange(GQ_H // 2) / (GQ_H // 2)))[None]
+        inits = [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]
+        attrs["do_rotary"] = 1
+    node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS,
+                            num_heads=GQ_HEADS, kv_num_heads=GQ_KV, **attrs)
+    return _model(node, ins, [_vi(n, F, None) for n in ("y", "present_k", "present_v")], inits)
+
+
+def _gqa_feeds(steps, packed=False, seed=13):
+    """steps: (batch, new tokens, past buffer length, seqlens_k, total_sequence_length)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b, s, p, sl, tot in steps:
+        f = {"pk": _x(rng, b, GQ_KV, p, GQ_H), "pv": _x(rng, b, GQ_KV, p, GQ_H),
+             "sl": np.array(sl, np.int32), "tot": np.array(tot, np.int32)}
+        if packed:
+            f["q"] = _x(rng, b, s, (GQ_HEADS + 2 * GQ_KV) * GQ_H)
+        else:
+            f.update(q=_x(rng, b, s, GQ_HEADS * GQ_H), k=_x(rng, b, s, GQ_KV * GQ_H), v=_x(rng, b, s, GQ_KV * GQ_H))
+        out.append(f)
+    return out
+
+
+# prompts (one with right padding: seqlens below the length), decode steps over a past of
+# the rows' own lengths, and over a longer shared buffer
+GQA_STEPS = [(2, 5, 0, [4, 4], 5), (2, 6, 0, [5, 2], 6), (2, 1, 5, [5, 5], 6), (2, 1, 4, [4, 2], 5),
+             (2, 1, 8, [4, 6], 7), (1, 3, 4, [6], 7)]
+
+
+@pytest.mark.parametrize("form", ["separate", "packed", "rotary", "rotary_interleaved", "softcap"])
+def test_group_query_attention(device, form):
+    attrs = {"softcap": {"softcap": 2.0}, "rotary_interleaved": {"rotary_interleaved": 1}}.get(form, {})
+    model = _gqa_model(packed=form == "packed", rotary=form.startswith("rotary"), **attrs)
+    run_vs_ort(model, _gqa_feeds(GQA_STEPS, packed=form == "packed"), device, RTOL, ATOL)
+
+
+def test_group_query_attention_refuses_position_ids():
+    m = _gqa_model(rotary=True)
+    m.graph.node[0].input.extend(["pids"])
+    m.graph.input.append(_vi("pids", TensorProto.INT64, ["b", "s"]))
+    with pytest.raises(ModelError, match="position_ids is not supported"):
+        build_program(m)

@@ -31,10 +31,14 @@ def scale_of(ctx, head_size: int | None, q_heads: str) -> str:
     return ctx.op("Reciprocal", [ctx.op("Sqrt", [h])])
 
 
-def attend(ctx, q: str, k: str, v: str, scale: str, biases: list, out: str) -> None:
+def attend(ctx, q: str, k: str, v: str, scale: str, biases: list, out: str, softcap: float = 0.0) -> None:
     """out [B, S, N*Hv] = heads merged of softmax(q k^T * scale + sum(biases)) v, for q
-    [B, N, S, H], k [B, N, L, H], v [B, N, L, Hv]."""
+    [B, N, S, H], k [B, N, L, H], v [B, N, L, Hv]; `softcap` > 0 caps the scaled scores
+    at +-softcap (softcap * tanh(scores / softcap)) before the biases."""
     scores = ctx.op("Mul", [ctx.op("MatMul", [q, ctx.op("Transpose", [k], perm=[0, 1, 3, 2])]), scale])
+    if softcap > 0:
+        cap = ctx.const(softcap)
+        scores = ctx.op("Mul", [ctx.op("Tanh", [ctx.op("Div", [scores, cap])]), cap])
     biases = [b for b in biases if b]
     if biases:
         total = biases[0]

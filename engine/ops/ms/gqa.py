@@ -1,0 +1,141 @@
+"""GroupQueryAttention (com.microsoft): causal attention of num_heads query heads over
+kv_num_heads key/value heads (each shared by num_heads / kv_num_heads query heads), with the
+KV cache laid out as onnxruntime's kernel lays it:
+
+- per batch row b the total length is seqlens_k[b] + 1 and the past length 0 on the first
+  prompt (sequence length == total_sequence_length), else total - sequence length;
+- present [B, kv_heads, max(past buffer, total_sequence_length), H]: row b's past (its first
+  past length entries), then its new keys, zeros after;
+- query s of row b sees keys up to its own position (past + s) and before the row's total.
+
+The present is one GatherElements over [past, new, a zero slot]; the heads are repeated to
+num_heads for the attention chain (heads.py), which fuses into the attention kernel."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from engine.ops.ms.domain import MS
+from engine.ops.ms.heads import attend, positions_of, scale_of, split_heads
+from engine.ops.ms.rotary import rotate
+from engine.ops.registry import register_expansion
+
+I64 = TensorProto.INT64
+LOWEST = float(np.finfo(np.float32).min)   # a masked key: exp() of it is 0, finite sums stay finite
+
+
+def _i64(ctx, t: str) -> str:
+    return ctx.op("Cast", [t], to=I64)
+
+
+def _cat(ctx, parts, axis=0) -> str:
+    return ctx.op("Concat", list(parts), axis=axis)
+
+
+def _present(ctx, past: str, new: str, src: str, dims: str, kv_heads: int, out: str) -> str:
+    """present[b, :, t] = [past, new, 0][b, :, src[b, t]] (dims: the present's [4] dims)."""
+    zero_dims = _cat(ctx, [ctx.dim(new, 0), ctx.const([kv_heads, 1], np.int64), ctx.dim(new, 3)])
+    zero = ctx.op("ConstantOfShape", [zero_dims], value=numpy_helper.from_array(np.array([0], np.float32)))
+    cat = _cat(ctx, [past, new, zero] if past else [new, zero], axis=2)
+    idx = ctx.op("Expand", [ctx.op("Unsqueeze", [src, ctx.const([1, 3], np.int64)]), dims])
+    return ctx.op("GatherElements", [cat, idx], outputs=[out] if out else None, axis=2)
+
+
+def _repeat_kv(ctx, kv: str, groups: int, heads: int) -> str:
+    """[B, kv_heads, T, H] -> [B, heads, T, H], each kv head repeated `groups` times in a row."""
+    if groups == 1:
+        return kv
+    e = ctx.op("Expand", [ctx.op("Unsqueeze", [kv, ctx.const([2], np.int64)]),
+                          ctx.const([1, 1, groups, 1, 1], np.int64)])
+    dims = _cat(ctx, [ctx.dim(kv, 0), ctx.const([heads], np.int64), ctx.dim(kv, 2), ctx.dim(kv, 3)])
+    return ctx.op("Reshape", [e, dims])
+
+
+def _rows(ctx, q: str, seqlens: str, total: str):
+    """(each row's total [B], past length [B], each query's position [B, S]) as onnxruntime
+    counts them: past 0 on the first prompt (S == total_sequence_length), else total - S."""
+    seq = ctx.dim(q, 1)
+    tot = _i64(ctx, ctx.op("Reshape", [total, ctx.const([1], np.int64)]))
+    row_total = ctx.op("Add", [_i64(ctx, seqlens), ctx.const(1, np.int64)])
+    first = ctx.op("Equal", [seq, tot])
+    past_len = ctx.op("Where", [first, ctx.const(0, np.int64), ctx.op("Sub", [row_total, seq])])
+    q_pos = ctx.op("Add", [ctx.op("Unsqueeze", [past_len, ctx.const([1], np.int64)]), positions_of(ctx, seq, I64)])
+    return row_total, past_len, q_pos, tot
+
+
+def _rotary(ctx, qh: str, kh: str, q_pos: str, cos_cache: str, sin_cache: str):
+    cache = ctx.shape(cos_cache)
+    if cache is None or len(cache) != 2 or not cache[1]:
+        ctx.fail("do_rotary with a cos cache whose dims are not known at load")
+    col = ctx.const([1], np.int64)
+    cos, sin = (ctx.op("Unsqueeze", [ctx.op("Gather", [c, q_pos]), col]) for c in (cos_cache, sin_cache))
+    inter = bool(ctx.attrs.get("rotary_interleaved", 0))
+    qr, kr = ctx.fresh("q_rotated"), ctx.fresh("k_rotated")
+    rotate(ctx, qh, cos, sin, 2 * cache[1], inter, qr)
+    rotate(ctx, kh, cos, sin, 2 * cache[1], inter, kr)
+    return qr, kr
+
+
+def _sources(ctx, past_k: str, q: str, tot: str, past_len: str):
+    """(present length [1], positions 0..T-1, where each present entry comes from [B, T]:
+    past (t < past length), new, else the zero slot)."""
+    seq = ctx.dim(q, 1)
+    p = ctx.dim(past_k, 2) if past_k else ctx.const([0], np.int64)
+    length = ctx.op("Max", [p, tot])
+    t = positions_of(ctx, length, I64)
+    rel = ctx.op("Sub", [t, ctx.op("Unsqueeze", [past_len, ctx.const([1], np.int64)])])
+    zero = ctx.const(0, np.int64)
+    is_new = ctx.op("And", [ctx.op("GreaterOrEqual", [rel, zero]), ctx.op("Less", [rel, seq])])
+    src = ctx.op("Where", [ctx.op("Less", [rel, zero]), t,
+                           ctx.op("Where", [is_new, ctx.op("Add", [p, rel]), ctx.op("Add", [p, seq])])])
+    return length, t, src
+
+
+def _causal_rows(ctx, t: str, q_pos: str, row_total: str) -> str:
+    """[B, 1, S, T] bias: query s of row b sees keys t <= its position and t < the row's total."""
+    keep = ctx.op("And", [ctx.op("LessOrEqual", [t, ctx.op("Unsqueeze", [q_pos, ctx.const([2], np.int64)])]),
+                          ctx.op("Less", [t, ctx.op("Unsqueeze", [row_total, ctx.const([1, 2], np.int64)])])])
+    return ctx.op("Unsqueeze", [ctx.op("Where", [keep, ctx.const(0.0), ctx.const(LOWEST)]), ctx.const([1], np.int64)])
+
+
+@register_expansion(MS, "GroupQueryAttention")
+def group_query_attention(node, ctx):
+    """query [B, S, N*H] with key and value [B, S, Nkv*H] (or packed [B, S, (N + 2 Nkv) H]);
+    past_key / past_value [B, Nkv, P, H]; seqlens_k [B]; total_sequence_length (scalar);
+    do_rotary with cos_cache / sin_cache at each token's position; attention_bias; softcap."""
+    q, k, v, past_k, past_v, seqlens, total, cos_cache, sin_cache, pos_ids, attn_bias = \
+        (ctx.input(i) for i in range(11))
+    if ctx.input(11) or int(ctx.attrs.get("smooth_softmax", 0)) or ctx.output(3) or \
+            int(ctx.attrs.get("qk_output", 0)):
+        ctx.fail("head_sink, smooth_softmax and the qk output are not supported")
+    if int(ctx.attrs.get("local_window_size", -1)) >= 0:
+        ctx.fail("local_window_size (sliding window) is not supported")
+    if pos_ids:     # onnxruntime's use of them was not matched: refused rather than guessed
+        ctx.fail("position_ids is not supported (rotary positions follow seqlens_k)")
+    heads, kv_heads = int(ctx.attrs["num_heads"]), int(ctx.attrs["kv_num_heads"])
+    qshape = ctx.shape(q)
+    d = qshape[-1] if qshape else None
+    if not k:   # packed q, k, v
+        if d is None:
+            ctx.fail("packed query/key/value whose width is not known at load")
+        h = d // (heads + 2 * kv_heads)
+        q, k, v = ctx.op("Split", [q, ctx.const([heads * h, kv_heads * h, kv_heads * h], np.int64)],
+                         n_out=3, axis=2)
+        d = heads * h
+    head_size = d // heads if d else None
+    qh, kh, vh = split_heads(ctx, q, heads), split_heads(ctx, k, kv_heads), split_heads(ctx, v, kv_heads)
+    row_total, past_len, q_pos, tot = _rows(ctx, q, seqlens, total)
+    if int(ctx.attrs.get("do_rotary", 0)):
+        qh, kh = _rotary(ctx, qh, kh, q_pos, cos_cache, sin_cache)
+    length, t, src = _sources(ctx, past_k, q, tot, past_len)
+    dims = _cat(ctx, [ctx.dim(q, 0), ctx.const([kv_heads], np.int64), length, ctx.dim(kh, 3)])
+    pk = _present(ctx, past_k, kh, src, dims, kv_heads, ctx.output(1))
+    pv = _present(ctx, past_v, vh, src, dims, kv_heads, ctx.output(2))
+    groups = heads // kv_heads
+    attend(ctx, qh, _repeat_kv(ctx, pk, groups, heads), _repeat_kv(ctx, pv, groups, heads),
+           scale_of(ctx, head_size, qh), [_causal_rows(ctx, t, q_pos, row_total), attn_bias], ctx.output(0),
+           softcap=float(ctx.attrs.get("softcap", 0.0)))
+    et = ctx.elem_type(ctx.input(0))
+    ctx.declare(ctx.output(0), et, (None, None, d))
+    for o in (1, 2):
+        ctx.declare(ctx.output(o), et, (None, kv_heads, None, head_size))

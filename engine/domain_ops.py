@@ -16,16 +16,20 @@ declared with the ranks their expansions give.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.graph import ModelError
+from engine.layout import dtype_from_onnx
 from engine.ops import OPS
 from engine.ops.registry import op_key
 
 # the opset the expansions are written against (Gelu 20, ReduceMean's axes input 18)
 EXPAND_OPSET = 21
+FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
 
 
 class ExpandContext:
@@ -36,7 +40,11 @@ class ExpandContext:
         self.proto, self.label, self._taken, self._types = node, label, taken, types
         self.nodes: list[onnx.NodeProto] = []
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        self.declared: dict[str, tuple[int, int]] = {}
+        self.declared: dict[str, tuple[int, tuple]] = {}
+        self.inferred: dict[str, tuple[int, tuple]] = {}   # every tensor it makes (after expand)
+        # the op's float type (its first float input's): float constants are made in it
+        floats = [t[0] for t in map(types, node.input) if t is not None and t[0] in FLOATS]
+        self.float_type = floats[0] if floats else TensorProto.FLOAT
 
     def fresh(self, hint: str) -> str:
         name, k = f"{self.label}/{hint}", 1
@@ -66,9 +74,10 @@ class ExpandContext:
         self.nodes.append(helper.make_node(op_type, ins, kept, name=self.fresh(op_type), **attrs))
         return outs[0] if len(outs) == 1 else outs
 
-    def const(self, value, dtype=np.float32) -> str:
-        """A Constant node holding `value` (folded at load)."""
+    def const(self, value, dtype=None) -> str:
+        """A Constant node holding `value` (folded at load); dtype None: the op's float type."""
         name = self.fresh("const")
+        dtype = helper.tensor_dtype_to_np_dtype(self.float_type) if dtype is None else dtype
         t = numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
         self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh("Constant"), value=t))
         return name
@@ -138,6 +147,10 @@ class _Types:
         self.known.update(self.declared)
         self.stale = False
 
+    def refresh(self) -> None:
+        if self.stale:
+            self._infer()
+
     def expanded(self, node: onnx.NodeProto, declared: dict) -> None:
         self.done.add(id(node))
         self.declared.update(declared)
@@ -151,24 +164,68 @@ def expansion(node: onnx.NodeProto):
     return d.expand if d is not None else None
 
 
-def expand_domain_ops(model: onnx.ModelProto, opset: int) -> list[tuple[onnx.NodeProto, int]]:
+@dataclass
+class Expanded:
+    """The graph's nodes after expansion, each with the opset it runs at."""
+    nodes: list                         # [(onnx.NodeProto, opset)]
+    types: _Types | None = None
+    parts: list = field(default_factory=list)   # the ExpandContext of each expansion
+
+    def dtypes(self) -> dict[str, str]:
+        """Engine dtypes of the graph's tensors, the expansions' included: what the float16
+        casts need to know (ONNX inference cannot tell a domain op's outputs)."""
+        if self.types is None:
+            return {}
+        self.types.refresh()    # the graph with every domain op's outputs declared
+        known = dict(self.types.known)
+        for ctx in self.parts:
+            for name, t in ctx.inferred.items():
+                known.setdefault(name, t)
+        return {n: dt for n, (et, _) in known.items() if (dt := dtype_from_onnx(et)) is not None}
+
+
+def _infer_expansion(ctx, types) -> dict:
+    """Type and dims of every tensor an expansion makes, by ONNX inference over its nodes at
+    EXPAND_OPSET (inputs typed as far as the graph tells); {} where that fails."""
+    made = {o for n in ctx.nodes for o in n.output}
+    reads = sorted({i for n in ctx.nodes for i in n.input if i and i not in made})
+    ins = [helper.make_tensor_value_info(i, t[0], list(t[1])) for i in reads if (t := types(i)) is not None]
+    m = helper.make_model(helper.make_graph(ctx.nodes, "expansion", ins, []),
+                          opset_imports=[helper.make_opsetid("", EXPAND_OPSET)])
+    try:
+        m = onnx.shape_inference.infer_shapes(m)
+    except Exception:
+        return {}
+    out = {}
+    for vi in m.graph.value_info:
+        tt = vi.type.tensor_type
+        if tt.elem_type and tt.HasField("shape"):
+            out[vi.name] = (tt.elem_type, tuple(d.dim_value if d.HasField("dim_value") else None
+                                                for d in tt.shape.dim))
+    return out
+
+
+def expand_domain_ops(model: onnx.ModelProto, opset: int) -> Expanded:
     """The graph's nodes with every domain op replaced by its expansion, each with the opset it
     runs at (`opset` for the model's own nodes, EXPAND_OPSET for the expansions'). The
     caller's model is left as it is. Unsupported ops were refused before (program.py)."""
     g = model.graph
     if not any(expansion(n) for n in g.node):
-        return [(n, opset) for n in g.node]
+        return Expanded([(n, opset) for n in g.node])
     taken = {t.name for t in g.initializer} | {vi.name for vi in g.input} | \
         {n.name for n in g.node} | {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
-    types = _Types(model)
-    out = []
+    out = Expanded([], _Types(model))
     for k, n in enumerate(g.node):
         expand = expansion(n)
         if expand is None:
-            out.append((n, opset))
+            out.nodes.append((n, opset))
             continue
-        ctx = ExpandContext(n, n.name or f"{n.op_type}_{k}", taken, types)
+        ctx = ExpandContext(n, n.name or f"{n.op_type}_{k}", taken, out.types)
         expand(n, ctx)
-        types.expanded(n, ctx.declared)
-        out += [(e, EXPAND_OPSET) for e in ctx.nodes]
+        ctx.inferred = _infer_expansion(ctx, out.types)
+        # the op's outputs as inference gives them, else as the expansion declared them
+        outs = {o: ctx.inferred.get(o) or ctx.declared.get(o) for o in n.output if o}
+        out.types.expanded(n, {o: t for o, t in outs.items() if t is not None})
+        out.nodes += [(e, EXPAND_OPSET) for e in ctx.nodes]
+        out.parts.append(ctx)
     return out

@@ -133,7 +133,8 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
         raise ModelError("the model has no inputs")
 
     nodes = []
-    for k, (n, node_opset) in enumerate(expand_domain_ops(model, opset)):
+    expanded = expand_domain_ops(model, opset)
+    for k, (n, node_opset) in enumerate(expanded.nodes):
         name = n.name or f"{n.op_type}_{k}"
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, node_opset))
     nodes = _toposort(nodes, set(constants) | set(inputs))
@@ -146,7 +147,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
     _decompose(prog)
-    if insert_f16_casts(prog, model):
+    if insert_f16_casts(prog, model, expanded.dtypes):
         link(prog)
     _mark_static(prog)
     if fusion:

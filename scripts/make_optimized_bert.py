@@ -135,11 +135,12 @@ def optimized_bert(seed: int = 0) -> onnx.ModelProto:
 
 
 def main(argv=None) -> None:
+    from onnxruntime.transformers.onnx_model import OnnxModel
     argv = sys.argv[1:] if argv is None else argv
     out = argv[0] if argv else DEFAULT_OUT
     model = optimized_bert()
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    onnx.save(model, out)
+    # as the optimizer's save_model_to_file writes it (it adds the com.microsoft opset import)
+    OnnxModel.save(model, out)
     meta = {p.key: p.value for p in model.metadata_props}
     print(f"{out}: {os.path.getsize(out)} bytes; {meta['dyncli.fused']}")
 

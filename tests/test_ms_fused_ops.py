@@ -64,6 +64,22 @@ def test_optimized_bert_with_a_raw_2d_mask(device):
     run_vs_ort(m, _bert_feeds([(2, 10), (1, 6), (2, 10)], seed=1), device, RTOL, ATOL)
 
 
+def test_optimized_bert_in_float16(device):
+    """Converted as onnxruntime's tools convert an optimized model (OnnxModel's
+    convert_float_to_float16): the ops' expansions run in half, float32 inside the kernels."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+    from tests.conftest import assert_close_for, ort_session
+    from engine import Network
+    m = OnnxModel(onnx.load(FIXTURE))
+    m.convert_float_to_float16(keep_io_types=False)
+    sess = ort_session(m.model)
+    net = Network(build_program(m.model), device, impls="dynamic")
+    for k, feeds in enumerate(_bert_feeds([(1, 8), (2, 12), (1, 5)], seed=2)):
+        got, want = net.infer(feeds)["last_hidden_state"], sess.run(None, feeds)[0]
+        assert want.dtype == np.float16
+        assert_close_for(got, want, f"inference {k}")
+
+
 # ---- one op per model ---------------------------------------------------------------------
 def _model(node, inputs, outputs, inits=()):
     g = helper.make_graph([node], "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits])

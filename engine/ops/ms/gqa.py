@@ -13,7 +13,7 @@ num_heads for the attention chain (heads.py), which fuses into the attention ker
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from engine.ops.ms.domain import MS
 from engine.ops.ms.heads import attend, positions_of, scale_of, split_heads
@@ -21,7 +21,11 @@ from engine.ops.ms.rotary import rotate
 from engine.ops.registry import register_expansion
 
 I64 = TensorProto.INT64
-LOWEST = float(np.finfo(np.float32).min)   # a masked key: exp() of it is 0, finite sums stay finite
+
+
+def _lowest(ctx) -> float:
+    """A masked key's bias: exp() of it is 0, and sums with it stay finite."""
+    return float(np.finfo(helper.tensor_dtype_to_np_dtype(ctx.float_type)).min)
 
 
 def _i64(ctx, t: str) -> str:
@@ -35,7 +39,8 @@ def _cat(ctx, parts, axis=0) -> str:
 def _present(ctx, past: str, new: str, src: str, dims: str, kv_heads: int, out: str) -> str:
     """present[b, :, t] = [past, new, 0][b, :, src[b, t]] (dims: the present's [4] dims)."""
     zero_dims = _cat(ctx, [ctx.dim(new, 0), ctx.const([kv_heads, 1], np.int64), ctx.dim(new, 3)])
-    zero = ctx.op("ConstantOfShape", [zero_dims], value=numpy_helper.from_array(np.array([0], np.float32)))
+    zero = ctx.op("ConstantOfShape", [zero_dims],
+                  value=numpy_helper.from_array(np.zeros(1, helper.tensor_dtype_to_np_dtype(ctx.float_type))))
     cat = _cat(ctx, [past, new, zero] if past else [new, zero], axis=2)
     idx = ctx.op("Expand", [ctx.op("Unsqueeze", [src, ctx.const([1, 3], np.int64)]), dims])
     return ctx.op("GatherElements", [cat, idx], outputs=[out] if out else None, axis=2)
@@ -95,7 +100,7 @@ def _causal_rows(ctx, t: str, q_pos: str, row_total: str) -> str:
     """[B, 1, S, T] bias: query s of row b sees keys t <= its position and t < the row's total."""
     keep = ctx.op("And", [ctx.op("LessOrEqual", [t, ctx.op("Unsqueeze", [q_pos, ctx.const([2], np.int64)])]),
                           ctx.op("Less", [t, ctx.op("Unsqueeze", [row_total, ctx.const([1, 2], np.int64)])])])
-    return ctx.op("Unsqueeze", [ctx.op("Where", [keep, ctx.const(0.0), ctx.const(LOWEST)]), ctx.const([1], np.int64)])
+    return ctx.op("Unsqueeze", [ctx.op("Where", [keep, ctx.const(0.0), ctx.const(_lowest(ctx))]), ctx.const([1], np.int64)])
 
 
 @register_expansion(MS, "GroupQueryAttention")

@@ -27,7 +27,7 @@ def scale_of(ctx, head_size: int | None, q_heads: str) -> str:
         return ctx.const(s)
     if head_size is not None:
         return ctx.const(1.0 / np.sqrt(head_size))
-    h = ctx.op("Cast", [ctx.dim(q_heads, 3)], to=TensorProto.FLOAT)
+    h = ctx.op("Cast", [ctx.dim(q_heads, 3)], to=ctx.float_type)
     return ctx.op("Reciprocal", [ctx.op("Sqrt", [h])])
 
 

@@ -11,8 +11,9 @@ the epilogue, the attention chain fused into one kernel (engine/attention_fusion
 splits folded as constants.
 
 Some expansions depend on an input's rank (Attention's mask_index: lengths [B] or a raw mask
-[B, T]): ranks come from ONNX shape inference over the graph, the domain ops' outputs
-declared with the ranks their expansions give.
+[B, T]) or dims known at load (a head size): they come from ONNX shape inference over the
+graph, each domain op's outputs typed by inference over its expansion (the float16 casts
+read those types too).
 """
 from __future__ import annotations
 
@@ -119,6 +120,8 @@ class _Types:
         self._infer()
 
     def __call__(self, name: str):
+        if not name:
+            return None
         if name not in self.known and self.stale:
             self._infer()
         return self.known.get(name)

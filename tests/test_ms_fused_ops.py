@@ -388,9 +388,35 @@ def test_group_query_attention(device, form):
     run_vs_ort(model, _gqa_feeds(GQA_STEPS, packed=form == "packed"), device, RTOL, ATOL)
 
 
+def test_group_query_attention_bias(device):
+    """attention_bias [B, N, S, total_sequence_length], also over a longer shared buffer."""
+    m = _gqa_model()
+    m.graph.node[0].input.extend(["", "", "", "ab"])
+    m.graph.input.append(_vi("ab", F, ["b", GQ_HEADS, "s", "t"]))
+    feeds = _gqa_feeds(GQA_STEPS)
+    rng = np.random.default_rng(14)
+    for f, (b, s, _, _, tot) in zip(feeds, GQA_STEPS):
+        f["ab"] = _x(rng, b, GQ_HEADS, s, tot)
+    run_vs_ort(m, feeds, device, RTOL, ATOL)
+
+
 def test_group_query_attention_refuses_position_ids():
     m = _gqa_model(rotary=True)
     m.graph.node[0].input.extend(["pids"])
     m.graph.input.append(_vi("pids", TensorProto.INT64, ["b", "s"]))
     with pytest.raises(ModelError, match="position_ids is not supported"):
         build_program(m)
+
+
+def test_inspect_counts_the_ms_ops_as_supported(tmp_path):
+    import json
+    from typer.testing import CliRunner
+    from dyncli.cli import app
+    r = CliRunner().invoke(app, ["inspect", FIXTURE, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["unsupported"] == []
+    g = helper.make_graph([helper.make_node("QOrderedGelu", ["x"], ["y"], domain=MS, name="qg")], "g",
+                          [_vi("x", F, ["n"])], [_vi("y", F, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "m.onnx"), "--json"])
+    assert json.loads(r.stdout)["unsupported"] == [{"op": "com.microsoft::QOrderedGelu", "nodes": ["qg"]}]

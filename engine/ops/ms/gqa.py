@@ -136,6 +136,9 @@ def group_query_attention(node, ctx):
     dims = _cat(ctx, [ctx.dim(q, 0), ctx.const([kv_heads], np.int64), length, ctx.dim(kh, 3)])
     pk = _present(ctx, past_k, kh, src, dims, kv_heads, ctx.output(1))
     pv = _present(ctx, past_v, vh, src, dims, kv_heads, ctx.output(2))
+    if attn_bias:   # [.., S, total]: zeros over the present's keys past the total (masked anyway)
+        pads = _cat(ctx, [ctx.const([0] * 7, np.int64), ctx.op("Sub", [length, tot])])
+        attn_bias = ctx.op("Pad", [attn_bias, pads])
     groups = heads // kv_heads
     attend(ctx, qh, _repeat_kv(ctx, pk, groups, heads), _repeat_kv(ctx, pv, groups, heads),
            scale_of(ctx, head_size, qh), [_causal_rows(ctx, t, q_pos, row_total), attn_bias], ctx.output(0),

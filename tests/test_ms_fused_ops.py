@@ -381,9 +381,10 @@ GQA_STEPS = [(2, 5, 0, [4, 4], 5), (2, 6, 0, [5, 2], 6), (2, 1, 5, [5, 5], 6), (
              (2, 1, 8, [4, 6], 7), (1, 3, 4, [6], 7)]
 
 
-@pytest.mark.parametrize("form", ["separate", "packed", "rotary", "rotary_interleaved", "softcap"])
+@pytest.mark.parametrize("form", ["separate", "packed", "rotary", "rotary_interleaved", "softcap", "window"])
 def test_group_query_attention(device, form):
-    attrs = {"softcap": {"softcap": 2.0}, "rotary_interleaved": {"rotary_interleaved": 1}}.get(form, {})
+    attrs = {"softcap": {"softcap": 2.0}, "rotary_interleaved": {"rotary_interleaved": 1},
+             "window": {"local_window_size": 2}}.get(form, {})
     model = _gqa_model(packed=form == "packed", rotary=form.startswith("rotary"), **attrs)
     run_vs_ort(model, _gqa_feeds(GQA_STEPS, packed=form == "packed"), device, RTOL, ATOL)
 

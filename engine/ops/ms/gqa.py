@@ -97,24 +97,38 @@ def _sources(ctx, past_k: str, q: str, tot: str, past_len: str):
 
 
 def _causal_rows(ctx, t: str, q_pos: str, row_total: str) -> str:
-    """[B, 1, S, T] bias: query s of row b sees keys t <= its position and t < the row's total."""
-    keep = ctx.op("And", [ctx.op("LessOrEqual", [t, ctx.op("Unsqueeze", [q_pos, ctx.const([2], np.int64)])]),
+    """[B, 1, S, T] bias: query s of row b sees keys t <= its position and t < the row's total
+    (and, with local_window_size w >= 0, t > its position - w)."""
+    pos = ctx.op("Unsqueeze", [q_pos, ctx.const([2], np.int64)])
+    keep = ctx.op("And", [ctx.op("LessOrEqual", [t, pos]),
                           ctx.op("Less", [t, ctx.op("Unsqueeze", [row_total, ctx.const([1, 2], np.int64)])])])
+    window = int(ctx.attrs.get("local_window_size", -1))
+    if window >= 0:
+        keep = ctx.op("And", [keep, ctx.op("Greater", [t, ctx.op("Sub", [pos, ctx.const(window, np.int64)])])])
     return ctx.op("Unsqueeze", [ctx.op("Where", [keep, ctx.const(0.0), ctx.const(_lowest(ctx))]), ctx.const([1], np.int64)])
+
+
+def _zero_keyless_rows(ctx, y: str, q_pos: str, row_total: str, window: int) -> None:
+    """onnxruntime's output for a query whose window holds no key (a padded row past its
+    total) is 0: keys max(0, pos - w + 1) .. min(pos, total - 1) must not be empty."""
+    lo = ctx.op("Max", [ctx.op("Sub", [q_pos, ctx.const(window - 1, np.int64)]), ctx.const(0, np.int64)])
+    hi = ctx.op("Min", [q_pos, ctx.op("Unsqueeze", [ctx.op("Sub", [row_total, ctx.const(1, np.int64)]),
+                                                   ctx.const([1], np.int64)])])
+    some = ctx.op("Cast", [ctx.op("LessOrEqual", [lo, hi])], to=ctx.float_type)
+    ctx.op("Mul", [y, ctx.op("Unsqueeze", [some, ctx.const([2], np.int64)])], outputs=[ctx.output(0)])
 
 
 @register_expansion(MS, "GroupQueryAttention")
 def group_query_attention(node, ctx):
     """query [B, S, N*H] with key and value [B, S, Nkv*H] (or packed [B, S, (N + 2 Nkv) H]);
     past_key / past_value [B, Nkv, P, H]; seqlens_k [B]; total_sequence_length (scalar);
-    do_rotary with cos_cache / sin_cache at each token's position; attention_bias; softcap."""
+    do_rotary with cos_cache / sin_cache at each token's position; attention_bias; softcap;
+    local_window_size."""
     q, k, v, past_k, past_v, seqlens, total, cos_cache, sin_cache, pos_ids, attn_bias = \
         (ctx.input(i) for i in range(11))
     if ctx.input(11) or int(ctx.attrs.get("smooth_softmax", 0)) or ctx.output(3) or \
             int(ctx.attrs.get("qk_output", 0)):
         ctx.fail("head_sink, smooth_softmax and the qk output are not supported")
-    if int(ctx.attrs.get("local_window_size", -1)) >= 0:
-        ctx.fail("local_window_size (sliding window) is not supported")
     if pos_ids:     # onnxruntime's use of them was not matched: refused rather than guessed
         ctx.fail("position_ids is not supported (rotary positions follow seqlens_k)")
     heads, kv_heads = int(ctx.attrs["num_heads"]), int(ctx.attrs["kv_num_heads"])
@@ -140,9 +154,13 @@ def group_query_attention(node, ctx):
         pads = _cat(ctx, [ctx.const([0] * 7, np.int64), ctx.op("Sub", [length, tot])])
         attn_bias = ctx.op("Pad", [attn_bias, pads])
     groups = heads // kv_heads
+    window = int(ctx.attrs.get("local_window_size", -1))
+    out = ctx.fresh("windowed") if window >= 0 else ctx.output(0)
     attend(ctx, qh, _repeat_kv(ctx, pk, groups, heads), _repeat_kv(ctx, pv, groups, heads),
-           scale_of(ctx, head_size, qh), [_causal_rows(ctx, t, q_pos, row_total), attn_bias], ctx.output(0),
+           scale_of(ctx, head_size, qh), [_causal_rows(ctx, t, q_pos, row_total), attn_bias], out,
            softcap=float(ctx.attrs.get("softcap", 0.0)))
+    if window >= 0:
+        _zero_keyless_rows(ctx, out, q_pos, row_total, window)
     et = ctx.elem_type(ctx.input(0))
     ctx.declare(ctx.output(0), et, (None, None, d))
     for o in (1, 2):

@@ -290,6 +290,20 @@ def test_multi_head_attention(device, mask):
     run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
 
 
+def test_multi_head_attention_over_per_head_keys(device):
+    """Cross attention over keys and values already split in heads [B, N, L, H] (an encoder's,
+    computed once): the bias applies to the query only."""
+    rng = np.random.default_rng(15)
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "bias", "mask"], ["y"], domain=MS,
+                            num_heads=HEADS)
+    ins = [_vi("q", F, ["b", "s", HID]), _vi("k", F, ["b", HEADS, "l", HID // HEADS]),
+           _vi("v", F, ["b", HEADS, "l", HID // HEADS]), _vi("mask", I32, ["b", "l"])]
+    feeds = [{"q": _x(rng, b, s, HID), "k": _x(rng, b, HEADS, l, HID // HEADS),
+              "v": _x(rng, b, HEADS, l, HID // HEADS), "mask": _raw(b, l, rng)} for b, s, l in ((2, 1, 5), (1, 3, 7))]
+    run_vs_ort(_model(node, ins, [_vi("y", F, None)], [("bias", _w(rng, 3 * HID, scale=0.1))]), feeds, device,
+               RTOL, ATOL)
+
+
 # ---- what is refused ------------------------------------------------------------------------
 def test_other_domains_and_unknown_ms_ops_are_refused_by_name():
     x = _vi("x", F, ["n"])

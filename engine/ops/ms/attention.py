@@ -3,8 +3,8 @@ biases (weights split at load, folded as constants), then the attention chain of
 which the program fuses into one attention kernel.
 
 Not supported (refused at load, naming the node): Attention's past_present_share_buffer,
-do_rotary and 4-D (Megatron) mask; MultiHeadAttention's packed q/k/v forms, key and value
-given as heads, cache_indirection and the qk output."""
+do_rotary and 4-D (Megatron) mask; MultiHeadAttention's packed q/k/v forms (onnxruntime's CPU
+does not run them), a past with per-head key and value, cache_indirection and the qk output."""
 from __future__ import annotations
 
 import numpy as np
@@ -66,29 +66,48 @@ def attention(node, ctx):
     ctx.declare(ctx.output(1), et, (2, None, heads, None, None))
 
 
+def _width(ctx, t: str):
+    """The hidden width of [B, S, D] (D) or of per-head [B, N, S, H] (N * H), None if unknown."""
+    shape = ctx.shape(t)
+    if shape is None:
+        return None
+    if len(shape) == 4:
+        return shape[1] * shape[3] if shape[1] and shape[3] else None
+    return shape[-1]
+
+
 @register_expansion(MS, "MultiHeadAttention")
 def multi_head_attention(node, ctx):
-    """query [B, S, Dq], key [B, L, Dk], value [B, L, Dv] (+ bias [Dq + Dk + Dv]);
-    key_padding_mask: lengths [B], a raw mask [B, T] or [B, S, T]; attention_bias added to
-    the scores; past_key / past_value [B, N, P, H] before the keys and values, present_key /
-    present_value their concat; unidirectional: causal over past + new."""
+    """query [B, S, Dq], key [B, L, Dk], value [B, L, Dv] (+ bias [Dq + Dk + Dv]), or key and
+    value given as heads [B, N, L, H] (cross attention over computed keys: the bias applies
+    to the query only, as onnxruntime does); key_padding_mask: lengths [B], a raw mask [B, T]
+    or [B, S, T]; attention_bias added to the scores; past_key / past_value [B, N, P, H]
+    before the keys and values, present_key / present_value their concat; unidirectional:
+    causal over past + new."""
     q, k, v, b, mask, attn_bias, past_k, past_v = (ctx.input(i) for i in range(8))
     if ctx.input(8) or ctx.input(9) or ctx.output(3):
         ctx.fail("past_sequence_length, cache_indirection and the qk output are not supported")
-    if not (k and v) or any(ctx.rank(t) not in (3, None) for t in (q, k, v)):
-        ctx.fail("only separate query, key and value of rank 3 are supported (not packed or "
-                 "per-head forms)")
+    ranks = [ctx.rank(t) for t in (q, k, v)]
+    per_head = ranks[1] == 4 and ranks[2] == 4
+    if not (k and v) or ranks[0] not in (3, None) or not per_head and any(r not in (3, None) for r in ranks[1:]):
+        ctx.fail("only query [B, S, D] with key and value [B, L, D] or [B, N, L, H] are supported "
+                 "(packed forms, which onnxruntime's CPU does not run either, are not)")
+    if per_head and (past_k or past_v):
+        ctx.fail("a past with per-head key and value is not supported")
     heads = int(ctx.attrs["num_heads"])
-    dims = [(ctx.shape(t) or (None,))[-1] for t in (q, k, v)]
-    sizes = dims if None not in dims else None
+    dims = [_width(ctx, t) for t in (q, k, v)]
     if b:
-        q, k, v = (ctx.op("Add", [t, bp]) for t, bp in zip((q, k, v), _split(ctx, b, 0, sizes)))
-    qh, kh, vh = (split_heads(ctx, t, heads) for t in (q, k, v))
+        qb, kb, vb = _split(ctx, b, 0, dims if None not in dims else None)
+        q = ctx.op("Add", [q, qb])
+        if not per_head:
+            k, v = ctx.op("Add", [k, kb]), ctx.op("Add", [v, vb])
+    qh = split_heads(ctx, q, heads)
+    kh, vh = (k, v) if per_head else (split_heads(ctx, k, heads), split_heads(ctx, v, heads))
     kh, vh = _with_past(ctx, past_k, kh), _with_past(ctx, past_v, vh)
     for out, t in ((ctx.output(1), kh), (ctx.output(2), vh)):
         if out:
             ctx.op("Identity", [t], outputs=[out])
-    total = ctx.dim(kh, 2) if past_k else ctx.dim(k, 1)
+    total = ctx.dim(kh, 2) if past_k or per_head else ctx.dim(k, 1)
     biases = [mask_bias(ctx, mask, ctx.dim(q, 0), total, "key_padding_mask", starts=False) if mask else "",
               causal_bias(ctx, ctx.dim(q, 1), total) if int(ctx.attrs.get("unidirectional", 0)) else "",
               attn_bias]

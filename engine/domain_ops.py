@@ -37,12 +37,13 @@ class ExpandContext:
     """What an expansion writes through: new nodes and constants under names unique in the
     graph, the node's attributes, the element types and ranks of tensors."""
 
-    def __init__(self, node: onnx.NodeProto, label: str, taken: set, types):
-        self.proto, self.label, self._taken, self._types = node, label, taken, types
+    def __init__(self, node: onnx.NodeProto, label: str, taken: set, types, shared: dict):
+        self.proto, self.label, self._taken, self._types, self._shared = node, label, taken, types, shared
         self.nodes: list[onnx.NodeProto] = []
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        self.declared: dict[str, tuple[int, tuple]] = {}
-        self.inferred: dict[str, tuple[int, tuple]] = {}   # every tensor it makes (after expand)
+        # tensor -> (elem type, dims: int | None, dims: int | symbol | None)
+        self.declared: dict[str, tuple] = {}
+        self.inferred: dict[str, tuple] = {}    # every tensor it makes (after expand)
         # the op's float type (its first float input's): float constants are made in it
         floats = [t[0] for t in map(types, node.input) if t is not None and t[0] in FLOATS]
         self.float_type = floats[0] if floats else TensorProto.FLOAT
@@ -97,17 +98,68 @@ class ExpandContext:
         t = self._types(tensor)
         return None if t is None else t[1]
 
+    def symbols(self, tensor: str) -> tuple | None:
+        """`tensor`'s dims as ints, symbols or None (see `symbol`), None if its rank is unknown."""
+        t = self._types(tensor)
+        return None if t is None else t[2]
+
+    def lead(self, tensor: str, n: int) -> tuple:
+        """The first `n` dims of `tensor` as `symbols` gives them (None where unknown)."""
+        s = self.symbols(tensor)
+        return tuple(s[:n]) if s is not None and len(s) >= n else (None,) * n
+
+    def symbol(self, tensor: str, axis: int):
+        """Dim `axis` of `tensor` as ONNX inference names it (a value, a symbol such as
+        'batch': two dims with one symbol are equal), None if unknown."""
+        t = self._types(tensor)
+        return t[2][axis] if t is not None and -len(t[2]) <= axis < len(t[2]) else None
+
+    def shared(self, key: tuple, make) -> str:
+        """A tensor several expansions compute alike (a mask's bias over the same mask and
+        dims): made once by `make()` and reused. A key holding None is never shared."""
+        if any(k is None for k in key):
+            return make()
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]
+
     def elem_type(self, tensor: str) -> int:
         t = self._types(tensor)
         return TensorProto.FLOAT if t is None else t[0]
 
     def declare(self, output: str, elem_type: int, shape) -> None:
-        """The type and dims (None: dynamic) of one of the op's outputs, for ops downstream."""
+        """The type and dims of one of the op's outputs, for ops downstream: ints, symbols
+        (ctx.symbols of an input: the dims the op keeps) or None."""
         if output:
-            self.declared[output] = (elem_type, tuple(shape))
+            self.declared[output] = (elem_type, tuple(d if isinstance(d, int) else None for d in shape),
+                                     tuple(shape))
 
     def fail(self, why: str):
         raise ModelError(f"node {self.label} ({self.proto.domain}::{self.proto.op_type}): {why}")
+
+
+def _entry(tt) -> tuple:
+    """(elem type, dims: int | None, dims: int | symbol | None) of a TypeProto.Tensor. The
+    symbols ONNX inference makes up (unk__N) are dropped: each run numbers them anew."""
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    syms = tuple(d.dim_value if d.HasField("dim_value") else
+                 (d.dim_param if d.dim_param and not d.dim_param.startswith("unk__") else None)
+                 for d in tt.shape.dim)
+    return tt.elem_type, dims, syms
+
+
+def _merge(inferred, declared):
+    """An output's type: inference's dims where it knows them, the declared symbols where
+    inference lost them (a dim the op keeps from an input)."""
+    if inferred is None or declared is None or len(inferred[1]) != len(declared[1]):
+        return inferred or declared
+    dims = tuple(i if i is not None else d for i, d in zip(inferred[1], declared[1]))
+    syms = tuple(d if d is not None else i for i, d in zip(inferred[2], declared[2]))
+    return inferred[0], dims, syms
+
+
+def _value_info(name: str, t: tuple):
+    return helper.make_tensor_value_info(name, t[0], list(t[2]))
 
 
 class _Types:
@@ -117,11 +169,14 @@ class _Types:
 
     def __init__(self, model: onnx.ModelProto):
         self.model, self.known, self.declared, self.done = model, {}, {}, set()
+        self.inside = {}    # the tensors inside expansions (a later one may read one: shared())
         self._infer()
 
     def __call__(self, name: str):
         if not name:
             return None
+        if name in self.inside:
+            return self.inside[name]
         if name not in self.known and self.stale:
             self._infer()
         return self.known.get(name)
@@ -131,7 +186,7 @@ class _Types:
         names = {vi.name for vi in g.input}
         inputs = list(g.input) + [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                                   for t in g.initializer if t.name not in names]
-        inputs += [helper.make_tensor_value_info(n, et, list(s)) for n, (et, s) in self.declared.items()]
+        inputs += [_value_info(n, t) for n, t in self.declared.items()]
         light = helper.make_graph([n for n in g.node if id(n) not in self.done], g.name, inputs, [])
         # ONNX refuses nodes of a domain the model does not import (onnxruntime runs them)
         imports = list(self.model.opset_import)
@@ -145,8 +200,7 @@ class _Types:
         for vi in list(m.graph.input) + list(m.graph.value_info):
             tt = vi.type.tensor_type
             if tt.elem_type and tt.HasField("shape"):
-                dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-                self.known[vi.name] = (tt.elem_type, dims)
+                self.known[vi.name] = _entry(tt)
         self.known.update(self.declared)
         self.stale = False
 
@@ -154,8 +208,9 @@ class _Types:
         if self.stale:
             self._infer()
 
-    def expanded(self, node: onnx.NodeProto, declared: dict) -> None:
+    def expanded(self, node: onnx.NodeProto, declared: dict, inside: dict) -> None:
         self.done.add(id(node))
+        self.inside.update(inside)
         self.declared.update(declared)
         self.known.update(declared)
         self.stale = True
@@ -184,7 +239,7 @@ class Expanded:
         for ctx in self.parts:
             for name, t in ctx.inferred.items():
                 known.setdefault(name, t)
-        return {n: dt for n, (et, _) in known.items() if (dt := dtype_from_onnx(et)) is not None}
+        return {n: dt for n, t in known.items() if (dt := dtype_from_onnx(t[0])) is not None}
 
 
 def _infer_expansion(ctx, types) -> dict:
@@ -192,7 +247,7 @@ def _infer_expansion(ctx, types) -> dict:
     EXPAND_OPSET (inputs typed as far as the graph tells); {} where that fails."""
     made = {o for n in ctx.nodes for o in n.output}
     reads = sorted({i for n in ctx.nodes for i in n.input if i and i not in made})
-    ins = [helper.make_tensor_value_info(i, t[0], list(t[1])) for i in reads if (t := types(i)) is not None]
+    ins = [_value_info(i, t) for i in reads if (t := types(i)) is not None]
     m = helper.make_model(helper.make_graph(ctx.nodes, "expansion", ins, []),
                           opset_imports=[helper.make_opsetid("", EXPAND_OPSET)])
     try:
@@ -203,8 +258,7 @@ def _infer_expansion(ctx, types) -> dict:
     for vi in m.graph.value_info:
         tt = vi.type.tensor_type
         if tt.elem_type and tt.HasField("shape"):
-            out[vi.name] = (tt.elem_type, tuple(d.dim_value if d.HasField("dim_value") else None
-                                                for d in tt.shape.dim))
+            out[vi.name] = _entry(tt)
     return out
 
 
@@ -217,18 +271,19 @@ def expand_domain_ops(model: onnx.ModelProto, opset: int) -> Expanded:
         return Expanded([(n, opset) for n in g.node])
     taken = {t.name for t in g.initializer} | {vi.name for vi in g.input} | \
         {n.name for n in g.node} | {o for n in g.node for o in n.output} | {i for n in g.node for i in n.input}
-    out = Expanded([], _Types(model))
+    out, shared = Expanded([], _Types(model)), {}
     for k, n in enumerate(g.node):
         expand = expansion(n)
         if expand is None:
             out.nodes.append((n, opset))
             continue
-        ctx = ExpandContext(n, n.name or f"{n.op_type}_{k}", taken, out.types)
+        ctx = ExpandContext(n, n.name or f"{n.op_type}_{k}", taken, out.types, shared)
         expand(n, ctx)
         ctx.inferred = _infer_expansion(ctx, out.types)
-        # the op's outputs as inference gives them, else as the expansion declared them
-        outs = {o: ctx.inferred.get(o) or ctx.declared.get(o) for o in n.output if o}
-        out.types.expanded(n, {o: t for o, t in outs.items() if t is not None})
+        # the op's outputs as inference gives them, with what the expansion declared
+        outs = {o: _merge(ctx.inferred.get(o), ctx.declared.get(o)) for o in n.output if o}
+        inside = {t: v for t, v in ctx.inferred.items() if t not in outs}
+        out.types.expanded(n, {o: t for o, t in outs.items() if t is not None}, inside)
         out.nodes += [(e, EXPAND_OPSET) for e in ctx.nodes]
         out.parts.append(ctx)
     return out

@@ -50,9 +50,11 @@ def test_fixture_holds_the_optimizers_fused_ops():
 def test_optimized_bert_matches_onnxruntime_over_shapes(device):
     m = onnx.load(FIXTURE)
     net = run_vs_ort(m, _bert_feeds(BERT_SHAPES), device, RTOL, ATOL)
-    # each Attention runs as the fused attention kernel, each layer norm as LayerNormalization's
+    # each Attention runs as the fused attention kernel, each layer norm as LayerNormalization's;
+    # the layers share one bias of the mask (their inputs' dims have the same symbols)
     ran = collections.Counter(i.node.op for i in net.insts)
     assert ran["attention"] == 2 and ran["LayerNormalization"] == 5 and "Softmax" not in ran
+    assert ran["Where"] == 1
 
 
 def test_optimized_bert_with_a_raw_2d_mask(device):

@@ -56,14 +56,17 @@ def attention(node, ctx):
                outputs=[ctx.output(1)], axis=0)
     # the keys' count read from the input, not from k's heads (which the fused kernel reads
     # through their Transposes only when nothing else reads them)
-    total = ctx.dim(k, 2) if past else ctx.dim(x, 1)
-    biases = [mask_bias(ctx, mask, ctx.dim(x, 0), total, "mask_index") if mask else "",
-              causal_bias(ctx, ctx.dim(x, 1), total) if int(ctx.attrs.get("unidirectional", 0)) else "",
+    total = (lambda: ctx.dim(k, 2)) if past else (lambda: ctx.dim(x, 1))
+    b_sym, s_sym = ctx.symbol(x, 0), ctx.symbol(x, 1)
+    t_sym = None if past else s_sym
+    biases = [mask_bias(ctx, mask, lambda: ctx.dim(x, 0), total, "mask_index", dims=(b_sym, t_sym)) if mask else "",
+              causal_bias(ctx, lambda: ctx.dim(x, 1), total, dims=(s_sym, t_sym))
+              if int(ctx.attrs.get("unidirectional", 0)) else "",
               attn_bias]
     attend(ctx, q, k, v, scale_of(ctx, sizes[0] // heads if sizes else None, q), biases, ctx.output(0))
     et = ctx.elem_type(x)
-    ctx.declare(ctx.output(0), et, (None, None, sizes[2] if sizes else None))
-    ctx.declare(ctx.output(1), et, (2, None, heads, None, None))
+    ctx.declare(ctx.output(0), et, ctx.lead(x, 2) + (sizes[2] if sizes else None,))
+    ctx.declare(ctx.output(1), et, (2, ctx.symbol(x, 0), heads, None, None))
 
 
 def _width(ctx, t: str):
@@ -107,12 +110,16 @@ def multi_head_attention(node, ctx):
     for out, t in ((ctx.output(1), kh), (ctx.output(2), vh)):
         if out:
             ctx.op("Identity", [t], outputs=[out])
-    total = ctx.dim(kh, 2) if past_k or per_head else ctx.dim(k, 1)
-    biases = [mask_bias(ctx, mask, ctx.dim(q, 0), total, "key_padding_mask", starts=False) if mask else "",
-              causal_bias(ctx, ctx.dim(q, 1), total) if int(ctx.attrs.get("unidirectional", 0)) else "",
+    total = (lambda: ctx.dim(kh, 2)) if past_k or per_head else (lambda: ctx.dim(k, 1))
+    t_sym = None if past_k else ctx.symbol(k, 2 if per_head else 1)
+    b_sym, s_sym = ctx.symbol(q, 0), ctx.symbol(q, 1)
+    biases = [mask_bias(ctx, mask, lambda: ctx.dim(q, 0), total, "key_padding_mask", starts=False,
+                        dims=(b_sym, t_sym)) if mask else "",
+              causal_bias(ctx, lambda: ctx.dim(q, 1), total, dims=(s_sym, t_sym))
+              if int(ctx.attrs.get("unidirectional", 0)) else "",
               attn_bias]
     attend(ctx, qh, kh, vh, scale_of(ctx, dims[0] // heads if dims[0] else None, qh), biases, ctx.output(0))
     et = ctx.elem_type(ctx.input(0))
-    ctx.declare(ctx.output(0), et, (None, None, dims[2]))
+    ctx.declare(ctx.output(0), et, ctx.lead(ctx.input(0), 2) + (dims[2],))
     for o in (1, 2):
-        ctx.declare(ctx.output(o), et, (None, heads, None, None))
+        ctx.declare(ctx.output(o), et, (ctx.symbol(ctx.input(0), 0), heads, None, None))

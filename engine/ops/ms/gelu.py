@@ -11,6 +11,9 @@ def _gelu(ctx, approximate: str) -> None:
     if bias:
         x = ctx.op("Add", [x, bias])
     ctx.op("Gelu", [x], outputs=[ctx.output(0)], approximate=approximate)
+    dims = ctx.symbols(ctx.input(0))
+    if dims is not None:
+        ctx.declare(ctx.output(0), ctx.elem_type(ctx.input(0)), dims)
 
 
 @register_expansion(MS, "Gelu")

@@ -162,6 +162,6 @@ def group_query_attention(node, ctx):
     if window >= 0:
         _zero_keyless_rows(ctx, out, q_pos, row_total, window)
     et = ctx.elem_type(ctx.input(0))
-    ctx.declare(ctx.output(0), et, (None, None, d))
+    ctx.declare(ctx.output(0), et, ctx.lead(ctx.input(0), 2) + (d,))
     for o in (1, 2):
-        ctx.declare(ctx.output(o), et, (None, kv_heads, None, head_size))
+        ctx.declare(ctx.output(o), et, (ctx.symbol(ctx.input(0), 0), kv_heads, None, head_size))

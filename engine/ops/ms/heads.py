@@ -65,13 +65,21 @@ def positions_of(ctx, length: str, elem=TensorProto.INT32) -> str:
     return ctx.op("Range", [ctx.const(0, dt), n, ctx.const(1, dt)])
 
 
-def mask_bias(ctx, mask: str, batch: str, keys: str, what: str, starts: bool = True) -> str:
+def mask_bias(ctx, mask: str, batch, keys, what: str, starts: bool = True, dims=(None, None)) -> str:
     """The additive bias of a mask over the keys of the scores [B, N, S, T]: lengths [B] (keys
     at or past the length masked) or, with `starts`, [2B] (ends, then starts: keys before the
     start masked too), a raw mask [B, T] or [B, S, T] (a key kept where the mask is > 0).
-    `batch`, `keys`: B and T as [1] int64 tensors."""
+    `batch()`, `keys()`: B and T as [1] int64 tensors; `dims`: their symbols (ctx.symbol).
+    The layers of a model share one bias: a raw mask's depends on the mask alone, lengths' on
+    the mask and B and T."""
     rank = ctx.rank(mask)
+    key = ("mask_bias", mask, _filter(ctx), starts, rank) + (tuple(dims) if rank == 1 else ())
+    return ctx.shared(key, lambda: _mask_bias(ctx, mask, rank, batch, keys, what, starts))
+
+
+def _mask_bias(ctx, mask: str, rank, batch, keys, what: str, starts: bool) -> str:
     if rank == 1:
+        batch, keys = batch(), keys()
         m = ctx.op("Cast", [mask], to=TensorProto.INT32)
         ends = ctx.op("Slice", [m, ctx.const([0], np.int64), batch, ctx.const([0], np.int64)])
         pos, col = positions_of(ctx, keys), ctx.const([1], np.int64)
@@ -94,9 +102,14 @@ def mask_bias(ctx, mask: str, batch: str, keys: str, what: str, starts: bool = T
     ctx.fail(f"{what} of rank {rank} is not supported (1-D lengths, a 2-D or 3-D mask are)")
 
 
-def causal_bias(ctx, queries: str, keys: str) -> str:
+def causal_bias(ctx, queries, keys, dims=(None, None)) -> str:
     """The unidirectional bias [S, T]: query i (at position T - S + i, after the past) sees
-    keys up to its own position."""
+    keys up to its own position. `queries()`, `keys()`: S and T as [1] int64 tensors; `dims`:
+    their symbols (layers with the same share one bias)."""
+    return ctx.shared(("causal_bias", _filter(ctx)) + tuple(dims), lambda: _causal_bias(ctx, queries(), keys()))
+
+
+def _causal_bias(ctx, queries: str, keys: str) -> str:
     past = ctx.op("Cast", [ctx.op("Sub", [keys, queries])], to=TensorProto.INT32)
     rows = ctx.op("Add", [ctx.op("Unsqueeze", [positions_of(ctx, queries), ctx.const([1], np.int64)]), past])
     return ctx.op("Where", [ctx.op("Greater", [positions_of(ctx, keys), rows]), ctx.const(_filter(ctx)),

@@ -45,8 +45,9 @@ def embed_layer_norm(node, ctx):
         s = ctx.op("Identity", [s], outputs=[ctx.output(2)])
     eps = float(ctx.attrs.get("epsilon", EPSILON))
     ctx.op("LayerNormalization", [s, gamma, beta], outputs=[ctx.output(0)], axis=-1, epsilon=eps)
-    ctx.declare(ctx.output(0), ctx.elem_type(word), (None, None, None))
-    ctx.declare(ctx.output(2), ctx.elem_type(word), (None, None, None))
+    width = (ctx.shape(word) or (None, None))[-1]
+    for o in (0, 2):
+        ctx.declare(ctx.output(o), ctx.elem_type(word), ctx.lead(ids, 2) + (width,))
     if ctx.output(1):
         if mask:
             ones = ctx.op("Cast", [ctx.op("Equal", [mask, ctx.const(1, np.int32)])], to=TensorProto.INT32)
@@ -54,7 +55,7 @@ def embed_layer_norm(node, ctx):
         else:
             ctx.op("ConstantOfShape", [ctx.dim(ids, 0)], outputs=[ctx.output(1)],
                    value=numpy_helper.from_array(np.array([0], np.int32)))
-        ctx.declare(ctx.output(1), TensorProto.INT32, (None,))
+        ctx.declare(ctx.output(1), TensorProto.INT32, ctx.lead(ids, 1))
 
 
 @register_expansion(MS, "SkipLayerNormalization")
@@ -69,10 +70,11 @@ def skip_layer_norm(node, ctx):
 
 
 def _declare_like(ctx, x, outputs):
-    shape = ctx.shape(x)
-    if shape is not None:
+    """Outputs `outputs` have x's type and dims."""
+    dims = ctx.symbols(x)
+    if dims is not None:
         for k in outputs:
-            ctx.declare(ctx.output(k), ctx.elem_type(x), shape)
+            ctx.declare(ctx.output(k), ctx.elem_type(x), dims)
 
 
 def _rms(ctx, x, scale, axis: int, eps: float, out: str, inv_out: str = "") -> None:

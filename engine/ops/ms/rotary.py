@@ -75,6 +75,6 @@ def rotary_embedding(node, ctx):
         y = ctx.fresh("rotated")
         rotate(ctx, split, cos, sin, rot, bool(ctx.attrs.get("interleaved", 0)), y)
         ctx.op("Reshape", [y, ctx.const([0, 0, -1], np.int64)], outputs=[ctx.output(0)])
-    shape = ctx.shape(x)
-    if shape is not None:
-        ctx.declare(ctx.output(0), ctx.elem_type(x), shape)
+    dims = ctx.symbols(x)
+    if dims is not None:
+        ctx.declare(ctx.output(0), ctx.elem_type(x), dims)

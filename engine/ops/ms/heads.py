@@ -73,7 +73,7 @@ def mask_bias(ctx, mask: str, batch, keys, what: str, starts: bool = True, dims=
     The layers of a model share one bias: a raw mask's depends on the mask alone, lengths' on
     the mask and B and T."""
     rank = ctx.rank(mask)
-    key = ("mask_bias", mask, _filter(ctx), starts, rank) + (tuple(dims) if rank == 1 else ())
+    key = ("mask_bias", mask, _filter(ctx), ctx.float_type, starts, rank) + (tuple(dims) if rank == 1 else ())
     return ctx.shared(key, lambda: _mask_bias(ctx, mask, rank, batch, keys, what, starts))
 
 
@@ -106,7 +106,8 @@ def causal_bias(ctx, queries, keys, dims=(None, None)) -> str:
     """The unidirectional bias [S, T]: query i (at position T - S + i, after the past) sees
     keys up to its own position. `queries()`, `keys()`: S and T as [1] int64 tensors; `dims`:
     their symbols (layers with the same share one bias)."""
-    return ctx.shared(("causal_bias", _filter(ctx)) + tuple(dims), lambda: _causal_bias(ctx, queries(), keys()))
+    return ctx.shared(("causal_bias", _filter(ctx), ctx.float_type) + tuple(dims),
+                      lambda: _causal_bias(ctx, queries(), keys()))
 
 
 def _causal_bias(ctx, queries: str, keys: str) -> str:

@@ -161,7 +161,7 @@ def _check_ops(g: onnx.GraphProto, opset: int) -> list[str]:
     engine runs. A newer opset runs: the ops whose schema there was never checked are named
     once, in a warning and in the returned notes."""
     known = set(ONNX_DOMAINS) | domains()
-    foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in known})
+    foreign = sorted({op_key(n.domain, n.op_type) for n in g.node if n.domain not in known})
     unsupported: dict[str, list] = {}
     for n in g.node:
         key = op_key(n.domain, n.op_type)

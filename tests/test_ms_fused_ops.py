@@ -149,10 +149,12 @@ def test_skip_layer_norm(device, form):
     run_vs_ort(_model(node, ins, outs, inits), feeds, device, RTOL, ATOL)
 
 
-@pytest.mark.parametrize("op,bias", [("Gelu", False), ("BiasGelu", True), ("FastGelu", True), ("FastGelu", False)])
+@pytest.mark.parametrize("op,bias", [("Gelu", False), ("BiasGelu", True), ("FastGelu", True), ("FastGelu", False),
+                                     ("QuickGelu", False)])
 def test_gelus(device, op, bias):
     rng = np.random.default_rng(3)
-    node = helper.make_node(op, ["x", "bias"] if bias else ["x"], ["y"], domain=MS)
+    attrs = {"alpha": 1.5} if op == "QuickGelu" else {}
+    node = helper.make_node(op, ["x", "bias"] if bias else ["x"], ["y"], domain=MS, **attrs)
     inits = [("bias", _w(rng, 12))] if bias else []
     feeds = [{"x": 2 * _x(rng, b, s, 12)} for b, s in ((2, 3), (1, 7))]
     run_vs_ort(_model(node, [_vi("x", F, ["b", "s", 12])], [_vi("y", F, None)], inits), feeds, device, RTOL, ATOL)

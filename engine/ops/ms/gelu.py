@@ -1,5 +1,6 @@
 """Gelu, BiasGelu and FastGelu (com.microsoft): ONNX Gelu (opset 20), exact erf or the tanh
-approximation FastGelu is, after the bias Add; both fuse into the MatMul before them."""
+approximation FastGelu is, after the bias Add; both fuse into the MatMul before them.
+QuickGelu (CLIP's): x * sigmoid(alpha * x)."""
 from __future__ import annotations
 
 from engine.ops.ms.domain import MS
@@ -32,3 +33,14 @@ def bias_gelu(node, ctx):
 def fast_gelu(node, ctx):
     """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) of X (+ bias)."""
     _gelu(ctx, "tanh")
+
+
+@register_expansion(MS, "QuickGelu")
+def quick_gelu(node, ctx):
+    """x * sigmoid(alpha x), alpha 1.702 unless given."""
+    x = ctx.input(0)
+    scaled = ctx.op("Mul", [x, ctx.const(float(ctx.attrs.get("alpha", 1.702)))])
+    ctx.op("Mul", [x, ctx.op("Sigmoid", [scaled])], outputs=[ctx.output(0)])
+    dims = ctx.symbols(x)
+    if dims is not None:
+        ctx.declare(ctx.output(0), ctx.elem_type(x), dims)

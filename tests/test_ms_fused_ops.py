@@ -407,6 +407,16 @@ def test_group_query_attention(device, form):
     run_vs_ort(model, _gqa_feeds(GQA_STEPS, packed=form == "packed"), device, RTOL, ATOL)
 
 
+@pytest.mark.parametrize("form", ["smooth_softmax", "head_sink"])
+def test_group_query_attention_sinks(device, form):
+    """One more logit per head in the softmax's denominator: 0 (smooth_softmax) or head_sink's."""
+    m = _gqa_model(**({"smooth_softmax": 1} if form == "smooth_softmax" else {}))
+    if form == "head_sink":
+        m.graph.node[0].input.extend(["", "", "", "", "sink"])
+        m.graph.initializer.append(numpy_helper.from_array(np.array([0.5, -1.0, 2.0, 0.0], np.float32), "sink"))
+    run_vs_ort(m, _gqa_feeds(GQA_STEPS), device, RTOL, ATOL)
+
+
 def test_group_query_attention_bias(device):
     """attention_bias [B, N, S, total_sequence_length], also over a longer shared buffer."""
     m = _gqa_model()

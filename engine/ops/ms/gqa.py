@@ -123,12 +123,11 @@ def group_query_attention(node, ctx):
     """query [B, S, N*H] with key and value [B, S, Nkv*H] (or packed [B, S, (N + 2 Nkv) H]);
     past_key / past_value [B, Nkv, P, H]; seqlens_k [B]; total_sequence_length (scalar);
     do_rotary with cos_cache / sin_cache at each token's position; attention_bias; softcap;
-    local_window_size."""
+    local_window_size; smooth_softmax and head_sink."""
     q, k, v, past_k, past_v, seqlens, total, cos_cache, sin_cache, pos_ids, attn_bias = \
         (ctx.input(i) for i in range(11))
-    if ctx.input(11) or int(ctx.attrs.get("smooth_softmax", 0)) or ctx.output(3) or \
-            int(ctx.attrs.get("qk_output", 0)):
-        ctx.fail("head_sink, smooth_softmax and the qk output are not supported")
+    if ctx.output(3) or int(ctx.attrs.get("qk_output", 0)):
+        ctx.fail("the qk output is not supported")
     if pos_ids:     # onnxruntime's use of them was not matched: refused rather than guessed
         ctx.fail("position_ids is not supported (rotary positions follow seqlens_k)")
     heads, kv_heads = int(ctx.attrs["num_heads"]), int(ctx.attrs["kv_num_heads"])
@@ -156,9 +155,11 @@ def group_query_attention(node, ctx):
     groups = heads // kv_heads
     window = int(ctx.attrs.get("local_window_size", -1))
     out = ctx.fresh("windowed") if window >= 0 else ctx.output(0)
+    # head_sink, or smooth_softmax's 0: one more logit per head in the softmax's denominator
+    sink = ctx.input(11) or (ctx.const([0.0]) if int(ctx.attrs.get("smooth_softmax", 0)) else "")
     attend(ctx, qh, _repeat_kv(ctx, pk, groups, heads), _repeat_kv(ctx, pv, groups, heads),
            scale_of(ctx, head_size, qh), [_causal_rows(ctx, t, q_pos, row_total), attn_bias], out,
-           softcap=float(ctx.attrs.get("softcap", 0.0)))
+           softcap=float(ctx.attrs.get("softcap", 0.0)), sink=sink)
     if window >= 0:
         _zero_keyless_rows(ctx, out, q_pos, row_total, window)
     et = ctx.elem_type(ctx.input(0))

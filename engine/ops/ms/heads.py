@@ -31,10 +31,12 @@ def scale_of(ctx, head_size: int | None, q_heads: str) -> str:
     return ctx.op("Reciprocal", [ctx.op("Sqrt", [h])])
 
 
-def attend(ctx, q: str, k: str, v: str, scale: str, biases: list, out: str, softcap: float = 0.0) -> None:
+def attend(ctx, q: str, k: str, v: str, scale: str, biases: list, out: str, softcap: float = 0.0,
+           sink: str = "") -> None:
     """out [B, S, N*Hv] = heads merged of softmax(q k^T * scale + sum(biases)) v, for q
     [B, N, S, H], k [B, N, L, H], v [B, N, L, Hv]; `softcap` > 0 caps the scaled scores
-    at +-softcap (softcap * tanh(scores / softcap)) before the biases."""
+    at +-softcap (softcap * tanh(scores / softcap)) before the biases; `sink` ([N] or a
+    scalar) is one more logit per head in the softmax's denominator (attention sinks)."""
     scores = ctx.op("Mul", [ctx.op("MatMul", [q, ctx.op("Transpose", [k], perm=[0, 1, 3, 2])]), scale])
     if softcap > 0:
         cap = ctx.const(softcap)
@@ -45,9 +47,18 @@ def attend(ctx, q: str, k: str, v: str, scale: str, biases: list, out: str, soft
         for b in biases[1:]:
             total = ctx.op("Add", [total, b])
         scores = ctx.op("Add", [scores, total])
-    probs = ctx.op("Softmax", [scores], axis=-1)
+    probs = ctx.op("Softmax", [scores], axis=-1) if not sink else _sunk_softmax(ctx, scores, sink)
     merged = ctx.op("Transpose", [ctx.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
     ctx.op("Reshape", [merged, ctx.const([0, 0, -1], np.int64)], outputs=[out])
+
+
+def _sunk_softmax(ctx, scores: str, sink: str) -> str:
+    """Softmax over the keys and one more logit per head (`sink`), that column then dropped."""
+    col = ctx.op("Reshape", [sink, ctx.const([1, -1, 1, 1], np.int64)])
+    dims = ctx.op("Concat", [ctx.op("Shape", [scores], end=3), ctx.const([1], np.int64)], axis=0)
+    wide = ctx.op("Concat", [scores, ctx.op("Expand", [col, dims])], axis=-1)
+    probs = ctx.op("Softmax", [wide], axis=-1)
+    return ctx.op("Slice", [probs, ctx.const([0], np.int64), ctx.const([-1], np.int64), ctx.const([-1], np.int64)])
 
 
 def _filter(ctx) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from engine.ops.registry import DEFAULT_CHECKED, OPS, OpDef, register, supported_ops
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: F401
 from engine.ops import attention  # noqa: F401
+from engine.ops import ms  # noqa: F401  (com.microsoft ops, expanded at load)
 from engine.ops import activation, logic, reduce, indexing, arrange, einsum, norm_stats  # noqa: F401
 from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # noqa: F401
-from engine.ops import ms  # noqa: F401  (com.microsoft ops, expanded at load)
 
 __all__ = ["OPS", "OpDef", "register", "supported_ops", "DEFAULT_CHECKED"]

@@ -57,10 +57,13 @@ def _repeat_kv(ctx, kv: str, groups: int, heads: int) -> str:
 
 
 def _rows(ctx, q: str, seqlens: str, total: str):
-    """(each row's total [B], past length [B], each query's position [B, S]) as onnxruntime
-    counts them: past 0 on the first prompt (S == total_sequence_length), else total - S."""
+    """(each row's total [B], past length [B], each query's position [B, S],
+    total_sequence_length as a [1] shape value) as onnxruntime counts them: past 0 on the
+    first prompt (S == total_sequence_length), else total - S."""
     seq = ctx.dim(q, 1)
-    tot = _i64(ctx, ctx.op("Reshape", [total, ctx.const([1], np.int64)]))
+    # total_sequence_length read by a Range as its limit, then its length by a Shape: the
+    # present's length is host shape math, and the input's value a memory dep of its own
+    tot = ctx.dim(ctx.op("Range", [ctx.const(0, np.int32), total, ctx.const(1, np.int32)]), 0)
     row_total = ctx.op("Add", [_i64(ctx, seqlens), ctx.const(1, np.int64)])
     first = ctx.op("Equal", [seq, tot])
     past_len = ctx.op("Where", [first, ctx.const(0, np.int64), ctx.op("Sub", [row_total, seq])])

@@ -248,6 +248,32 @@ def test_attention_causal_past_present_and_bias(device):
     run_vs_ort(_model(node, ins, [_vi("y", F, None), _vi("present", F, None)], inits), feeds, device, RTOL, ATOL)
 
 
+def test_attention_decode_with_the_present_fed_back(device):
+    """A GPT-2 style decode: a prompt, then one token at a time, the present fed back as the
+    past on the device (--feedback), onnxruntime fed its own presents."""
+    from engine import Network
+    from tests.conftest import assert_close, ort_session
+    rng = np.random.default_rng(16)
+    inits = [("w", _w(rng, HID, 3 * HID, scale=0.5)), ("bias", _w(rng, 3 * HID, scale=0.1))]
+    node = helper.make_node("Attention", ["x", "w", "bias", "mask", "past"], ["y", "present"], domain=MS,
+                            num_heads=HEADS, unidirectional=1)
+    ins = [_vi("x", F, ["b", "s", HID]), _vi("mask", I32, ["b", "t"]),
+           _vi("past", F, [2, "b", HEADS, "p", HID // HEADS])]
+    model = _model(node, ins, [_vi("y", F, None), _vi("present", F, None)], inits)
+    sess = ort_session(model)
+    net = Network(build_program(model), device, impls="dynamic", feedback={"present": "past"})
+    past = np.zeros((2, 2, HEADS, 0, HID // HEADS), np.float32)
+    for k, s in enumerate([4, 1, 1, 1]):
+        t = past.shape[3] + s
+        mask = np.ones((2, t), np.int32)
+        mask[1, 1] = 0                  # a hole (not the first key: no query may see no key)
+        feeds = {"x": _x(rng, 2, s, HID), "mask": mask}
+        got = net.infer(feeds, fed_back={"past": "present"}) if k else net.infer({**feeds, "past": past})
+        y, past = sess.run(None, {**feeds, "past": past})
+        assert_close(got["y"], y, RTOL, ATOL, f"step {k}")
+        assert_close(got["present"], past, RTOL, ATOL, f"step {k} present")
+
+
 def test_attention_bias_input(device):
     """attention_bias [B, N, S, T] added to the scores (onnxruntime takes it without a past)."""
     rng = np.random.default_rng(11)

@@ -8,7 +8,6 @@ does not run them), a past with per-head key and value, cache_indirection and th
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
 
 from engine.ops.ms.domain import MS
 from engine.ops.ms.heads import attend, causal_bias, mask_bias, scale_of, split_heads

@@ -455,12 +455,17 @@ def test_group_query_attention_bias(device):
     run_vs_ort(m, feeds, device, RTOL, ATOL)
 
 
-def test_group_query_attention_refuses_position_ids():
+def test_group_query_attention_rotary_position_ids(device):
+    """onnxruntime reads position_ids so: on the first prompt the first id and those after it,
+    on later steps each token's."""
     m = _gqa_model(rotary=True)
     m.graph.node[0].input.extend(["pids"])
     m.graph.input.append(_vi("pids", TensorProto.INT64, ["b", "s"]))
-    with pytest.raises(ModelError, match="position_ids is not supported"):
-        build_program(m)
+    feeds = _gqa_feeds(GQA_STEPS)
+    rng = np.random.default_rng(17)
+    for f in feeds:
+        f["pids"] = rng.integers(0, 30, f["q"].shape[:2])
+    run_vs_ort(m, feeds, device, RTOL, ATOL)
 
 
 def test_inspect_counts_the_ms_ops_as_supported(tmp_path):

@@ -71,6 +71,19 @@ def _rows(ctx, q: str, seqlens: str, total: str):
     return row_total, past_len, q_pos, tot
 
 
+def _rotary_positions(ctx, q: str, pos_ids: str, tot: str) -> str:
+    """The rotary positions [B|1, S] onnxruntime reads from position_ids: on the first prompt
+    (S == total_sequence_length, S > 1) the first id and those after it, else each token's."""
+    seq = ctx.dim(q, 1)
+    ids = _i64(ctx, pos_ids)
+    start = ctx.op("Slice", [ctx.op("Reshape", [ids, ctx.const([-1], np.int64)]), ctx.const([0], np.int64),
+                             ctx.const([1], np.int64)])
+    run = ctx.op("Add", [ctx.op("Unsqueeze", [start, ctx.const([1], np.int64)]),
+                         ctx.op("Unsqueeze", [positions_of(ctx, seq, I64), ctx.const([0], np.int64)])])
+    first_prompt = ctx.op("And", [ctx.op("Equal", [seq, tot]), ctx.op("Greater", [seq, ctx.const([1], np.int64)])])
+    return ctx.op("Where", [first_prompt, run, ids])
+
+
 def _rotary(ctx, qh: str, kh: str, q_pos: str, cos_cache: str, sin_cache: str):
     cache = ctx.shape(cos_cache)
     if cache is None or len(cache) != 2 or not cache[1]:
@@ -125,14 +138,13 @@ def _zero_keyless_rows(ctx, y: str, q_pos: str, row_total: str, window: int) -> 
 def group_query_attention(node, ctx):
     """query [B, S, N*H] with key and value [B, S, Nkv*H] (or packed [B, S, (N + 2 Nkv) H]);
     past_key / past_value [B, Nkv, P, H]; seqlens_k [B]; total_sequence_length (scalar);
-    do_rotary with cos_cache / sin_cache at each token's position; attention_bias; softcap;
+    do_rotary with cos_cache / sin_cache at each token's position (or from position_ids);
+    attention_bias; softcap;
     local_window_size; smooth_softmax and head_sink."""
     q, k, v, past_k, past_v, seqlens, total, cos_cache, sin_cache, pos_ids, attn_bias = \
         (ctx.input(i) for i in range(11))
     if ctx.output(3) or int(ctx.attrs.get("qk_output", 0)):
         ctx.fail("the qk output is not supported")
-    if pos_ids:     # onnxruntime's use of them was not matched: refused rather than guessed
-        ctx.fail("position_ids is not supported (rotary positions follow seqlens_k)")
     heads, kv_heads = int(ctx.attrs["num_heads"]), int(ctx.attrs["kv_num_heads"])
     qshape = ctx.shape(q)
     d = qshape[-1] if qshape else None
@@ -147,7 +159,8 @@ def group_query_attention(node, ctx):
     qh, kh, vh = split_heads(ctx, q, heads), split_heads(ctx, k, kv_heads), split_heads(ctx, v, kv_heads)
     row_total, past_len, q_pos, tot = _rows(ctx, q, seqlens, total)
     if int(ctx.attrs.get("do_rotary", 0)):
-        qh, kh = _rotary(ctx, qh, kh, q_pos, cos_cache, sin_cache)
+        pos = _rotary_positions(ctx, q, pos_ids, tot) if pos_ids else q_pos
+        qh, kh = _rotary(ctx, qh, kh, pos, cos_cache, sin_cache)
     length, t, src = _sources(ctx, past_k, q, tot, past_len)
     dims = _cat(ctx, [ctx.dim(q, 0), ctx.const([kv_heads], np.int64), length, ctx.dim(kh, 3)])
     pk = _present(ctx, past_k, kh, src, dims, kv_heads, ctx.output(1))

@@ -66,6 +66,27 @@ def test_optimized_bert_with_a_raw_2d_mask(device):
     run_vs_ort(m, _bert_feeds([(2, 10), (1, 6), (2, 10)], seed=1), device, RTOL, ATOL)
 
 
+def test_bert_optimized_by_an_onnxruntime_session(device, tmp_path):
+    """The other way models are optimized for onnxruntime: a session's own graph optimizer
+    (ORT_ENABLE_EXTENDED, optimized_model_filepath) over the unfused BERT of
+    scripts/make_optimized_bert.py writes FusedMatMul and BiasGelu."""
+    import importlib.util
+    import onnxruntime as ort
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "make_optimized_bert.py")
+    spec = importlib.util.spec_from_file_location("make_optimized_bert", script)
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    onnx.save(mk.unfused_bert(), tmp_path / "bert.onnx")
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(tmp_path / "bert.ort.onnx")
+    ort.InferenceSession(str(tmp_path / "bert.onnx"), opts, providers=["CPUExecutionProvider"])
+    m = onnx.load(tmp_path / "bert.ort.onnx")
+    assert {n.op_type for n in m.graph.node if n.domain == MS} >= {"FusedMatMul", "BiasGelu"}
+    net = run_vs_ort(m, _bert_feeds([(1, 8), (2, 12), (1, 5)], seed=3), device, RTOL, ATOL)
+    assert collections.Counter(i.node.op for i in net.insts)["attention"] == 2
+
+
 def test_optimized_bert_in_float16(device):
     """Converted as onnxruntime's tools convert an optimized model (OnnxModel's
     convert_float_to_float16): the ops' expansions run in half, float32 inside the kernels."""
@@ -185,6 +206,23 @@ def test_simplified_layer_norm(device):
     feeds = [{"x": _x(rng, b, s, 20)} for b, s in ((2, 5), (3, 1))]
     run_vs_ort(_model(node, [_vi("x", F, ["b", "s", 20])], [_vi("y", F, None), _vi("inv", F, None)], inits),
                feeds, device, RTOL, ATOL)
+
+
+@pytest.mark.parametrize("form", ["trans_b_alpha", "trans_a", "plain_2d"])
+def test_fused_matmul(device, form):
+    rng = np.random.default_rng(18)
+    attrs = {"trans_b_alpha": {"transB": 1, "alpha": 0.25}, "trans_a": {"transA": 1}, "plain_2d": {}}[form]
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, **attrs)
+    if form == "plain_2d":
+        dims, shapes = (["m", 8], [8, "n"]), [((3, 8), (8, 5)), ((6, 8), (8, 2))]
+    else:
+        dims = (["b", 2, "m", 8], ["b", 2, "n", 8]) if form == "trans_b_alpha" else (["b", 2, 8, "m"], ["b", 2, 8, "n"])
+        shapes = [((2, 2, 5, 8), (2, 2, 7, 8)), ((1, 2, 3, 8), (1, 2, 4, 8))]
+        if form == "trans_a":
+            shapes = [((b, h, k, m), (b, h, k, n)) for (b, h, m, k), (_, _, n, _) in shapes]
+    ins = [_vi("a", F, dims[0]), _vi("b", F, dims[1])]
+    feeds = [{"a": _x(rng, *sa), "b": _x(rng, *sb)} for sa, sb in shapes]
+    run_vs_ort(_model(node, ins, [_vi("y", F, None)]), feeds, device, RTOL, ATOL)
 
 
 # ---- Attention ----------------------------------------------------------------------------

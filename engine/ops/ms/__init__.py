@@ -4,4 +4,4 @@ contrib-op documentation (docs/ContribOperators.md), checked against onnxruntime
 (tests/test_ms_fused_ops.py). A family is one more module in the list below."""
 from __future__ import annotations
 
-from engine.ops.ms import gelu, norm, attention, rotary, gqa  # noqa: F401
+from engine.ops.ms import gelu, norm, attention, rotary, gqa, matmul  # noqa: F401

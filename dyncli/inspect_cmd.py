@@ -35,13 +35,14 @@ def _dtype(vi) -> str:
 
 
 def _unsupported(graph) -> list[dict]:
-    """Ops the engine does not run (build_program's rule: the ONNX domain's ops it has, no
-    custom domain), with the nodes that use them."""
+    """Ops the engine does not run (build_program's rule: the registry's ops, keyed by domain
+    and type), with the nodes that use them."""
     from engine.ops import supported_ops
+    from engine.ops.registry import op_key
     known = set(supported_ops())
     bad: dict[str, list] = {}
     for k, n in enumerate(graph.node):
-        op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+        op = op_key(n.domain, n.op_type)
         if op not in known:
             bad.setdefault(op, []).append(n.name or f"{n.op_type}_{k}")
     return [{"op": op, "nodes": nodes} for op, nodes in sorted(bad.items())]

@@ -69,12 +69,16 @@ def _mentions_f16(model: onnx.ModelProto) -> bool:
     return False
 
 
-def insert_f16_casts(prog, model: onnx.ModelProto) -> int:
+def insert_f16_casts(prog, model: onnx.ModelProto, more_dtypes=None) -> int:
     """Wrap every device node that reads or writes float16 but whose op lacks f16 kernels in
-    Casts (f16 -> f32 before, f32 -> f16 after). Returns the number of Cast nodes added."""
+    Casts (f16 -> f32 before, f32 -> f16 after). Returns the number of Cast nodes added.
+    `more_dtypes()`: tensor dtypes the model's type inference cannot tell (the expansions of
+    domain ops, engine/domain_ops.py)."""
     if not _mentions_f16(model):
         return 0
     dtypes = tensor_dtypes(model)
+    if more_dtypes is not None:
+        dtypes.update(more_dtypes())
     for name, v in prog.constants.items():
         if v.dtype == np.float16:
             dtypes[name] = "f16"

@@ -3,6 +3,8 @@
 What happens here, once per model:
 - parse with `onnx`; graph inputs that are also initializers are constants (IR < 4 models);
 - refuse, before anything runs, a model with any op outside the registry (one message);
+- rewrite domain ops (com.microsoft) into the ONNX-domain nodes that compute them
+  (engine/domain_ops.py);
 - topological order; Constant nodes and every node whose inputs are all constants are folded
   with the host impl (onnx.reference), so weights built by ConstantOfShape become plain data;
 - mark shape subgraphs: Shape nodes and the shape math that depends only on them and on
@@ -22,12 +24,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from engine.domain_ops import expand_domain_ops
 from engine.f16 import insert_f16_casts
 from engine.fusion import fuse
 from engine.graph import ModelError, Node, link
 from engine.layout import Layout, dtype_from_onnx
 from engine.model_file import check_graph, load_model
 from engine.ops import OPS
+from engine.ops.registry import ONNX_DOMAINS, domains, op_key
 from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops
 
 
@@ -129,9 +133,10 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
         raise ModelError("the model has no inputs")
 
     nodes = []
-    for k, n in enumerate(g.node):
+    expanded = expand_domain_ops(model, opset)
+    for k, (n, node_opset) in enumerate(expanded.nodes):
         name = n.name or f"{n.op_type}_{k}"
-        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, opset))
+        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, node_opset))
     nodes = _toposort(nodes, set(constants) | set(inputs))
     kept, folded = _fold_constants(nodes, constants)
 
@@ -142,7 +147,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     _check_outputs(prog)
     _mark_shape_subgraphs(prog)
     _decompose(prog)
-    if insert_f16_casts(prog, model):
+    if insert_f16_casts(prog, model, expanded.dtypes):
         link(prog)
     _mark_static(prog)
     if fusion:
@@ -151,21 +156,25 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
 
 
 def _check_ops(g: onnx.GraphProto, opset: int) -> list[str]:
-    """Refuse ops outside the registry (one message naming them all) and ops whose schema at
-    `opset` is older than the engine runs. A newer opset runs: the ops whose schema there was
-    never checked are named once, in a warning and in the returned notes."""
-    foreign = sorted({f"{n.domain}::{n.op_type}" for n in g.node if n.domain not in ("", "ai.onnx")})
+    """Refuse ops outside the registry (one message naming them all: ops of a domain the
+    registry has none of as a custom domain) and ops whose schema at `opset` is older than the
+    engine runs. A newer opset runs: the ops whose schema there was never checked are named
+    once, in a warning and in the returned notes."""
+    known = set(ONNX_DOMAINS) | domains()
+    foreign = sorted({op_key(n.domain, n.op_type) for n in g.node if n.domain not in known})
     unsupported: dict[str, list] = {}
     for n in g.node:
-        if n.domain in ("", "ai.onnx") and (n.op_type not in OPS or OPS[n.op_type].internal):
-            unsupported.setdefault(n.op_type, []).append(n.name or n.output[0])
+        key = op_key(n.domain, n.op_type)
+        if n.domain in known and (key not in OPS or OPS[key].internal):
+            unsupported.setdefault(key, []).append(n.name or n.output[0])
     if unsupported or foreign:
         parts = [f"{op} (nodes: {', '.join(ns[:4])}{', ...' if len(ns) > 4 else ''})"
                  for op, ns in sorted(unsupported.items())] + [f"{f} (custom domain)" for f in foreign]
         raise ModelError("unsupported ops: " + "; ".join(parts))
 
     notes = []
-    used = {n.op_type for n in g.node if n.domain in ("", "ai.onnx")}
+    # ops expanded at load (onnxruntime's SimplifiedLayerNormalization) have no ONNX schema
+    used = {n.op_type for n in g.node if n.domain in ONNX_DOMAINS and OPS[n.op_type].expand is None}
     old = too_old_ops(used, opset)
     if old:
         raise ModelError(f"opset {opset}: the versions of {', '.join(old)} it selects are older "

@@ -1,5 +1,7 @@
 """The op registry: one `OpDef` per ONNX op type, registered by the family modules of
-engine/ops/ with `@register(name, **what the engine needs to know about the op)`.
+engine/ops/ with `@register(name, **what the engine needs to know about the op)`. An op of
+another domain (com.microsoft, engine/ops/ms/) is keyed `domain::type` (`op_key`) and says
+how it runs as ONNX-domain nodes (`expand`).
 
 An op says these things, all from the current input layouts (never from a previous run):
 - `infer(node, ins, deps)`: output layouts; `deps` holds the host values of the inputs listed
@@ -14,7 +16,9 @@ An op says these things, all from the current input layouts (never from a previo
 - optionally `decompose(node)`: the internal ops (`internal=True`) the device runs instead;
 - how it fuses (engine/fusion.py): `fuse_expr`, `fusion_producer`, `prologue`;
 - `checked`: the newest ONNX schema version its implementation was read against
-  (engine/opsets.py).
+  (engine/opsets.py);
+- a domain op: `expand(node, ctx)`, the ONNX-domain nodes it is rewritten into at load
+  (engine/domain_ops.py), before anything else sees the graph; its `infer` never runs.
 Every op also runs as a host impl (onnx.reference, or engine/host_ops.py) inside shape
 subgraphs and constant folding.
 """
@@ -24,6 +28,20 @@ from dataclasses import dataclass
 from typing import Callable
 
 OPS: dict[str, "OpDef"] = {}
+
+# the ONNX domain's names; ops of any other domain are keyed `domain::type`
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def op_key(domain: str, op_type: str) -> str:
+    """The registry key of an op: its type in the ONNX domain, `domain::type` in another
+    (`com.microsoft::Attention`, as `dyncli inspect` names it)."""
+    return op_type if domain in ONNX_DOMAINS else f"{domain}::{op_type}"
+
+
+def domains() -> set[str]:
+    """The non-ONNX domains the registry holds ops of (a model using another is refused)."""
+    return {d.domain for d in OPS.values() if d.domain not in ONNX_DOMAINS}
 
 # the schema version an op is taken as checked against when its register() names none (the
 # opset the engine was first written for)
@@ -67,13 +85,31 @@ class OpDef:
     # fusable ops it takes there (0: none)
     prologue: int = 0
     checked: int = DEFAULT_CHECKED     # newest schema version checked (engine/opsets.py)
+    domain: str = ""                   # "" for ONNX; a domain op is keyed op_key(domain, name)
+    # expand(node: onnx.NodeProto, ctx): writes a domain op's ONNX-domain nodes through ctx
+    # (engine/domain_ops.py ExpandContext)
+    expand: Callable | None = None
 
 
 def register(name: str, **kw):
     def deco(fn):
-        OPS[name] = OpDef(name=name, infer=fn, **kw)
+        OPS[op_key(kw.get("domain", ""), name)] = OpDef(name=name, infer=fn, **kw)
         return fn
     return deco
+
+
+def register_expansion(domain: str, name: str, checked: int = 1):
+    """Register `fn(node, ctx)` as how `domain::name` runs (`checked`: the domain's version of
+    the op read)."""
+    def deco(fn):
+        OPS[op_key(domain, name)] = OpDef(name=name, infer=_expanded_at_load, domain=domain,
+                                          expand=fn, checked=checked)
+        return fn
+    return deco
+
+
+def _expanded_at_load(node, ins, deps):
+    raise AssertionError(f"{node.op} is expanded at load and never inferred")
 
 
 def supported_ops() -> list[str]:

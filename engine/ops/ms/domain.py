@@ -1,0 +1,3 @@
+"""The domain name of the ops in this package."""
+
+MS = "com.microsoft"

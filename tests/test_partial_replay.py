@@ -238,3 +238,28 @@ def test_transitions_that_switch_between_cached_static_impls_replay(device):
                "attention_mask": np.ones((1, s), np.int64)}, False) for s in [8, 16, 24] * 5]
     plans = _same(build_program(model), steps, device, impls="auto", async_compile=False)
     assert any(e["action"] == "replay" and e["reason"] == "transition" for e in plans)
+
+
+def _target_through_views() -> onnx.ModelProto:
+    """A Reshape whose target input reaches it through two device views (Unsqueeze, Squeeze):
+    the views hand the value on without a device read."""
+    g = helper.make_graph([helper.make_node("Unsqueeze", ["target", "ax"], ["u"], name="U"),
+                           helper.make_node("Squeeze", ["u", "ax"], ["t2"], name="S"),
+                           helper.make_node("Reshape", ["x", "t2"], ["r"], name="R"),
+                           helper.make_node("Relu", ["r"], ["y"], name="Relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24]),
+                           helper.make_tensor_value_info("target", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [helper.make_tensor("ax", TensorProto.INT64, [1], [0])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_shape_value_reaching_its_reader_through_views(device):
+    """Whole plans key on the target's value (it reaches the Reshape through views), and a
+    partial replay runs the views again (their readers see the new value)."""
+    x = np.arange(24, dtype=np.float32)
+    steps = [({"x": x, "target": np.array(t, np.int64)}, False)
+             for t in ([4, 6], [4, 6], [4, 6], [6, 4], [6, 4], [4, 6], [6, 4], [3, 8], [3, 8])]
+    on = _run(build_program(_target_through_views()), steps, device, True)
+    assert [o["y"].shape for o in on[0]] == [(4, 6)] * 3 + [(6, 4)] * 2 + [(4, 6), (6, 4)] + [(3, 8)] * 2
+    _same(build_program(_target_through_views()), steps, device)

@@ -57,6 +57,13 @@ def _clean_events(events) -> bool:
     return True
 
 
+def _hands_on_host(inst) -> bool:
+    """A view (or runtime skip) of a host value hands the value on without a device read: its
+    readers see a new value even when no layout changed, so it runs the flow each time."""
+    return not inst.node.host and (inst.opdef.view or inst.skip_now) and bool(inst.inputs) and \
+        inst.inputs[0] is not None and inst.inputs[0].host is not None
+
+
 class Attribution:
     """Which top-level node a decision or a launch of the flow belongs to (a fused node's
     unfused subgraph counts as the node), and who reads each tensor. Fixed per network."""
@@ -88,8 +95,9 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
         k = attr.by_name.get(e[0])
         if k is not None:
             events[k].append(e)
-    clean = [k not in attr.always_dirty and insts[k].pending is None and _clean_events(events[k])
-             and all(m.pending is None for m in insts[k].family()) for k in range(n)]
+    clean = [k not in attr.always_dirty and _clean_events(events[k])
+             and all(m.pending is None and not _hands_on_host(m) for m in insts[k].family())
+             for k in range(n)]
     if sum(clean) < MIN_CLEAN_SHARE * n:
         return None
     owner = {id(b): k for k, inst in enumerate(insts) for m in inst.family() for b in m.bound}

@@ -24,8 +24,9 @@ def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:
 
 def value_inputs(insts, graph_inputs) -> frozenset:
     """Graph inputs whose values decide shapes: read as a memory dep by a device node or by a
-    host impl (a Shape node reads only the shape)."""
-    names = set()
+    host impl (a Shape node reads only the shape), directly or through views (a view, or a
+    runtime skip, hands its input's host value on without a device read)."""
+    names, views = set(), {}
     for inst in insts:
         for i in inst.family():
             if i.node.host and i.node.op != "Shape":
@@ -33,6 +34,14 @@ def value_inputs(insts, graph_inputs) -> frozenset:
             else:
                 idx = i.opdef.shape_deps
             names |= {i.inputs[k].name for k in idx if k < len(i.inputs) and i.inputs[k] is not None}
+            if not i.node.host and (i.opdef.view or i.opdef.runtime_skip) and i.inputs and i.inputs[0] is not None:
+                views.update((t.name, i.inputs[0].name) for t in i.outputs)
+    todo = list(names)
+    while todo:
+        src = views.get(todo.pop())
+        if src is not None and src not in names:
+            names.add(src)
+            todo.append(src)
     return frozenset(names & set(graph_inputs))
 
 

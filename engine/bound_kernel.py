@@ -7,36 +7,41 @@ import pyopencl as cl
 from engine.kernels import KernelCall, round_up
 
 
-def work_sizes(call: KernelCall) -> tuple:
+def work_sizes(call: KernelCall, cpu: bool = False) -> tuple:
     """Global/local sizes for this execution. 1-D kernels get a fixed work-group of 64 so a new
     global size never changes the local size: PoCL specialises a kernel per local size, and
-    GPUs want a fixed group anyway; kernels bounds-check."""
-    lws = call.lws or ((64,) if len(call.gws) == 1 else None)
+    GPUs want a fixed group anyway; kernels bounds-check. Kernels of more dims that name no
+    local size get one work-item per group on a CPU device (the driver would pick a local size
+    from the global size: on PoCL with empty caches each new shape then cost 520-650 ms of
+    specialising the README encoder's kernels, 4-8 ms with a fixed one; warm, the MiniLM-width
+    BERT ran 29-30 ms at length 32 against 38, 87-88 at 128 against 90-94), and the driver's
+    choice on a GPU."""
+    lws = call.lws or ((64,) if len(call.gws) == 1 else (1,) * len(call.gws) if cpu else None)
     gws = tuple(round_up(g, l) for g, l in zip(call.gws, lws)) if lws else call.gws
     return gws, lws
 
 
 class BoundKernel:
     __slots__ = ("call", "kernel", "impl", "info", "slot", "arg_ids", "offsets", "gws", "lws",
-                 "tensors")
+                 "tensors", "cpu")
     # what the flow reads back from its previous execution (a plan replay puts it back);
     # `info` and `arg_ids` describe what the device holds, kept true by replays themselves
     STATE = ("call", "gws", "lws", "offsets", "tensors")
 
-    def __init__(self, call: KernelCall, impl):
-        self.call, self.impl = call, impl
+    def __init__(self, call: KernelCall, impl, cpu: bool = False):
+        self.call, self.impl, self.cpu = call, impl, cpu
         self.kernel = cl.Kernel(impl.program, call.kernel)  # per node: arguments stay bound
         self.info = None
         self.slot = None               # its shape_info block in the queue's arena
         self.tensors = None            # the tensors bound to its arguments (after shape_info)
         self.arg_ids = None
         self.offsets = None
-        self.gws, self.lws = work_sizes(call)
+        self.gws, self.lws = work_sizes(call, cpu)
 
     def retarget(self, call: KernelCall) -> None:
         """The same kernel object for a new call (new shapes): new work sizes."""
         self.call = call
-        self.gws, self.lws = work_sizes(call)
+        self.gws, self.lws = work_sizes(call, self.cpu)
 
     def snapshot(self) -> tuple:
         return tuple(getattr(self, k) for k in self.STATE)

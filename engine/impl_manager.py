@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from concurrent.futures import Future
 
 import numpy as np
 import pyopencl as cl
@@ -20,7 +21,21 @@ from engine.kernels import (Impl, ImplParams, StaticVariant, compile_program, dy
                             program_bytes)
 from engine.memory import Tensor
 from engine.prebuild import start_builds
-from engine.weights import run_reorder
+from engine.weights import reorder_call, run_reorder
+
+
+# `--impls auto` on a CPU: GEMMs below this many multiply-adds keep the shape-agnostic impl.
+# There a static kernel saves a few microseconds a launch (PoCL, scripts/bench_gemm.py: a
+# batched 12x128x32x128 ran 92 us dynamic, 81 static) while switching to it costs its first
+# launch's specialisation (PoCL with empty caches: 355 ms of the README encoder's inference
+# that switched its 8x64x64 GEMMs, against 4 ms warm) and sends the next inferences back through
+# the flow; from 32x1536x384 on, static saves 27-40% of the kernel.
+CPU_STATIC_MIN_MACS = 1 << 20
+
+
+def _macs(v: StaticVariant) -> int:
+    m, n, k, nb = v.table_params[:4]
+    return m * n * k * max(nb, 1)
 
 
 class ImplManager:
@@ -45,6 +60,8 @@ class ImplManager:
         # static impls than the cache holds would otherwise rebuild them in turn for ever, each
         # switch sending the next inferences back through the flow)
         self.evicted: set = set()
+        # smaller GEMMs keep the dynamic impl under --impls auto (tests of the static path set 0)
+        self.static_min_macs = CPU_STATIC_MIN_MACS if device_type == "cpu" else 0
         # (source, jit) -> future of a build started ahead of the node that needs it
         self.prebuilt: dict = {}
         # more build threads than cores only take turns with each other (and, on a CPU
@@ -156,7 +173,11 @@ class ImplManager:
             return None
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
         dev = {"device": self.device_type} if inst.opdef.per_device else {}
-        return fn(inst.node, ins, outs, deps, consts, **dev)
+        v = fn(inst.node, ins, outs, deps, consts, **dev)
+        if v is not None and self.mode == "auto" and inst.node.op in ("MatMul", "Gemm") and \
+                _macs(v) < self.static_min_macs:
+            return None
+        return v
 
     @staticmethod
     def static_key(op: str, v: StaticVariant, ins: list, outs: list) -> ImplParams:
@@ -168,11 +189,25 @@ class ImplManager:
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
         return ImplParams("static", op, call.source, jit, tuple(dims), tuple(v.table_params))
 
-    def _build_static(self, key: ImplParams):
-        return compile_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
-                               dynamic=False)
+    def _build_static(self, key: ImplParams, weights=None):
+        """The static program of `key`; in the background, also the reorder program of the
+        weight layout it wants, so that the switch to it builds nothing in the critical path
+        (on PoCL with empty caches that build took 102 ms of the switching inference)."""
+        built = compile_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
+                                dynamic=False)
+        if weights is not None and not weights.compatible:
+            call = reorder_call(weights)
+            jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+            if dynamic_key(call.source, jit) not in self.cache and (call.source, jit) not in self.prebuilt:
+                done: Future = Future()
+                self.prebuilt[(call.source, jit)] = done
+                try:
+                    done.set_result(compile_program(self.ctx, call.source, jit))
+                except Exception as e:  # noqa: BLE001 - raised where the flow takes it
+                    done.set_exception(e)
+        return built
 
-    def find_static(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:
+    def find_static(self, key: ImplParams, name: str, node, weights=None) -> tuple[Impl | None, str]:
         """A static impl for `key`: ("hit") from the impl cache, ("ready") a finished background
         build, ("built") built now when compiles are synchronous; else (None, "queued") with
         the build submitted to the compile queue (deduplicated)."""
@@ -189,7 +224,7 @@ class ImplManager:
             return None, "evicted"
         if not self.async_compile:
             return self._build_static_now(key, name, node)
-        fresh = self.compile_queue.submit(key, lambda: self._build_static(key))
+        fresh = self.compile_queue.submit(key, lambda: self._build_static(key, weights))
         self.decisions.record("update_impl", "queue", "static" if fresh else "already_queued", node,
                               impl=name, impl_kind="static")
         return None, "queued"

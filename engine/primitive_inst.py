@@ -256,7 +256,7 @@ class PrimitiveInst:
         self.pending, self.want_weights = None, None
         if v is not None:
             name = f"{impls[0].name}/static[{v.tag}]"
-            impl, how = self.rt.impls.find_static(key, name, self.node)
+            impl, how = self.rt.impls.find_static(key, name, self.node, v.weights)
             if impl is None:
                 self.pending = (key, name, v) if how == "queued" else None
             else:
@@ -310,7 +310,7 @@ class PrimitiveInst:
                 key = (id(impl), call.kernel, k)
                 b = self._bound_cache.pop(key, None)
                 if b is None or b.impl is not impl:
-                    b = BoundKernel(call, impl)
+                    b = BoundKernel(call, impl, self.rt.impls.device_type == "cpu")
                 else:
                     b.retarget(call)
                 self._bound_cache[key] = b

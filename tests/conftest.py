@@ -21,6 +21,15 @@ def device():
     return select_device()
 
 
+@pytest.fixture
+def static_gemms(monkeypatch):
+    """Tests of MatMul's static-impl flow: `--impls auto` builds static GEMMs only where they
+    were measured to pay (MatMul's `static_on`: CPUs, and there GEMMs of 2^20 multiply-adds or
+    more), so these ask for them on every device and at every size."""
+    monkeypatch.setattr("engine.impl_manager.static_worth", lambda device_type, op: True)
+    monkeypatch.setattr("engine.impl_manager.CPU_STATIC_MIN_MACS", 0)
+
+
 def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3

@@ -40,7 +40,7 @@ def _decisions(trace, it):
 
 @pytest.mark.parametrize("kw", [{"impls": "dynamic"}, {"impls": "auto", "async_compile": False}],
                          ids=["dynamic", "static-sync"])
-def test_same_outputs_and_decisions_on_and_off(device, kw):
+def test_same_outputs_and_decisions_on_and_off(device, kw, static_gemms):
     model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
     feeds = _feeds(SEQ)
     out_on, cnt_on, tr_on = _run(model, feeds, device, True, **kw)

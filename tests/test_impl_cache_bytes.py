@@ -10,9 +10,7 @@ from engine.kernels import Impl
 from tests.test_impls import mm_model, run_seq
 
 
-@pytest.fixture(autouse=True)
-def _static_gemm_on_every_device(monkeypatch):
-    monkeypatch.setattr("engine.impl_manager.static_worth", lambda device_type, op: True)
+pytestmark = pytest.mark.usefixtures("static_gemms")
 
 
 def _impl(name, kind, nbytes):

@@ -15,12 +15,8 @@ from tests.models import mlp, small_cnn
 SEQ = [8, 8, 16, 8, 16, 24, 8]
 
 
-@pytest.fixture(autouse=True)
-def _static_gemm_on_every_device(monkeypatch):
-    """These tests follow MatMul's static-impl flow; auto mode builds static GEMMs only where
-    they were measured faster (MatMul's `static_on`: CPUs, not GPUs), so the tests ask
-    for them on every device."""
-    monkeypatch.setattr("engine.impl_manager.static_worth", lambda device_type, op: True)
+# These tests follow MatMul's static-impl flow: static GEMMs on every device, of any size
+pytestmark = pytest.mark.usefixtures("static_gemms")
 
 
 def mm_model(seed=0):

@@ -227,7 +227,7 @@ def test_every_inference_says_where_its_time_went(device, tmp_path):
     assert ends[-1]["time_ms"]["trace"] > 0       # this run wrote a trace
 
 
-def test_transitions_that_switch_between_cached_static_impls_replay(device):
+def test_transitions_that_switch_between_cached_static_impls_replay(device, static_gemms):
     """Static impls built in the critical path for some shapes, the shape-agnostic impl for the
     others: a transition switches impls through the impl cache (and the weights cache) without
     building anything, so it is replayed, its cache hits repeated in the LRU orders; decisions
@@ -238,6 +238,8 @@ def test_transitions_that_switch_between_cached_static_impls_replay(device):
                "attention_mask": np.ones((1, s), np.int64)}, False) for s in [8, 16, 24] * 5]
     plans = _same(build_program(model), steps, device, impls="auto", async_compile=False)
     assert any(e["action"] == "replay" and e["reason"] == "transition" for e in plans)
+    hits = _run(build_program(model), steps, device, True, impls="auto", async_compile=False)[1]
+    assert sum(c.get("update_impl.cache_hit.static", 0) for c in hits) > 0   # switches happened
 
 
 def _target_through_views() -> onnx.ModelProto:

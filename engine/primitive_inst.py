@@ -640,14 +640,18 @@ class PrimitiveInst:
         self.enqueue()
 
     def _kv_realloc(self, l: Layout, axis: int, d) -> tuple[tuple, list]:
-        """A new KV buffer with room along `axis` as the predictor asks; the past's copy into it."""
+        """A new KV buffer with room along `axis` as the predictor asks (when it would keep the
+        buffer, as after a new sequence's first step, the same room again); the past's copy
+        into it. The buffer's state follows, so the predictor sees the room it really has."""
         past = self.inputs[0]
         out = self.outputs[0]
         per = l.count // l.shape[axis] if l.shape[axis] else 0
-        cap = max(l.shape[axis], d.alloc_elems // per if per else 0)
+        want = d.alloc_elems if d.action != "reuse" else out.state.cap_elems
+        cap = max(l.shape[axis], want // per if per else 0)
         pad = tuple(cap if i == axis else x for i, x in enumerate(l.shape))
         nbytes = max(1, int(np.prod(pad))) * l.itemsize
         self.rt.buffers.give(out, nbytes)    # never pooled: the buffer outlives the inference
+        out.state.take(int(np.prod(pad)))
         self._rec("realloc", "alloc", bytes=nbytes, capacity=nbytes, predicted=d.predicted,
                   mode=d.mode, shape=l.shape, dtype=l.dtype)
         calls = [copy_call(self.node, l.dtype, past.layout.shape, contiguous_strides(past.layout.phys),

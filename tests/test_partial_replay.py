@@ -265,3 +265,17 @@ def test_a_shape_value_reaching_its_reader_through_views(device):
     on = _run(build_program(_target_through_views()), steps, device, True)
     assert [o["y"].shape for o in on[0]] == [(4, 6)] * 3 + [(6, 4)] * 2 + [(4, 6), (6, 4)] + [(3, 8)] * 2
     _same(build_program(_target_through_views()), steps, device)
+
+
+@pytest.mark.parametrize("predictor", ["adaptive", "openvino"])
+def test_a_second_sequence_appends_into_the_room_the_first_one_made(device, predictor):
+    """After a decode, a new sequence starts from an empty past: its first step copies into a
+    buffer with the room the predictor keeps, and the steps after it append (before, under the
+    adaptive policy the buffer's state kept the old room while the new buffer was exact, so
+    every later step copied the whole cache)."""
+    steps = _decode_steps([1] * 30) + _decode_steps([1] * 12, seed=5)
+    on = _run(build_program(kv_decoder_step()), steps, device, True, KV_FEEDBACK, predictor=predictor)
+    copies = [c.get("kv_cache.copy", 0) for c in on[1]]
+    assert copies[30] == 2                         # the new sequence's first step: k and v
+    # then no more copies than the first sequence made over the same lengths (growth only)
+    assert sum(copies[31:]) <= sum(copies[1:12])

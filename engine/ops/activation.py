@@ -30,7 +30,9 @@ def lit(v, dtype="f32") -> str:
     return f"(TOUT){v!r}" + ("" if dtype == "f64" else "f")   # a float literal unless double
 
 
-def _check(node, ins, allowed):
+def same_dtype(node, ins, allowed) -> str:
+    """The one element type of `ins` (absent optional inputs skipped), refused in words when
+    they differ or it is not among `allowed` (elementwise, logic and bitwise ops share it)."""
     dts = {l.dtype for l in ins if l is not None}
     if len(dts) != 1:
         raise ShapeInferenceError(f"{node.op} {node.name}: inputs have different types {sorted(dts)}")
@@ -53,7 +55,7 @@ def _op(name, expr_of, allowed=FLOATS, **kw):
         return [eltwise_call(node, ins, outs[0], expr_of(node, outs[0].dtype, len(idx)), inputs=idx)]
 
     def infer(node, ins, deps):
-        dt = _check(node, ins, allowed)
+        dt = same_dtype(node, ins, allowed)
         return [Layout(broadcast(*[l.shape for l in ins if l is not None]), dt)]
 
     register(name, kernels=kernels, host_ok=True, **kw)(infer)
@@ -163,7 +165,7 @@ def _clip_kernels(node, ins, outs, deps):
 
 @register("Clip", checked=13, kernels=_clip_kernels, host_ok=True)
 def _clip(node, ins, deps):
-    dt = _check(node, ins, NUMERIC)
+    dt = same_dtype(node, ins, NUMERIC)
     for l in ins[1:]:
         if l is not None and l.count != 1:
             raise ShapeInferenceError(f"Clip {node.name}: min/max must be scalars, got {l}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.layout import Layout
 from engine.ops.registry import register
-from engine.ops.activation import SIGNED, UNSIGNED
+from engine.ops.activation import SIGNED, UNSIGNED, same_dtype
 from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
 
 INTEGERS = SIGNED + UNSIGNED
@@ -16,14 +16,7 @@ def _int_op(name, expr_of, allowed, checked):
         return [eltwise_call(node, ins, outs[0], expr_of(node, outs[0].dtype))]
 
     def infer(node, ins, deps):
-        dts = {l.dtype for l in ins}
-        if len(dts) != 1:
-            raise ShapeInferenceError(f"{node.op} {node.name}: inputs have different types {sorted(dts)}")
-        dt = dts.pop()
-        if dt not in allowed:
-            raise ShapeInferenceError(f"{node.op} {node.name}: element type {dt} is not supported "
-                                      f"({', '.join(allowed)} are)")
-        return [Layout(broadcast(*[l.shape for l in ins]), dt)]
+        return [Layout(broadcast(*[l.shape for l in ins]), same_dtype(node, ins, allowed))]
 
     register(name, kernels=kernels, host_ok=True, checked=checked)(infer)
 

@@ -5,18 +5,8 @@ from __future__ import annotations
 
 from engine.layout import Layout
 from engine.ops.registry import register
-from engine.ops.activation import FLOATS, NUMERIC
-from engine.ops.common import ShapeInferenceError, broadcast, eltwise_call
-
-
-def _same(node, ins, allowed):
-    dts = {l.dtype for l in ins}
-    if len(dts) != 1:
-        raise ShapeInferenceError(f"{node.op} {node.name}: inputs have different types {sorted(dts)}")
-    dt = dts.pop()
-    if dt not in allowed:
-        raise ShapeInferenceError(f"{node.op} {node.name}: element type {dt} is not supported")
-    return dt
+from engine.ops.activation import FLOATS, NUMERIC, same_dtype
+from engine.ops.common import broadcast, eltwise_call
 
 
 def _bool_op(name, expr, allowed, expr_of=None, **kw):
@@ -24,7 +14,7 @@ def _bool_op(name, expr, allowed, expr_of=None, **kw):
         return [eltwise_call(node, ins, outs[0], expr_of(node) if expr_of else expr)]
 
     def infer(node, ins, deps):
-        _same(node, ins, allowed)
+        same_dtype(node, ins, allowed)
         return [Layout(broadcast(*[l.shape for l in ins]), "bool")]
 
     register(name, kernels=kernels, host_ok=True, **kw)(infer)

@@ -98,6 +98,70 @@ def _named(ctx, k: int):
     return [ctx.output(k)] if ctx.output(k) else None
 
 
+def _heads(ctx, q: str, k: str, v: str):
+    """(rank, heads, kv heads, q k v as [B, heads, S|L, H], head size, v head size)."""
+    rank = ctx.rank(q)
+    qs, ks, vs = ctx.shape(q), ctx.shape(k), ctx.shape(v)
+    if rank == 3:
+        heads, kv_heads = int(ctx.attrs.get("q_num_heads", 0)), int(ctx.attrs.get("kv_num_heads", 0))
+        if not heads or not kv_heads:
+            ctx.fail("3-D inputs need q_num_heads and kv_num_heads")
+        qkv = split_heads(ctx, q, heads), split_heads(ctx, k, kv_heads), split_heads(ctx, v, kv_heads)
+        head = qs[2] // heads if qs[2] else None
+        v_head = vs[2] // kv_heads if vs and vs[2] else None
+    elif rank == 4:
+        heads, kv_heads = qs[1], ks[1] if ks else None
+        if not heads or not kv_heads:
+            ctx.fail("4-D inputs whose head counts are not known at load")
+        qkv, head, v_head = (q, k, v), qs[3], vs[3] if vs else None
+    else:
+        ctx.fail(f"Q of rank {rank} (3 or 4 is supported)")
+    if heads % kv_heads:
+        ctx.fail(f"q heads ({heads}) not a multiple of kv heads ({kv_heads})")
+    return (rank, heads, kv_heads) + qkv + (head, v_head)
+
+
+def _presents(ctx, kh: str, vh: str, seq_axis: int):
+    """(present key, present value, T as [1], T if known at load, the past's length or None).
+    The presents are read by the attention alone: T comes from the inputs' dims."""
+    past_k, past_v, ks = ctx.input(4), ctx.input(5), ctx.shape(ctx.input(1))
+    new = ctx.dim(ctx.input(1), seq_axis)
+    new_known = ks[seq_axis] if ks else None
+    if not past_k:
+        for o, t in ((1, kh), (2, vh)):
+            if ctx.output(o):
+                ctx.op("Identity", [t], outputs=[ctx.output(o)])
+        return kh, vh, new, new_known, None
+    pk = ctx.op("Concat", [past_k, kh], outputs=_named(ctx, 1), axis=2)
+    pv = ctx.op("Concat", [past_v, vh], outputs=_named(ctx, 2), axis=2)
+    past_len = ctx.dim(past_k, 2)
+    known = (ctx.shape(past_k) or (None,) * 4)[2]
+    total = known + new_known if known is not None and new_known is not None else None
+    return pk, pv, ctx.op("Add", [past_len, new]), total, past_len
+
+
+def _biases(ctx, seq: str, keys: str, keys_known, past_len) -> list:
+    """The additive biases with what the grouped view needs of each: (bias, rank, heads dim
+    is 1, query dim is 1)."""
+    mask, nonpad = ctx.input(3), ctx.input(6)
+    left, right = int(ctx.attrs.get("left_window_size", -1)), int(ctx.attrs.get("right_window_size", -1))
+    if nonpad:
+        offset = ctx.op("Sub", [ctx.op("Cast", [nonpad], to=I64), seq])
+    else:
+        offset = past_len if past_len else _i64(ctx, [0])
+    keep = _frontier(ctx, seq, keys, offset, bool(nonpad), bool(ctx.attrs.get("is_causal", 0)), left, right)
+    if nonpad:      # the keys past each row's count
+        valid = ctx.op("Less", [positions_of(ctx, keys, I64),
+                                ctx.op("Reshape", [ctx.op("Cast", [nonpad], to=I64), _i64(ctx, [-1, 1, 1, 1])])])
+        keep = valid if keep is None else ctx.op("And", [keep, valid])
+    biases = []
+    if mask:
+        biases.append((_mask_bias(ctx, mask, keys, keys_known), max(ctx.rank(mask), 1)) + _bias_dims(ctx, mask))
+    if keep is not None:
+        biases.append((_keep_bias(ctx, keep), 4 if nonpad else 2, True, False))
+    return biases
+
+
 @register_expansion("", "Attention", checked=25)
 def attention(node, ctx):
     """Q, K, V [B, N|Nkv, S|L, H] or [B, S|L, heads * H] (q_num_heads, kv_num_heads); attn_mask
@@ -111,57 +175,11 @@ def attention(node, ctx):
         ctx.fail("past_key and past_value must be given together")
     if nonpad and past_k:
         ctx.fail("nonpad_kv_seqlen cannot be used with past_key / past_value")
-    rank = ctx.rank(q)
-    qs, ks, vs = ctx.shape(q), ctx.shape(k), ctx.shape(v)
-    if rank == 3:
-        heads, kv_heads = int(ctx.attrs.get("q_num_heads", 0)), int(ctx.attrs.get("kv_num_heads", 0))
-        if not heads or not kv_heads:
-            ctx.fail("3-D inputs need q_num_heads and kv_num_heads")
-        qh, kh, vh = split_heads(ctx, q, heads), split_heads(ctx, k, kv_heads), split_heads(ctx, v, kv_heads)
-        head = qs[2] // heads if qs[2] else None
-        v_head = vs[2] // kv_heads if vs and vs[2] else None
-    elif rank == 4:
-        heads, kv_heads = qs[1], ks[1] if ks else None
-        if not heads or not kv_heads:
-            ctx.fail("4-D inputs whose head counts are not known at load")
-        qh, kh, vh = q, k, v
-        head, v_head = qs[3], vs[3] if vs else None
-    else:
-        ctx.fail(f"Q of rank {rank} (3 or 4 is supported)")
-    if heads % kv_heads:
-        ctx.fail(f"q heads ({heads}) not a multiple of kv heads ({kv_heads})")
+    rank, heads, kv_heads, qh, kh, vh, head, v_head = _heads(ctx, q, k, v)
     seq_axis = rank - 2
-    seq, new = ctx.dim(q, seq_axis), ctx.dim(k, seq_axis)
-    # the presents: read by the attention alone (the keys' count comes from the inputs)
-    if past_k:
-        pk = ctx.op("Concat", [past_k, kh], outputs=_named(ctx, 1), axis=2)
-        pv = ctx.op("Concat", [past_v, vh], outputs=_named(ctx, 2), axis=2)
-        past_len = ctx.dim(past_k, 2)
-        keys = ctx.op("Add", [past_len, new])
-        known = (ctx.shape(past_k) or (None,) * 4)[2]
-        keys_known = known + ks[seq_axis] if known is not None and ks and ks[seq_axis] else None
-    else:
-        pk, pv = kh, vh
-        for o, t in ((1, kh), (2, vh)):
-            if ctx.output(o):
-                ctx.op("Identity", [t], outputs=[ctx.output(o)])
-        keys, keys_known = new, ks[seq_axis] if ks else None
-    left, right = int(ctx.attrs.get("left_window_size", -1)), int(ctx.attrs.get("right_window_size", -1))
-    if nonpad:
-        offset = ctx.op("Sub", [ctx.op("Cast", [nonpad], to=I64), seq])
-    else:
-        offset = past_len if past_k else _i64(ctx, [0])
-    keep = _frontier(ctx, seq, keys, offset, bool(nonpad), bool(ctx.attrs.get("is_causal", 0)), left, right)
-    if nonpad:      # the keys past each row's count
-        valid = ctx.op("Less", [positions_of(ctx, keys, I64),
-                                ctx.op("Reshape", [ctx.op("Cast", [nonpad], to=I64), _i64(ctx, [-1, 1, 1, 1])])])
-        keep = valid if keep is None else ctx.op("And", [keep, valid])
-    # the biases with (rank, heads dim 1, query dim 1) for the grouped view
-    biases = []
-    if mask:
-        biases.append((_mask_bias(ctx, mask, keys, keys_known), max(ctx.rank(mask), 1)) + _bias_dims(ctx, mask))
-    if keep is not None:
-        biases.append((_keep_bias(ctx, keep), 4 if nonpad else 2, True, False))
+    seq = ctx.dim(q, seq_axis)
+    pk, pv, keys, keys_known, past_len = _presents(ctx, kh, vh, seq_axis)
+    biases = _biases(ctx, seq, keys, keys_known, past_len)
     groups = heads // kv_heads
     if groups > 1:
         qg = ctx.op("Reshape", [qh, _i64(ctx, [0, kv_heads, -1, 0])])
@@ -171,22 +189,11 @@ def attention(node, ctx):
     taps = {}
     probs = attention_probs(ctx, qg, pk, scale_of(ctx, head, qh), terms,
                             softcap=float(ctx.attrs.get("softcap", 0.0)), taps=taps)
+    left, right = int(ctx.attrs.get("left_window_size", -1)), int(ctx.attrs.get("right_window_size", -1))
     if mask or nonpad or left >= 0 or right >= 0:   # a row may have no key left
         probs = ctx.op("Where", [ctx.op("IsNaN", [probs]), ctx.const(0.0), probs])
-    direct = rank == 4 and groups == 1    # the context is Y itself
-    y = ctx.op("MatMul", [probs, pv], outputs=[ctx.output(0)] if direct else None)
-    ungroup = (lambda t, out=None: ctx.op("Reshape", [t, _i64(ctx, [0, heads, -1, 0])], outputs=out)) \
-        if groups > 1 else (lambda t, out=None: ctx.op("Identity", [t], outputs=out) if out else t)
-    if ctx.output(3):
-        tap = probs if mode == 3 else taps[("scaled", "capped", "biased")[mode]]
-        ungroup(tap, [ctx.output(3)])
-    if rank == 4 and not direct:
-        ungroup(y, [ctx.output(0)])
-    elif rank == 3:
-        merged = ctx.op("Transpose", [ungroup(y)], perm=[0, 2, 1, 3])
-        ctx.op("Reshape", [merged, _i64(ctx, [0, 0, -1])], outputs=[ctx.output(0)])
-    et = ctx.elem_type(q)
-    b_sym = ctx.symbol(q, 0)
+    _outputs(ctx, rank, groups, heads, probs, pv, probs if mode == 3 else taps[("scaled", "capped", "biased")[mode]])
+    et, b_sym = ctx.elem_type(q), ctx.symbol(q, 0)
     if rank == 4:
         ctx.declare(ctx.output(0), et, (b_sym, heads, ctx.symbol(q, 2), v_head))
     else:
@@ -194,3 +201,22 @@ def attention(node, ctx):
     ctx.declare(ctx.output(1), et, (b_sym, kv_heads, None, head))
     ctx.declare(ctx.output(2), et, (b_sym, kv_heads, None, v_head))
     ctx.declare(ctx.output(3), et, (b_sym, heads, ctx.symbol(q, seq_axis), None))
+
+
+def _outputs(ctx, rank: int, groups: int, heads: int, probs: str, pv: str, qk: str) -> None:
+    """Y (the context, heads merged for 3-D inputs) and the qk output, the grouped view's
+    [B, Nkv, groups * S, .] read back as [B, N, S, .]."""
+    def ungroup(t, out=None):
+        if groups > 1:
+            return ctx.op("Reshape", [t, _i64(ctx, [0, heads, -1, 0])], outputs=out)
+        return ctx.op("Identity", [t], outputs=out) if out else t
+
+    direct = rank == 4 and groups == 1    # the context is Y itself
+    y = ctx.op("MatMul", [probs, pv], outputs=[ctx.output(0)] if direct else None)
+    if ctx.output(3):
+        ungroup(qk, [ctx.output(3)])
+    if rank == 4 and not direct:
+        ungroup(y, [ctx.output(0)])
+    elif rank == 3:
+        merged = ctx.op("Transpose", [ungroup(y)], perm=[0, 2, 1, 3])
+        ctx.op("Reshape", [merged, _i64(ctx, [0, 0, -1])], outputs=[ctx.output(0)])

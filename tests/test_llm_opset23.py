@@ -190,3 +190,18 @@ def test_decoder_fed_back_matches_onnxruntime(device):
         assert not [e for e in trace.of(step, "fusion", "unfuse") if "attention" in e["node"]]
     assert past["past_key_0"].shape[2] == sum(steps)
     assert _kv_appends_while_capacity_lasts(trace, len(steps)) >= 4 * 4
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter(device, mode):
+    """The update written at each row's index along the sequence axis (wrapping in circular
+    mode), over caches of several batches and updates of several lengths."""
+    rng = np.random.default_rng(24)
+    node = helper.make_node("TensorScatter", ["past", "update", "idx"], ["y"], axis=2, mode=mode)
+    ins = [_vi("past", ["b", 2, 8, 4]), _vi("update", ["b", 2, "s", 4]), _vi("idx", ["b"], TensorProto.INT64)]
+    feeds = []
+    for b, s in ((1, 3), (2, 1), (3, 2)):
+        top = 8 if mode == "circular" else 8 - s + 1     # linear: the update fits
+        feeds.append({"past": _x(rng, b, 2, 8, 4), "update": _x(rng, b, 2, s, 4),
+                      "idx": rng.integers(0, top, (b,))})
+    run_vs_ort(_model(node, ins, ["y"], opset=24), feeds, device, RTOL, ATOL)

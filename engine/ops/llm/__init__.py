@@ -5,4 +5,4 @@ Attention; 24: TensorScatter), each rewritten at load into ONNX nodes the engine
 appends to in place."""
 from __future__ import annotations
 
-from engine.ops.llm import norm, rotary, attention, tensor_scatter  # noqa: F401
+from engine.ops.llm import norm, rotary, attention, scatter  # noqa: F401

@@ -140,26 +140,43 @@ def _presents(ctx, kh: str, vh: str, seq_axis: int):
     return pk, pv, ctx.op("Add", [past_len, new]), total, past_len
 
 
-def _biases(ctx, seq: str, keys: str, keys_known, past_len) -> list:
-    """The additive biases with what the grouped view needs of each: (bias, rank, heads dim
-    is 1, query dim is 1)."""
+def _biases(ctx, seq: str, keys: str, keys_known, past_len, heads: int, kv_heads: int) -> list:
+    """The additive biases against the scores, as the grouped view [B, Nkv, groups * S, T]
+    sees them when kv heads are shared. The one of the frontier and nonpad_kv_seqlen is made
+    once for the layers whose dims have the same symbols (ONNX inference's names)."""
     mask, nonpad = ctx.input(3), ctx.input(6)
-    left, right = int(ctx.attrs.get("left_window_size", -1)), int(ctx.attrs.get("right_window_size", -1))
-    if nonpad:
-        offset = ctx.op("Sub", [ctx.op("Cast", [nonpad], to=I64), seq])
-    else:
-        offset = past_len if past_len else _i64(ctx, [0])
-    keep = _frontier(ctx, seq, keys, offset, bool(nonpad), bool(ctx.attrs.get("is_causal", 0)), left, right)
-    if nonpad:      # the keys past each row's count
-        valid = ctx.op("Less", [positions_of(ctx, keys, I64),
-                                ctx.op("Reshape", [ctx.op("Cast", [nonpad], to=I64), _i64(ctx, [-1, 1, 1, 1])])])
-        keep = valid if keep is None else ctx.op("And", [keep, valid])
-    biases = []
+    q, k, past_k = ctx.input(0), ctx.input(1), ctx.input(4)
+    axis = ctx.rank(q) - 2
+    window = int(ctx.attrs.get("left_window_size", -1)), int(ctx.attrs.get("right_window_size", -1))
+    causal = bool(ctx.attrs.get("is_causal", 0))
+
+    def group(bias, rank, heads_one, seq_one):
+        if heads == kv_heads:
+            return bias
+        return _grouped_bias(ctx, bias, rank, heads_one, seq_one, heads, kv_heads, seq)
+
+    def frontier():
+        if nonpad:
+            offset = ctx.op("Sub", [ctx.op("Cast", [nonpad], to=I64), seq])
+        else:
+            offset = past_len if past_len else _i64(ctx, [0])
+        keep = _frontier(ctx, seq, keys, offset, bool(nonpad), causal, *window)
+        if nonpad:      # the keys past each row's count
+            counts = ctx.op("Reshape", [ctx.op("Cast", [nonpad], to=I64), _i64(ctx, [-1, 1, 1, 1])])
+            valid = ctx.op("Less", [positions_of(ctx, keys, I64), counts])
+            keep = valid if keep is None else ctx.op("And", [keep, valid])
+        return group(_keep_bias(ctx, keep), 4 if nonpad else 2, True, False)
+
+    terms = []
     if mask:
-        biases.append((_mask_bias(ctx, mask, keys, keys_known), max(ctx.rank(mask), 1)) + _bias_dims(ctx, mask))
-    if keep is not None:
-        biases.append((_keep_bias(ctx, keep), 4 if nonpad else 2, True, False))
-    return biases
+        terms.append(group(_mask_bias(ctx, mask, keys, keys_known), max(ctx.rank(mask), 1),
+                           *_bias_dims(ctx, mask)))
+    if causal or nonpad or max(window) >= 0:
+        past_sym = ctx.symbol(past_k, 2) if past_k else 0
+        key = ("attention_frontier", ctx.float_type, ctx.symbol(q, axis), ctx.symbol(k, axis), past_sym,
+               nonpad or 0, causal, window, heads, kv_heads)
+        terms.append(ctx.shared(key, frontier))
+    return terms
 
 
 @register_expansion("", "Attention", checked=25)
@@ -179,13 +196,9 @@ def attention(node, ctx):
     seq_axis = rank - 2
     seq = ctx.dim(q, seq_axis)
     pk, pv, keys, keys_known, past_len = _presents(ctx, kh, vh, seq_axis)
-    biases = _biases(ctx, seq, keys, keys_known, past_len)
+    terms = _biases(ctx, seq, keys, keys_known, past_len, heads, kv_heads)
     groups = heads // kv_heads
-    if groups > 1:
-        qg = ctx.op("Reshape", [qh, _i64(ctx, [0, kv_heads, -1, 0])])
-        terms = [_grouped_bias(ctx, b, r, h1, s1, heads, kv_heads, seq) for b, r, h1, s1 in biases]
-    else:
-        qg, terms = qh, [b[0] for b in biases]
+    qg = ctx.op("Reshape", [qh, _i64(ctx, [0, kv_heads, -1, 0])]) if groups > 1 else qh
     taps = {}
     probs = attention_probs(ctx, qg, pk, scale_of(ctx, head, qh), terms,
                             softcap=float(ctx.attrs.get("softcap", 0.0)), taps=taps)

@@ -75,21 +75,27 @@ def _mask_bias(ctx, mask: str, keys: str, keys_known) -> str:
 
 
 def _bias_dims(ctx, mask: str):
-    """(heads dim is 1, query dim is 1) of attn_mask against the scores [B, N, S, T]."""
+    """(heads dim is 1, query dim is 1: None when not known at load) of attn_mask against the
+    scores [B, N, S, T]."""
     shape = ctx.shape(mask)
     rank = len(shape)
     heads = shape[1] if rank == 4 else shape[0] if rank == 3 else 1
     seq = shape[-2] if rank >= 2 else 1
-    return heads == 1, seq == 1
+    return heads == 1, None if seq is None else seq == 1
 
 
-def _grouped_bias(ctx, bias: str, rank: int, heads_one: bool, seq_one: bool, heads: int, kv_heads: int,
+def _grouped_bias(ctx, bias: str, rank: int, heads_one: bool, seq_one, heads: int, kv_heads: int,
                   seq: str) -> str:
-    """A bias against [B, N, S, T] as the grouped scores [B, Nkv, groups * S, T] see it."""
+    """A bias against [B, N, S, T] as the grouped scores [B, Nkv, groups * S, T] see it
+    (`seq_one` None: its query dim is not known at load, so it is broadcast to S first)."""
     if rank < 4:
         bias = ctx.op("Unsqueeze", [bias, _i64(ctx, list(range(4 - rank)))])
+    if heads_one and seq_one:
+        return bias
     if heads_one:
-        return bias if seq_one else ctx.op("Tile", [bias, _i64(ctx, [1, 1, heads // kv_heads, 1])])
+        if seq_one is None:
+            bias = ctx.op("Expand", [bias, ctx.op("Concat", [_i64(ctx, [1, 1]), seq, _i64(ctx, [1])], axis=0)])
+        return ctx.op("Tile", [bias, _i64(ctx, [1, 1, heads // kv_heads, 1])])
     dims = ctx.op("Concat", [_i64(ctx, [1, heads]), seq, _i64(ctx, [1])], axis=0)
     return ctx.op("Reshape", [ctx.op("Expand", [bias, dims]), _i64(ctx, [0, kv_heads, -1, 0])])
 

@@ -123,6 +123,21 @@ def test_attention_float_mask(device, kv_heads, dims):
     run_vs_ort(model, feeds, device, RTOL, ATOL)
 
 
+def test_attention_mask_broadcast_over_queries(device):
+    """A float [B, 1, 1, T] mask (its query dim a symbol at load, 1 at run time) broadcast over
+    the queries of grouped heads: onnxruntime refuses it, onnx.reference runs it (not with
+    is_causal: it takes the causal rows from the mask's query dim, one row here)."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(8)
+    model = _attention(mask=(["b", 1, "m", "t"], F))
+    net = Network(build_program(model), device, impls="dynamic")
+    ref = ReferenceEvaluator(model)
+    for feeds in _attention_feeds(rng, SHAPES, mask=lambda rng, b, s, t: _x(rng, b, 1, 1, t)):
+        got = net.infer(feeds)
+        for name, want in zip(["y", "present_k", "present_v"], ref.run(None, feeds)):
+            assert_close(got[name], want, RTOL, ATOL, name)
+
+
 def test_attention_4d_qk_matmul_output(device):
     """4-D inputs, the qk output (mode 0: the scaled q k^T)."""
     rng = np.random.default_rng(7)

@@ -148,6 +148,18 @@ def test_attention_4d_qk_matmul_output(device):
     run_vs_ort(_model(node, ins, ["y", "qk"]), feeds, device, RTOL, ATOL)
 
 
+def test_attention_external_cache_nonpad_kv_seqlen(device):
+    """Opset 24: K and V the whole static cache [B, Nkv, L, H], nonpad_kv_seqlen [B] its valid
+    keys; causal from nonpad_kv_seqlen - S (a prompt, then decode steps, rows of unequal length)."""
+    rng = np.random.default_rng(9)
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y"], is_causal=1)
+    ins = [_vi("q", ["b", 4, "s", 8]), _vi("k", ["b", 2, 12, 8]), _vi("v", ["b", 2, 12, 8]),
+           _vi("lens", ["b"], TensorProto.INT64)]
+    feeds = [{"q": _x(rng, b, 4, s, 8), "k": _x(rng, b, 2, 12, 8), "v": _x(rng, b, 2, 12, 8),
+              "lens": np.array(lens, np.int64)} for b, s, lens in ((1, 5, [5]), (2, 1, [6, 9]), (2, 2, [8, 12]))]
+    run_vs_ort(_model(node, ins, ["y"], opset=24), feeds, device, RTOL, ATOL)
+
+
 def test_attention_refusal_names_the_node():
     node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att3d")
     model = _model(node, [_vi("q", ["b", "s", 32]), _vi("k", ["b", "s", 32]), _vi("v", ["b", "s", 32])], ["y"])

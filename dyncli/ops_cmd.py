@@ -25,17 +25,19 @@ def op_rows(doc: dict | None) -> list[dict]:
     rows = []
     for op in supported_ops():
         d = OPS[op]
-        # an op expanded at load (com.microsoft's) runs at its domain's version, not ONNX's opsets
-        versions = op_versions(op) if d.expand is None else [d.checked]
+        # an onnxruntime op expanded at load (com.microsoft's, and those it keeps in the ONNX
+        # domain) runs at its domain's version; an ONNX op expanded at load at ONNX's opsets
+        ort = d.expand is not None and (d.domain not in ("", "ai.onnx") or not op_versions(op))
+        versions = [d.checked] if ort else op_versions(op)
         runs = [v for v in versions if v >= (max((x for x in versions if x <= OLDEST_OPSET), default=0))]
         s = stats.get(op, {"passed": 0, "total": 0, "excluded": 0, "dtypes": []})
         fn = d.expand or getattr(d.infer, "__wrapped__", d.infer)
         rows.append({
             "op": op, "family": fn.__module__.rsplit(".", 1)[-1],
-            "opsets": [runs[0] if runs else None, MAX_OPSET if d.expand is None else d.checked],
+            "opsets": [runs[0] if runs else None, d.checked if ort else MAX_OPSET],
             "checked": CHECKED.get(op, DEFAULT_CHECKED), "newest": versions[-1] if versions else None,
             "dtypes": s["dtypes"], "passed": s["passed"], "total": s["total"], "excluded": s["excluded"],
-            "expanded": d.expand is not None,
+            "expanded": d.expand is not None, "onnxruntime": ort,
         })
     return rows
 
@@ -59,8 +61,8 @@ def command(
                           "source": "run now" if run else conformance.NODE_RESULTS}, indent=1))
         return
     # onnxruntime's ops (long domain::type names, no node tests) get a table of their own
-    expanded = [r for r in rows if r["expanded"]]
-    rows = [r for r in rows if not r["expanded"]]
+    expanded = [r for r in rows if r["onnxruntime"]]
+    rows = [r for r in rows if not r["onnxruntime"]]
     # op names, families and figures never wrap; the dtype list and the test count wrap at spaces
     t = Table(title=f"{len(rows)} supported ops", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col, just in (("op", "left"), ("family", "left"), ("opsets", "right"), ("checked", "right"),

@@ -135,7 +135,7 @@ class ExpandContext:
                                      tuple(shape))
 
     def fail(self, why: str):
-        raise ModelError(f"node {self.label} ({self.proto.domain}::{self.proto.op_type}): {why}")
+        raise ModelError(f"node {self.label} ({op_key(self.proto.domain, self.proto.op_type)}): {why}")
 
 
 def _entry(tt) -> tuple:

@@ -6,6 +6,7 @@ from engine.ops.registry import DEFAULT_CHECKED, OPS, OpDef, register, supported
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: F401
 from engine.ops import attention  # noqa: F401
 from engine.ops import ms  # noqa: F401  (com.microsoft ops, expanded at load)
+from engine.ops import llm  # noqa: F401  (ONNX LLM ops, expanded at load)
 from engine.ops import activation, logic, reduce, indexing, arrange, einsum, norm_stats  # noqa: F401
 from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # noqa: F401
 from engine.ops import bitwise, swish_shrink, cast_like, reduce_sums, axis_norm, indicator, compress, grid_sample, nms  # noqa: F401

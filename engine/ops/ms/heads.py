@@ -34,22 +34,33 @@ def scale_of(ctx, head_size: int | None, q_heads: str) -> str:
 def attend(ctx, q: str, k: str, v: str, scale: str, biases: list, out: str, softcap: float = 0.0,
            sink: str = "") -> None:
     """out [B, S, N*Hv] = heads merged of softmax(q k^T * scale + sum(biases)) v, for q
-    [B, N, S, H], k [B, N, L, H], v [B, N, L, Hv]; `softcap` > 0 caps the scaled scores
+    [B, N, S, H], k [B, N, L, H], v [B, N, L, Hv] (attention_probs says the rest)."""
+    probs = attention_probs(ctx, q, k, scale, biases, softcap, sink)
+    merged = ctx.op("Transpose", [ctx.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    ctx.op("Reshape", [merged, ctx.const([0, 0, -1], np.int64)], outputs=[out])
+
+
+def attention_probs(ctx, q: str, k: str, scale: str, biases: list, softcap: float = 0.0, sink: str = "",
+                    taps: dict | None = None) -> str:
+    """softmax(q k^T * scale + sum(biases)) over the keys; `softcap` > 0 caps the scaled scores
     at +-softcap (softcap * tanh(scores / softcap)) before the biases; `sink` ([N] or a
-    scalar) is one more logit per head in the softmax's denominator (attention sinks)."""
+    scalar) is one more logit per head in the softmax's denominator (attention sinks).
+    `taps` gets the scores on the way: "scaled", "capped", "biased"."""
+    taps = {} if taps is None else taps
     scores = ctx.op("Mul", [ctx.op("MatMul", [q, ctx.op("Transpose", [k], perm=[0, 1, 3, 2])]), scale])
+    taps["scaled"] = scores
     if softcap > 0:
         cap = ctx.const(softcap)
         scores = ctx.op("Mul", [ctx.op("Tanh", [ctx.op("Div", [scores, cap])]), cap])
+    taps["capped"] = scores
     biases = [b for b in biases if b]
     if biases:
         total = biases[0]
         for b in biases[1:]:
             total = ctx.op("Add", [total, b])
         scores = ctx.op("Add", [scores, total])
-    probs = ctx.op("Softmax", [scores], axis=-1) if not sink else _sunk_softmax(ctx, scores, sink)
-    merged = ctx.op("Transpose", [ctx.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-    ctx.op("Reshape", [merged, ctx.const([0, 0, -1], np.int64)], outputs=[out])
+    taps["biased"] = scores
+    return ctx.op("Softmax", [scores], axis=-1) if not sink else _sunk_softmax(ctx, scores, sink)
 
 
 def _sunk_softmax(ctx, scores: str, sink: str) -> str:

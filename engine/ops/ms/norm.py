@@ -7,7 +7,7 @@ onnxruntime computes them."""
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from engine.ops.ms.domain import MS
 from engine.ops.registry import register_expansion
@@ -66,10 +66,10 @@ def skip_layer_norm(node, ctx):
     eps = float(ctx.attrs.get("epsilon", EPSILON))
     ctx.op("LayerNormalization", [s, ctx.input(2), ctx.input(3)],
            outputs=[ctx.output(0), ctx.output(1), ctx.output(2)], axis=-1, epsilon=eps)
-    _declare_like(ctx, ctx.input(0), (0, 3))
+    declare_like(ctx, ctx.input(0), (0, 3))
 
 
-def _declare_like(ctx, x, outputs):
+def declare_like(ctx, x, outputs):
     """Outputs `outputs` have x's type and dims."""
     dims = ctx.symbols(x)
     if dims is not None:
@@ -77,8 +77,9 @@ def _declare_like(ctx, x, outputs):
             ctx.declare(ctx.output(k), ctx.elem_type(x), dims)
 
 
-def _rms(ctx, x, scale, axis: int, eps: float, out: str, inv_out: str = "") -> None:
-    """x / sqrt(mean(x^2 over axis..last) + epsilon) * scale; `inv_out` gets 1 / that root."""
+def rms(ctx, x, scale, axis: int, eps: float, out: str, inv_out: str = "", stash: int | None = None) -> None:
+    """x / sqrt(mean(x^2 over axis..last) + epsilon) * scale; `inv_out` gets 1 / that root.
+    `stash`: the element type the normalisation runs in (x cast to it, the result back)."""
     rank = ctx.rank(x)
     if axis < 0:
         if rank is None:
@@ -90,9 +91,16 @@ def _rms(ctx, x, scale, axis: int, eps: float, out: str, inv_out: str = "") -> N
     else:
         axes = list(range(axis, rank)) if rank is not None else ctx.fail(
             f"axis {axis} of an input whose rank is unknown at load")
-    ms = ctx.op("ReduceMean", [ctx.op("Mul", [x, x]), ctx.const(axes, np.int64)], keepdims=1)
-    root = ctx.op("Sqrt", [ctx.op("Add", [ms, ctx.const(eps)])])
-    ctx.op("Mul", [ctx.op("Div", [x, root]), scale], outputs=[out])
+    et = ctx.elem_type(x)
+    cast = stash is not None and stash != et
+    xs = ctx.op("Cast", [x], to=stash) if cast else x
+    ms = ctx.op("ReduceMean", [ctx.op("Mul", [xs, xs]), ctx.const(axes, np.int64)], keepdims=1)
+    eps_t = ctx.const(eps, helper.tensor_dtype_to_np_dtype(stash)) if cast else ctx.const(eps)
+    root = ctx.op("Sqrt", [ctx.op("Add", [ms, eps_t])])
+    normed = ctx.op("Div", [xs, root])
+    if cast:
+        normed = ctx.op("Cast", [normed], to=et)
+    ctx.op("Mul", [normed, scale], outputs=[out])
     if inv_out:
         ctx.op("Reciprocal", [root], outputs=[inv_out])
 
@@ -101,9 +109,9 @@ def _rms(ctx, x, scale, axis: int, eps: float, out: str, inv_out: str = "") -> N
 @register_expansion("", "SimplifiedLayerNormalization")
 def simplified_layer_norm(node, ctx):
     """RMS norm of X over dims `axis`.. (default -1), times scale; output 1 the inverse root."""
-    _rms(ctx, ctx.input(0), ctx.input(1), int(ctx.attrs.get("axis", -1)),
+    rms(ctx, ctx.input(0), ctx.input(1), int(ctx.attrs.get("axis", -1)),
          float(ctx.attrs.get("epsilon", RMS_EPSILON)), ctx.output(0), ctx.output(1))
-    _declare_like(ctx, ctx.input(0), (0,))
+    declare_like(ctx, ctx.input(0), (0,))
 
 
 @register_expansion(MS, "SkipSimplifiedLayerNormalization")
@@ -113,5 +121,5 @@ def skip_simplified_layer_norm(node, ctx):
     if ctx.output(1):
         ctx.fail("output 1 (mean) is not computed by this op")
     s = _skip_sum(ctx)
-    _rms(ctx, s, ctx.input(2), -1, float(ctx.attrs.get("epsilon", EPSILON)), ctx.output(0), ctx.output(2))
-    _declare_like(ctx, ctx.input(0), (0, 3))
+    rms(ctx, s, ctx.input(2), -1, float(ctx.attrs.get("epsilon", EPSILON)), ctx.output(0), ctx.output(2))
+    declare_like(ctx, ctx.input(0), (0, 3))

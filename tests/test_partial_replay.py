@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from engine import Network, build_program
 from engine.fast_path import NOT_DECISIONS
-from tests.models import encoder_block, gpt2_decoder_step, kv_decoder_step
+from tests.models import encoder_block, gpt2_decoder_step, kv_decoder_step, masked_attention
 from traces import MemoryTrace, TraceWriter
 from traces.reader import read_trace
 
@@ -279,3 +279,21 @@ def test_a_second_sequence_appends_into_the_room_the_first_one_made(device, pred
     assert copies[30] == 2                         # the new sequence's first step: k and v
     # then no more copies than the first sequence made over the same lengths (growth only)
     assert sum(copies[31:]) <= sum(copies[1:12])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(1, 4),
+                          st.integers(1, 9)), min_size=3, max_size=9))
+def test_random_fused_and_unfused_sequences(device, dims):
+    """A fused attention whose mask may grow the scores' batch: the fusion is undone for those
+    shapes (fusion unfuse, the subgraph runs) and taken again after; batch, query and key
+    lengths change at random, repeats included."""
+    prog = build_program(masked_attention(mask_dims=("mb", 1, "s", "l")))
+    rng = np.random.default_rng(6)
+    steps = []
+    for qb, mb, s, l in dims + dims[:2]:
+        feeds = {n: rng.standard_normal((qb, 2, s if n == "q" else l, 8)).astype(np.float32)
+                 for n in ("q", "k", "v")}
+        feeds["mask"] = rng.standard_normal((mb, 1, s, l)).astype(np.float32)
+        steps.append((feeds, False))
+    _same(prog, steps, device)

@@ -237,10 +237,15 @@ def bench(
     profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
     compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),
     kernel: List[str] = typer.Option([], "--kernel", metavar="KIND:DIMS", help="Kernel micro-benchmark instead of a model: gemm:MxNxK, eltwise:N (repeatable)."),
+    feedback: List[str] = typer.Option([], "--feedback", metavar="OUT:IN[,OUT:IN]", help="Time the "
+                                       "sequence as one decode loop, as `dyncli run --feedback` runs it: "
+                                       "per-step latency, kernels, partial replays, time by part."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     from dyncli.bench import BenchOptions, bench_kernels, bench_model
-    from dyncli.render import bench_tables, kernel_table
+    from dyncli.bench_decode import bench_decode
+    from dyncli.check import OnnxRuntimeRefused
+    from dyncli.render import bench_tables, decode_tables, kernel_table
     from dyncli.runner import UsageError
     from engine.device import DeviceError
     try:
@@ -264,16 +269,17 @@ def bench(
                           MofNCompleteColumn(), TimeRemainingColumn(), console=err_console,
                           disable=not show, transient=True) as bar:
                 task = bar.add_task("bench", total=None)
-                res = bench_model(opts, lambda i, n, what: bar.update(task, completed=i, total=n,
-                                                                       description=what))
-    except (UsageError, DeviceError) as e:
+                step = lambda i, n, what: bar.update(task, completed=i, total=n, description=what)  # noqa: E731
+                res = bench_decode(opts, feedback, step) if feedback else bench_model(opts, step)
+    except (UsageError, DeviceError, OnnxRuntimeRefused) as e:
         if state["debug"]:
             raise
         fail(str(e))
     if as_json:
         print(json.dumps(res, indent=1))
     else:
-        for part in kernel_table(res, console.width) if kernel else bench_tables(res, console.width):
+        view = kernel_table if kernel else decode_tables if feedback else bench_tables
+        for part in view(res, console.width):
             console.print(part, highlight=False, markup=False)
 
 

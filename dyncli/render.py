@@ -296,6 +296,34 @@ def bench_tables(r: dict, width: int = 80) -> list:
     return [head, *tables, s, *bench_time_table(r)]
 
 
+def decode_tables(r: dict, width: int = 80) -> list:
+    """`dyncli bench --feedback`: the decode steps of the first pass and of the timed ones."""
+    head = f"{r['model']}: a decode of {r['steps']} inferences on {r['device']}"
+    t = Table(title="decode steps (ms)", title_justify="left")
+    for name, just in (("pass", "left"), ("mean", "right"), ("median", "right"), ("p90", "right"),
+                       ("kernels", "right"), ("partial", "right"), ("KV copies", "right")):
+        t.add_column(name, justify=just, no_wrap=True)
+    for label, key in (("first", "cold"), ("timed", "decode")):
+        d = r[key]
+        t.add_row(label, f"{d['mean_ms']:.3f}", f"{d['median_ms']:.3f}", f"{d['p90_ms']:.3f}",
+                  f"{d['kernels_mean']:.1f}", f"{d['partial']}/{d['steps']}", str(d["kv_copies"]))
+    d = r["decode"]
+    s = Table(title="summary", show_header=False, title_justify="left")
+    s.add_column("what")
+    s.add_column("value", justify="right", no_wrap=True)
+    s.add_row("first inference (prompt, builds)", f"{r['first_inference_ms']:.1f} ms")
+    if d["host_us_per_kernel"] is not None:
+        s.add_row("host us per kernel, timed steps", f"{d['host_us_per_kernel']:.1f}")
+    for name, p in r.get("peers", {}).items():
+        s.add_row(f"{name} per step", f"mean {p['mean_ms']:.3f} ms (x{d['mean_ms'] / p['mean_ms']:.2f})")
+    parts = Table(title="time by part (ms)", title_justify="left")
+    parts.add_column("part", no_wrap=True)
+    parts.add_column("mean", justify="right", no_wrap=True)
+    for part, v in d["time_ms"].items():
+        parts.add_row(part, f"{v:.3f}")
+    return [head, t, s, parts]
+
+
 def bench_time_table(r: dict) -> list:
     """Where the time went, part by part (engine/accounting.py): the timed sequence's mean, and
     the first inference of the shape whose first time was slowest."""

@@ -117,3 +117,29 @@ def test_new_signatures_stop_being_walked_once_walks_find_nothing(device):
         net.infer(feeds)
         walked.append(net.time_ms["prebuild"] > 0)
     assert walked == [True, True, True, False, False]
+
+
+DECODER = os.path.join(ROOT, "examples", "decoder.onnx")
+
+
+def test_bench_decode_loop_json():
+    """--feedback times the sequence as one decode: the steps after the first are served by
+    partial replays, the KV cache appends (no copies in the timed passes once it has room),
+    and every step says where its time went."""
+    r = invoke("bench", DECODER, "--shapes", "x:1x4x32,past_k:1x2x0x16,past_v:1x2x0x16",
+               "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16*12",
+               "--feedback", "present_k:past_k,present_v:past_v", "--warmup", "1", "--repeat", "2",
+               "--compare", "onnxruntime", "--json")
+    assert r.exit_code == 0, r.output
+    res = _json(r.output)
+    assert res["mode"] == "decode" and res["steps"] == 13
+    d = res["decode"]
+    assert d["steps"] == 24 and d["kernels_mean"] > 0 and d["partial"] >= 20
+    assert set(d["time_ms"]) >= {"flow", "enqueue", "device_wait"} and d["host_us_per_kernel"] > 0
+    assert res["peers"]["onnxruntime"]["mean_ms"] > 0
+
+
+def test_bench_decode_needs_a_decode():
+    r = invoke("bench", DECODER, "--shapes", "x:1x4x32,past_k:1x2x0x16,past_v:1x2x0x16",
+               "--feedback", "present_k:past_k,present_v:past_v")
+    assert r.exit_code == 2 and "at least two inferences" in r.output

@@ -198,3 +198,13 @@ def test_ops_and_inspect_views(files):
         whole(out, name)
     assert any(line.split() == ["past_key_0", "float", "batch", "x", "2", "x", "past", "x", "16"]
                for line in out.splitlines())
+
+
+def test_bench_decode_view():
+    dec = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "decoder.onnx")
+    out = view("bench", dec, "--shapes", "x:1x4x32,past_k:1x2x0x16,past_v:1x2x0x16",
+               "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16*6",
+               "--feedback", "present_k:past_k,present_v:past_v", "--repeat", 1, "--warmup", 0)
+    readable(out)
+    for head in ("pass", "mean", "median", "p90", "kernels", "partial", "KV copies", "host us per kernel"):
+        assert any(head in line for line in out.splitlines()), head

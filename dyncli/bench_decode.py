@@ -1,0 +1,110 @@
+"""`dyncli bench --feedback OUT:IN,...`: a decode loop timed as one, the way it runs.
+
+The sequence of --shapes is one decode: its first inference takes every input from the shapes
+(a prompt, an empty past), each later one takes the fed-back inputs from the previous
+inference's outputs on the device (the KV cache) and the others from the shapes (the new
+token). The first pass builds kernels and buffers (cold); --warmup more passes are untimed;
+--repeat timed passes give the per-step latency (mean, median, p90), kernels per step, how the
+fast path served the steps (partial replays: only the nodes the KV length reaches run the flow)
+and where a step's time went (infer_end's time_ms), with the host time per kernel next to it.
+--compare onnxruntime runs the same decode in onnxruntime, the presents fed back on the host.
+Kept free of Typer/Rich: the CLI renders the returned dict.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from dyncli import shapes as shape_spec
+from dyncli.bench import BenchOptions, _mean_parts, check_peers, pct
+from dyncli.inputs import random_inputs
+from dyncli.runner import RunOptions, UsageError, parse_feedback, read_model, resolve_sequence
+from engine import Network, build_program, select_device
+from engine.device import describe
+from engine.program import ModelError
+
+
+def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dict:
+    check_peers(opts.compare)
+    model = read_model(opts.model)
+    try:
+        prog = build_program(model, opts.model)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+    seq, _ = resolve_sequence(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
+                                         grid=opts.grid, model_shape=opts.model_shape), prog, model)
+    if len(seq) < 2:
+        raise UsageError("--feedback: a decode needs at least two inferences in --shapes")
+    feedback = parse_feedback(feedback_specs, prog, model)
+    try:
+        ranges = shape_spec.parse_input_ranges(opts.input_range, list(prog.inputs)) if opts.input_range else {}
+    except shape_spec.ShapeSpecError as e:
+        raise UsageError(str(e)) from None
+    rng = np.random.default_rng(opts.seed)
+    dtypes = {n: l.dtype for n, l in prog.inputs.items()}
+    feeds = [random_inputs(rng, inf, dtypes, ranges) for inf in seq]
+    device = select_device(opts.device)
+    net = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, predictor=opts.predictor,
+                  feedback=feedback)
+    read = [o for o in prog.outputs if o not in feedback]
+    back = {inp: out for out, inp in feedback.items()}
+    total = len(seq) * (1 + opts.warmup + opts.repeat)
+    done = [0]
+
+    def one_pass(what: str) -> list:
+        steps = []
+        for i, f in enumerate(feeds):
+            f = f if i == 0 else {k: v for k, v in f.items() if k not in back}
+            t0 = time.perf_counter()
+            net.infer(f, fed_back=back if i else None, outputs=read)
+            ms = (time.perf_counter() - t0) * 1e3
+            c = net.counters
+            steps.append({"ms": ms, "kernels": c.get("kernels", 0), "partial": bool(c.get("plan.partial")),
+                          "kv_copies": c.get("kv_cache.copy", 0), "time_ms": dict(net.time_ms)})
+            done[0] += 1
+            if progress:
+                progress(done[0], total, what)
+        return steps
+
+    cold = one_pass("first pass")
+    for _ in range(opts.warmup):
+        one_pass("warm-up")
+    timed = [s for _ in range(max(opts.repeat, 1)) for s in one_pass("decode")[1:]]
+    out = {"model": opts.model, "mode": "decode", "device": describe(device), "feedback": feedback,
+           "steps": len(seq), "impls": opts.impls, "predictor": opts.predictor,
+           "fast_path": opts.fast_path, "first_inference_ms": cold[0]["ms"],
+           "cold": _summary(cold[1:]), "decode": _summary(timed)}
+    if "onnxruntime" in opts.compare:
+        out["peers"] = {"onnxruntime": _ort_decode(model, feeds, feedback, opts.repeat)}
+    return out
+
+
+def _summary(steps: list) -> dict:
+    lat = [s["ms"] for s in steps]
+    parts = _mean_parts(s["time_ms"] for s in steps)
+    kernels = statistics.mean(s["kernels"] for s in steps)
+    host = statistics.mean(s["ms"] - s["time_ms"].get("device_wait", 0.0) for s in steps)
+    return {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat), "p90_ms": pct(lat, 90),
+            "kernels_mean": kernels, "partial": sum(s["partial"] for s in steps), "steps": len(steps),
+            "kv_copies": sum(s["kv_copies"] for s in steps), "time_ms": parts,
+            "host_us_per_kernel": host * 1e3 / kernels if kernels else None}
+
+
+def _ort_decode(model, feeds: list, feedback: dict, repeat: int) -> dict:
+    """The same decode in onnxruntime (CPU), the fed-back outputs passed back on the host."""
+    from dyncli.check import Reference
+    ref = Reference(model)
+    lat = []
+    for p in range(1 + max(repeat, 1)):
+        outs = None
+        for i, f in enumerate(feeds):
+            f = dict(f)
+            if i:
+                f.update({inp: outs[out] for out, inp in feedback.items()})
+            t0 = time.perf_counter()
+            outs = ref.run(f)
+            if p and i:
+                lat.append((time.perf_counter() - t0) * 1e3)
+    return {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat)}

@@ -56,6 +56,26 @@ class OnnxRuntimeRefused(RuntimeError):
     """onnxruntime refused the model or an inference: one line, exit status 2."""
 
 
+def ort_session(model: onnx.ModelProto, opts):
+    """An onnxruntime CPU session of `model`, and the IR version it was declared at when the
+    installed onnxruntime is older than the onnx that wrote it (None: as written). That
+    onnxruntime refuses the newer IR version outright, though the model rarely uses anything
+    of it: it is tried at the newest one the runtime reads, and a real need of the newer IR
+    is still refused by the runtime."""
+    import onnxruntime as ort
+    try:
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]), None
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors share no public base class
+        newest = re.search(r"max supported IR version: (\d+)", str(e))
+        if newest is None or model.ir_version <= int(newest.group(1)):
+            raise
+    older = onnx.ModelProto()
+    older.CopyFrom(model)
+    older.ir_version = int(newest.group(1))
+    return ort.InferenceSession(older.SerializeToString(), opts, providers=["CPUExecutionProvider"]), \
+        older.ir_version
+
+
 class Reference:
     def __init__(self, model: onnx.ModelProto):
         try:
@@ -65,8 +85,7 @@ class Reference:
         opts = ort.SessionOptions()
         opts.log_severity_level = 4   # fatal only: its errors come back as exceptions, said once
         try:
-            self.sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                             providers=["CPUExecutionProvider"])
+            self.sess, self.ir_declared = ort_session(model, opts)
         except Exception as e:  # noqa: BLE001 - onnxruntime's errors share no public base class
             raise OnnxRuntimeRefused(f"--check: onnxruntime refused the model: {ort_reason(e)}") from None
         self.outputs = [o.name for o in self.sess.get_outputs()]

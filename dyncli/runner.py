@@ -6,6 +6,7 @@ the work. Kept free of Typer/Rich so tests and scripts can call `execute_run` di
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,6 +328,9 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
             ref = Reference(relaxed_model(model, relax))
         except (CheckUnavailable, OnnxRuntimeRefused) as e:
             raise UsageError(str(e)) from None
+        if ref.ir_declared is not None:
+            warnings.warn(f"--check: the installed onnxruntime reads IR versions up to {ref.ir_declared}; "
+                          f"the model (IR {model.ir_version}) is checked declared at {ref.ir_declared}")
 
     trace_path = opts.trace or default_trace_path(opts.model)
     header = {"model": os.path.abspath(opts.model), "device": describe(device),

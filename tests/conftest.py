@@ -3,7 +3,6 @@ every output of every inference with onnxruntime."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 import numpy as np
@@ -32,21 +31,12 @@ def static_gemms(monkeypatch):
 
 
 def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime's CPU session of `model` (at the newest IR version it reads: the GPU
+    machine's onnxruntime is older than the onnx that writes the tests' models)."""
+    from dyncli.check import ort_session as session
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - onnxruntime's errors share no public base class
-        # an onnxruntime older than the onnx that wrote the model (the GPU machine's) refuses
-        # its IR version: the tests' models use nothing of the newer IR, so they are checked
-        # at the newest one it reads
-        newest = re.search(r"max supported IR version: (\d+)", str(e))
-        if newest is None or model.ir_version <= int(newest.group(1)):
-            raise
-        older = onnx.ModelProto()
-        older.CopyFrom(model)
-        older.ir_version = int(newest.group(1))
-        return ort.InferenceSession(older.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return session(model, opts)[0]
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, rtol=1e-4, atol=1e-5, what=""):

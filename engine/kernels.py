@@ -139,11 +139,18 @@ def build_options() -> list[str]:
     return [] if os.environ.get("DYNCLI_KERNEL_WARNINGS") else ["-w"]
 
 
+# Sources whose float divisions must be correctly rounded (OpenCL allows 2.5 ulp otherwise):
+# quantization divides by the scale before rounding to an integer, where one ulp moves a tie
+# (cl/quant.cl); onnxruntime's CPU kernels divide correctly rounded.
+EXACT_DIVISION = {"quant"}
+
+
 def compile_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:
     """Static builds (dynamic=False) need SHAPE_INFO_INIT among the JIT constants."""
     src = jit_header(jit, dynamic) + load_source("common") + load_source(source)
+    options = build_options() + (["-cl-fp32-correctly-rounded-divide-sqrt"] if source in EXACT_DIVISION else [])
     t0 = time.perf_counter()
-    prg = cl.Program(ctx, src).build(options=build_options())
+    prg = cl.Program(ctx, src).build(options=options)
     return prg, (time.perf_counter() - t0) * 1e3
 
 

@@ -76,7 +76,9 @@ class ControlInst(PrimitiveInst):
         """Each subgraph's program and instances (at load; `make_insts(prog, tensors)` makes a
         network's instances, nested control nodes included)."""
         node = self.node
-        by_name = dict(zip(node.inputs, self.inputs))
+        # by the names the subgraphs read (load passes may rename the node's inputs since)
+        names = list(node.proto.input) + [x for x in node.outer if x not in node.proto.input]
+        by_name = dict(zip(names, self.inputs))
         for key, attr in BODIES[node.op]:
             g = node.attrs[attr]
             consts = {x: by_name[x].host for x in outer_names(g) if by_name.get(x) is not None

@@ -3,7 +3,8 @@ they have no shape inference of their own: the node runs as a ControlInst
 (engine/control_flow.py), a host-side decision (the condition, the trip count) over child
 instances of its subgraphs. Scan is rewritten as a Loop at load (engine/subgraphs.py).
 `dynamic_output`: the fast path replays no whole plan of a model with control flow (the same
-input shapes may take another branch or another number of iterations)."""
+input shapes may take another branch or another number of iterations). `f16`: values cross
+into the subgraphs as their declared types (float16 included), which they cast themselves."""
 from __future__ import annotations
 
 from engine.ops.common import ShapeInferenceError
@@ -15,7 +16,7 @@ def _runs_subgraphs(node, ins, deps):
     raise ShapeInferenceError(f"{node.op} node {node.name}: outputs known only once its subgraph ran")
 
 
-register("If", control=True, dynamic_output=True, checked=25)(_runs_subgraphs)
-register("Loop", control=True, dynamic_output=True, checked=25)(_runs_subgraphs)
+register("If", control=True, dynamic_output=True, f16=True, checked=25)(_runs_subgraphs)
+register("Loop", control=True, dynamic_output=True, f16=True, checked=25)(_runs_subgraphs)
 # rewritten as a Loop before anything else sees it (engine/subgraphs.py scan_as_loop)
-register("Scan", control=True, dynamic_output=True, checked=25)(_runs_subgraphs)
+register("Scan", control=True, dynamic_output=True, f16=True, checked=25)(_runs_subgraphs)

@@ -1,0 +1,152 @@
+"""ONNX control flow (If, Loop, Scan) over sequences of inputs, against onnxruntime: the fixtures
+of scripts/make_control_flow_models.py (tests/control_flow/), with the fast path on and off,
+the trace of a control decision and of a subgraph's nodes, and `dyncli run --check`."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP, helper as h
+from typer.testing import CliRunner
+
+from dyncli.cli import app
+from engine.network import Network
+from engine.program import build_program, load_program
+from tests.conftest import ort_session
+from traces import MemoryTrace
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "control_flow")
+rng = np.random.default_rng(7)
+
+
+def _f32(*shape, shift=0.0):
+    return (rng.standard_normal(shape) + shift).astype(np.float32)
+
+
+# each a sequence of feeds: shapes change, branches change, trip counts change, values repeat
+SEQUENCES = {
+    "if_sum": [{"x": _f32(n, 8, shift=s)} for n, s in
+               [(2, 2), (3, -2), (2, 2), (2, -2), (5, -2), (3, 2), (3, -2), (3, -2)]],
+    "loop_counted": [{"M": np.array(m, np.int64), "s0": _f32(n, 3), "x": _f32(n, 3)} for n, m in
+                     [(2, 3), (2, 5), (4, 0), (2, 3), (1, 1), (2, 5), (2, 5)]],
+    "loop_while": [{"y": np.abs(_f32(n)) + 0.1, "threshold": np.array(t, np.float32)} for n, t in
+                   [(3, 10), (3, 100), (5, 1e6), (3, 10), (2, -1), (3, 100), (3, 1e30)]],
+    "scan_cumsum": [{"acc0": _f32(b, 4), "x": _f32(b, t, 4)} for b, t in
+                    [(2, 3), (2, 5), (1, 1), (2, 3), (3, 7), (2, 5)]],
+}
+
+
+def _path(name):
+    return os.path.join(HERE, f"{name}.onnx")
+
+
+def _run(name, fast_path=True, trace=None):
+    net = Network(load_program(_path(name)), fast_path=fast_path, trace=trace)
+    outs, counters = [], []
+    for feeds in SEQUENCES[name]:
+        outs.append({k: v.copy() for k, v in net.infer(feeds).items()})
+        counters.append(dict(net.counters))
+    return outs, counters
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCES))
+def test_fixture_matches_onnxruntime_fast_path_on_and_off(name):
+    sess = ort_session(onnx.load(_path(name)))
+    names = [o.name for o in sess.get_outputs()]
+    on, counters = _run(name)
+    off, _ = _run(name, fast_path=False)
+    for k, feeds in enumerate(SEQUENCES[name]):
+        ref = dict(zip(names, sess.run(None, feeds)))
+        for out in names:
+            assert on[k][out].shape == ref[out].shape, (k, out)
+            np.testing.assert_allclose(on[k][out], ref[out], rtol=1e-5, atol=1e-5, err_msg=f"{k} {out}")
+            np.testing.assert_array_equal(on[k][out], off[k][out])
+    # the same shapes with other values take another branch or trip count: never a stale plan
+    assert not any(c.get("plan.replay") for c in counters)
+
+
+def test_if_branch_and_device_read_in_the_trace():
+    trace = MemoryTrace()
+    outs, counters = _run("if_sum", trace=trace)
+    ctl = [e for e in trace.events if e["kind"] == "control"]
+    assert [e["reason"] for e in ctl] == ["then", "else", "then", "else", "else", "then", "else", "else"]
+    assert all(e["action"] == "branch" and e["node"] == "If_3" and e["device_reads"] == 1 for e in ctl)
+    # the condition (ReduceSum > 0, computed by kernels) is read back: a device read
+    assert all(c["device_reads"] >= 1 for c in counters)
+    # a subgraph's nodes run the flow under `<node>/<branch>/<node>`
+    sub = {e["node"] for e in trace.events if e["node"].startswith("If_3/")}
+    assert any(n.startswith("If_3/then/MatMul") for n in sub)
+    assert any(n.startswith("If_3/else/Concat") for n in sub)
+    kinds = {(e["kind"], e["action"]) for e in trace.events if e["node"].startswith("If_3/then/")}
+    assert {("update_shape", "infer"), ("realloc", "alloc"), ("execute", "enqueue")} <= kinds
+    # a repeated shape and branch: the branch's nodes skip shape inference
+    last = [e for e in trace.events if e["iter"] == 7 and e["node"].startswith("If_3/else/")
+            and e["kind"] == "update_shape"]
+    assert last and all(e["action"] == "skip" for e in last)
+    # the node's own outputs: shape per branch
+    assert outs[0]["y"].shape == (2, 4) and outs[1]["y"].shape == (3, 16)
+
+
+def test_loop_iterations_and_stop_reason_in_the_trace():
+    trace = MemoryTrace()
+    outs, _ = _run("loop_while", trace=trace)
+    ctl = [e for e in trace.events if e["kind"] == "control"]
+    assert all(e["action"] == "iterate" for e in ctl)
+    assert [e["iterations"] for e in ctl] == [int(o["count"]) for o in outs]
+    assert ctl[4]["iterations"] == 0          # the threshold is below the start: no iteration
+    assert ctl[-1]["reason"] == "trip_count" and ctl[-1]["iterations"] == 64   # the cap
+    assert {e["reason"] for e in ctl[:-1]} == {"cond_false"}
+    body = [e for e in trace.events if e["node"].startswith("Loop_4/body/") and e["iter"] == 1]
+    assert body and {e["kind"] for e in body} >= {"update_shape", "execute"}
+
+    trace = MemoryTrace()
+    _run("loop_counted", trace=trace)
+    ctl = [e for e in trace.events if e["kind"] == "control"]
+    assert [(e["reason"], e["iterations"]) for e in ctl] == \
+        [("trip_count", m) for m in [3, 5, 0, 3, 1, 5, 5]]
+
+
+def _nested_model():
+    """If inside a Loop body, the branch reading a value of the outermost graph."""
+    then = h.make_graph([h.make_node("Add", ["acc_in", "w"], ["t"])], "then", [],
+                        [h.make_tensor_value_info("t", TP.FLOAT, [3])])
+    other = h.make_graph([h.make_node("Sub", ["acc_in", "w"], ["e"])], "else", [],
+                         [h.make_tensor_value_info("e", TP.FLOAT, [3])])
+    body = h.make_graph(
+        [h.make_node("Constant", [], ["two"], value=onnx.numpy_helper.from_array(np.int64(2), "two")),
+         h.make_node("Mod", ["i", "two"], ["r"]),
+         h.make_node("Equal", ["r", "zero"], ["even"]),
+         h.make_node("If", ["even"], ["acc_out"], name="pick", then_branch=then, else_branch=other),
+         h.make_node("Identity", ["c"], ["c_out"])],
+        "body", [h.make_tensor_value_info("i", TP.INT64, []), h.make_tensor_value_info("c", TP.BOOL, []),
+                 h.make_tensor_value_info("acc_in", TP.FLOAT, [3])],
+        [h.make_tensor_value_info("c_out", TP.BOOL, []), h.make_tensor_value_info("acc_out", TP.FLOAT, [3])])
+    g = h.make_graph([h.make_node("Constant", [], ["zero"], value=onnx.numpy_helper.from_array(np.int64(0), "zero")),
+                      h.make_node("Loop", ["M", "", "a"], ["out"], name="loop", body=body)], "g",
+                     [h.make_tensor_value_info("M", TP.INT64, []), h.make_tensor_value_info("a", TP.FLOAT, [3]),
+                      h.make_tensor_value_info("w", TP.FLOAT, [3])],
+                     [h.make_tensor_value_info("out", TP.FLOAT, [3])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_nested_if_in_loop_reads_the_outer_scope(tmp_path):
+    m = _nested_model()
+    path = tmp_path / "nested.onnx"
+    onnx.save(m, path)
+    sess = ort_session(m)
+    trace = MemoryTrace()
+    net = Network(build_program(m), trace=trace)
+    for trips in (0, 1, 4, 3, 4):
+        feeds = {"M": np.array(trips, np.int64), "a": _f32(3), "w": _f32(3)}
+        got = net.infer(feeds)["out"]
+        np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-6, atol=1e-6)
+    names = {e["node"] for e in trace.events if e["kind"] == "control"}
+    assert names == {"loop", "loop/body/pick"}
+    assert any(e["node"].startswith("loop/body/pick/else/") for e in trace.events)
+
+
+def test_dyncli_run_check_on_a_scan(tmp_path):
+    r = CliRunner().invoke(app, ["run", _path("scan_cumsum"), "--shapes", "acc0:2x4,x:2x{3..5..2}x4",
+                                 "--check", "--trace", str(tmp_path / "t.jsonl")], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "2 passed, 0 failed" in r.output

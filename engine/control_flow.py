@@ -107,7 +107,10 @@ class ControlInst(PrimitiveInst):
         """A condition's or trip count's host value, and 1 when it took a device read."""
         if t.host is not None:
             return t.host, 0
-        return self.rt.queue.read_to_host(t), 1
+        v = self.rt.queue.read_to_host(t)
+        # not kept on the tensor: a partial replay runs its producer again without clearing it
+        t.host = None
+        return v, 1
 
     def run_if(self) -> int:
         cond, reads = self._value(self.inputs[0])

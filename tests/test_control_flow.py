@@ -150,3 +150,39 @@ def test_dyncli_run_check_on_a_scan(tmp_path):
                                  "--check", "--trace", str(tmp_path / "t.jsonl")], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "2 passed, 0 failed" in r.output
+
+
+def _scan_model(in_dir, out_dir, out_axis):
+    body = h.make_graph([h.make_node("Add", ["acc_in", "x_t"], ["acc_out"]),
+                         h.make_node("Mul", ["acc_out", "x_t"], ["y_t"])], "body",
+                        [h.make_tensor_value_info("acc_in", TP.FLOAT, [2]), h.make_tensor_value_info("x_t", TP.FLOAT, [2])],
+                        [h.make_tensor_value_info("acc_out", TP.FLOAT, [2]), h.make_tensor_value_info("y_t", TP.FLOAT, [2])])
+    g = h.make_graph([h.make_node("Scan", ["acc0", "x"], ["acc", "y"], body=body, num_scan_inputs=1,
+                                  scan_input_directions=[in_dir], scan_output_directions=[out_dir],
+                                  scan_output_axes=[out_axis])], "g",
+                     [h.make_tensor_value_info("acc0", TP.FLOAT, [2]), h.make_tensor_value_info("x", TP.FLOAT, ["t", 2])],
+                     [h.make_tensor_value_info("acc", TP.FLOAT, [2]), h.make_tensor_value_info("y", TP.FLOAT, None)])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 11)])
+
+
+@pytest.mark.parametrize("in_dir,out_dir,out_axis", [(1, 0, 0), (0, 1, 0), (1, 1, -1), (0, 0, 1)])
+def test_scan_directions_and_output_axis(in_dir, out_dir, out_axis):
+    m = _scan_model(in_dir, out_dir, out_axis)
+    sess = ort_session(m)
+    net = Network(build_program(m))
+    for t in (3, 1, 4):
+        feeds = {"acc0": _f32(2), "x": _f32(t, 2)}
+        got = net.infer(feeds)
+        for name, want in zip(("acc", "y"), sess.run(None, feeds)):
+            assert got[name].shape == want.shape
+            np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
+
+
+def test_unsupported_op_in_a_subgraph_refused_at_load():
+    then = h.make_graph([h.make_node("Det", ["x"], ["t"], name="det_in_then")], "then", [],
+                        [h.make_tensor_value_info("t", TP.FLOAT, None)])
+    g = h.make_graph([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=then)], "g",
+                     [h.make_tensor_value_info("c", TP.BOOL, []), h.make_tensor_value_info("x", TP.FLOAT, [2, 2])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)])
+    with pytest.raises(ValueError, match="unsupported ops: Det"):
+        build_program(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))

@@ -98,10 +98,14 @@ class ControlInst(PrimitiveInst):
                     for i in inst.family():
                         i.step = self.step
             self._placed = True
-        reads = self.run_if() if self.node.op == "If" else self.run_loop()
+        self.run_if() if self.node.op == "If" else self.run_loop()
+
+    def _inferred(self, reads: int, layouts: list) -> None:
+        """The node's update_shape: its outputs' layouts, known once its subgraph ran (and
+        before their realloc decisions, as any node's)."""
         self._rec("update_shape", "infer", "dynamic_output", device_reads=reads,
                   in_shapes=[t.layout.shape if t is not None and t.layout else None for t in self.inputs],
-                  out_shapes=[t.layout.shape for t in self.outputs])
+                  out_shapes=[l.shape for l in layouts])
 
     def _value(self, t: Tensor) -> tuple[np.ndarray, int]:
         """A condition's or trip count's host value, and 1 when it took a device read."""
@@ -112,18 +116,18 @@ class ControlInst(PrimitiveInst):
         t.host = None
         return v, 1
 
-    def run_if(self) -> int:
+    def run_if(self) -> None:
         cond, reads = self._value(self.inputs[0])
         key = "then" if bool(np.asarray(cond).reshape(-1)[0]) else "else"
         self._rec("control", "branch", key, device_reads=reads)
         body = self.bodies[key]
         self._bind_outer(body)
         body.run()
+        self._inferred(reads, [t.layout for t in body.outputs])
         for src, dst in zip(body.outputs, self.outputs):
             self._hand_out(src, dst)
-        return reads
 
-    def run_loop(self) -> int:
+    def run_loop(self) -> None:
         """ONNX Loop: while i < M (when given) and cond (when given): the body runs on
         (i, cond, carried), its outputs (cond, carried, scan slices)."""
         body, node = self.bodies["body"], self.node
@@ -160,11 +164,12 @@ class ControlInst(PrimitiveInst):
             i += 1
         why = "cond_false" if not cond else "trip_count"
         self._rec("control", "iterate", why, iterations=i, device_reads=reads)
+        stacked = [self._scan_layout(k, i, slices[k]) for k in range(n_scan)]
+        self._inferred(reads, [t.layout for t in carried] + stacked)
         for src, dst in zip(carried, self.outputs):
             self._hand_out(src, dst)
         for k, dst in enumerate(self.outputs[n_carried:]):
-            self._scan_out(k, dst, i, slices[k])
-        return reads
+            self._scan_out(k, dst, stacked[k])
 
     # ---- values across the boundary -------------------------------------------------------
     def _bind_outer(self, body: Body) -> None:
@@ -253,18 +258,19 @@ class ControlInst(PrimitiveInst):
         self._copy(buf, slot * l.nbytes, self.rt.buffers.device_buffer(y), y.offset * l.itemsize, l.nbytes)
         return l
 
-    def _scan_out(self, k: int, dst: Tensor, n: int, l: Layout | None) -> None:
-        """Scan output k: its `n` slices stacked along a new first axis."""
+    def _scan_layout(self, k: int, n: int, l: Layout | None) -> Layout:
+        """Scan output k: `n` slices of layout `l` stacked along a new first axis."""
         if l is None:    # no iteration: the body's declared dims, unknown ones 0 (as onnxruntime)
             vi = self.node.attrs["body"].output[len(self.node.attrs["body"].output) - self._n_scan + k]
             elem = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
             l = Layout(elem, dtype_from_onnx(vi.type.tensor_type.elem_type) or "f32")
-        shape = (n,) + l.shape
-        dtype = l.dtype
-        dst.layout = Layout(shape, dtype)
+        return Layout((n,) + l.shape, l.dtype)
+
+    def _scan_out(self, k: int, dst: Tensor, layout: Layout) -> None:
+        dst.layout = layout
         dst.version += 1
-        if dst.layout.count == 0:
-            dst.host = np.empty(shape, np_dtype(dtype))
+        if layout.count == 0:
+            dst.host = np.empty(layout.shape, np_dtype(layout.dtype))
             return
         self._realloc(dst)
         self._copy(dst.buf, dst.offset * dst.layout.itemsize, self._stage[k][0], 0, dst.layout.nbytes)

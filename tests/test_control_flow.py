@@ -186,3 +186,40 @@ def test_unsupported_op_in_a_subgraph_refused_at_load():
                      [h.make_tensor_value_info("y", TP.FLOAT, None)])
     with pytest.raises(ValueError, match="unsupported ops: Det"):
         build_program(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def _while_model(trip):
+    """Loop as scripted exporters write a while loop: no trip count ("") or INT64_MAX, the
+    condition computed in the body, a scan output whose length only the end tells."""
+    body = h.make_graph(
+        [h.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(np.float32(1.5), "k")),
+         h.make_node("Mul", ["v_in", "k"], ["v_out"]),
+         h.make_node("ReduceMax", ["v_out"], ["mx"], keepdims=0),
+         h.make_node("Less", ["mx", "limit"], ["c_out"]),
+         h.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
+         h.make_node("Add", ["v_out", "fi"], ["s"])],
+        "body", [h.make_tensor_value_info("i", TP.INT64, []), h.make_tensor_value_info("c", TP.BOOL, []),
+                 h.make_tensor_value_info("v_in", TP.FLOAT, ["n"])],
+        [h.make_tensor_value_info("c_out", TP.BOOL, []), h.make_tensor_value_info("v_out", TP.FLOAT, ["n"]),
+         h.make_tensor_value_info("s", TP.FLOAT, ["n"])])
+    nodes = [h.make_node("Constant", [], ["t"], value=onnx.numpy_helper.from_array(np.bool_(True), "t")),
+             h.make_node("Loop", [trip, "t", "v"], ["v_final", "scan"], body=body)]
+    inits = [onnx.numpy_helper.from_array(np.int64(np.iinfo(np.int64).max), "big")] if trip else []
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("v", TP.FLOAT, ["n"]),
+                                  h.make_tensor_value_info("limit", TP.FLOAT, [])],
+                     [h.make_tensor_value_info("v_final", TP.FLOAT, ["n"]),
+                      h.make_tensor_value_info("scan", TP.FLOAT, ["m", "n"])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("trip", ["", "big"])
+def test_while_loop_without_a_trip_count(trip):
+    m = _while_model(trip)
+    sess = ort_session(m)
+    net = Network(build_program(m))
+    for n, limit in [(3, 10.0), (3, 500.0), (2, 1e4), (3, 10.0)]:
+        feeds = {"v": np.abs(_f32(n)) + 0.5, "limit": np.array(limit, np.float32)}
+        got = net.infer(feeds)
+        for name, want in zip(("v_final", "scan"), sess.run(None, feeds)):
+            assert got[name].shape == want.shape
+            np.testing.assert_allclose(got[name], want, rtol=1e-5)

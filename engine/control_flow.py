@@ -70,6 +70,7 @@ class ControlInst(PrimitiveInst):
         super().__init__(node, runtime)
         self.bodies: dict[str, Body] = {}
         self._stage: dict = {}        # scan output k -> (buffer, bytes) its slices gather in
+        self._held: dict = {}         # carried value k held while the body inputs are written
         self._placed = False
 
     def build_bodies(self, make_insts) -> None:
@@ -151,8 +152,7 @@ class ControlInst(PrimitiveInst):
         while (limit is None or i < limit) and cond:
             self._feed_host(body.inputs[0], np.array(i, np.int64))
             self._feed_host(body.inputs[1], np.array(cond, np.bool_))
-            for dst, src in zip(body.inputs[2:], carried):
-                self._carry(dst, src)
+            self._carry_all(body, carried)
             body.run()
             for k, y in enumerate(body.outputs[1 + n_carried:]):
                 slot = limit - 1 - i if k in reverse else i
@@ -195,6 +195,19 @@ class ControlInst(PrimitiveInst):
         self.rt.queue.flush()   # its buffer may still be read by the last iteration's kernels
         t.layout = Layout(tuple(value.shape), dtype_from_numpy(value.dtype))
         t.host, t.version = value, t.version + 1
+
+    def _carry_all(self, body: Body, carried: list) -> None:
+        """The body inputs take the carried values. One that is another body input passed
+        through (a swap: (a, b) -> (b, a)) is copied out first, before its input is written."""
+        pairs = list(zip(body.inputs[2:], carried))
+        ins = {id(t) for t in body.inputs}
+        for k, (dst, src) in enumerate(pairs):
+            if src is not dst and id(src) in ins:
+                tmp = self._held.setdefault(k, Tensor(f"{self.node.name}:carried{k}"))
+                self._carry(tmp, src)
+                pairs[k] = (dst, tmp)
+        for dst, src in pairs:
+            self._carry(dst, src)
 
     def _carry(self, dst: Tensor, src: Tensor) -> None:
         """`dst` (a body input) takes `src`'s value in a buffer of its own."""

@@ -223,3 +223,26 @@ def test_while_loop_without_a_trip_count(trip):
         for name, want in zip(("v_final", "scan"), sess.run(None, feeds)):
             assert got[name].shape == want.shape
             np.testing.assert_allclose(got[name], want, rtol=1e-5)
+
+
+def test_loop_carried_values_swapped_and_passed_through():
+    """(a, b) -> (b, a + b): a carried output that is another body input (Fibonacci), and
+    (p, q) -> (q, p): a plain swap."""
+    body = h.make_graph([h.make_node("Add", ["a", "b"], ["ab"])], "body",
+                        [h.make_tensor_value_info("i", TP.INT64, []), h.make_tensor_value_info("c", TP.BOOL, []),
+                         *[h.make_tensor_value_info(n, TP.FLOAT, [2]) for n in "abpq"]],
+                        [h.make_tensor_value_info("c", TP.BOOL, []), h.make_tensor_value_info("b", TP.FLOAT, [2]),
+                         h.make_tensor_value_info("ab", TP.FLOAT, [2]), h.make_tensor_value_info("q", TP.FLOAT, [2]),
+                         h.make_tensor_value_info("p", TP.FLOAT, [2])])
+    g = h.make_graph([h.make_node("Loop", ["M", "", "a0", "b0", "p0", "q0"], ["a", "b", "p", "q"], body=body)], "g",
+                     [h.make_tensor_value_info("M", TP.INT64, [])] +
+                     [h.make_tensor_value_info(n, TP.FLOAT, [2]) for n in ("a0", "b0", "p0", "q0")],
+                     [h.make_tensor_value_info(n, TP.FLOAT, [2]) for n in "abpq"])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = ort_session(m)
+    net = Network(build_program(m))
+    for trips in (5, 0, 1, 2, 7):
+        feeds = {"M": np.array(trips, np.int64), **{n: _f32(2) for n in ("a0", "b0", "p0", "q0")}}
+        got = net.infer(feeds)
+        for name, want in zip("abpq", sess.run(None, feeds)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-6, err_msg=f"{trips} {name}")

@@ -63,6 +63,8 @@ def _prefix(prog, prefix: str) -> None:
             if id(m) not in seen:
                 seen.add(id(m))
                 m.name = prefix + m.name
+                # the Shape nodes a host node re-runs for are named as they are now
+                m.shape_sources = frozenset(prefix + x for x in m.shape_sources)
 
 
 class ControlInst(PrimitiveInst):

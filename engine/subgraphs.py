@@ -47,8 +47,6 @@ def attach_outer(nodes: list, model: onnx.ModelProto, opset: int) -> list:
     inputs (`Node.outer`: name -> ONNX elem type, 0 when inference cannot tell)."""
     if not any(n.op in ("If", "Loop", "Scan") for n in nodes):
         return nodes
-    if opset < 9 and any(n.op == "Scan" for n in nodes):
-        raise ModelError("Scan before opset 9 (its batch axis and sequence_lens) is not supported")
     out = []
     for n in nodes:
         out += scan_as_loop(n) if n.op == "Scan" else [n]
@@ -112,29 +110,41 @@ def _any_shape(name: str, elem_type: int):
 
 
 def scan_as_loop(n: Node) -> list[Node]:
-    """Scan (opset 9 on) as a Loop over the scan axis: the trip count is that axis' length
-    (host shape math); the body takes slice `i` of each scan input with a Gather (index
-    `T - 1 - i` for a reversed one) and passes its condition through; a scan output along
-    another axis gets a Transpose after the Loop, a reversed one is written from its end
-    (`scan_output_reverse`, which the Loop's runtime reads)."""
-    a, body = n.attrs, n.attrs["body"]
+    """Scan as a Loop over the scan axis (Scan-8: a Loop over the batch axis around it)."""
+    protos = _scan8_protos(n) if n.opset < 9 else \
+        _scan_protos(n.name, n.inputs, n.outputs, n.attrs, n.attrs["body"])
+    return [Node(e.name, e.op_type, list(e.input), list(e.output), _attrs(e), e, n.opset) for e in protos]
+
+
+def _maker(p: str):
+    def node(op, ins, outs, into, **attrs):
+        name = outs[0] if outs[0].startswith(p) else f"{p}/{outs[0]}"
+        proto = helper.make_node(op, ins, outs, name=name, **attrs)
+        into.append(proto)
+        return proto
+
+    def const(name, v, into):
+        return node("Constant", [], [name], into, value=numpy_helper.from_array(np.asarray(v), name))
+    return node, const
+
+
+def _scan_protos(name: str, inputs: list, outputs: list, a: dict, body) -> list:
+    """Scan-9 on: the trip count is the scan axis' length (host shape math); the body takes
+    slice `i` of each scan input with a Gather (index `T - 1 - i` for a reversed one) and passes
+    its condition through; a scan output along another axis gets a Transpose after the Loop, a
+    reversed one is written from its end (the Loop's `scan_output_reverse`, which its runtime
+    reads)."""
     m = a["num_scan_inputs"]
-    n_state = len(n.inputs) - m
-    xs = n.inputs[n_state:]
+    n_state = len(inputs) - m
+    xs = inputs[n_state:]
     in_axes = list(a.get("scan_input_axes") or [0] * m)
     in_dirs = list(a.get("scan_input_directions") or [0] * m)
     k_out = len(body.output) - n_state
     out_axes = list(a.get("scan_output_axes") or [0] * k_out)
     out_dirs = list(a.get("scan_output_directions") or [0] * k_out)
-    p = f"{n.name}/scan"
+    p = f"{name}/scan"
+    node, const = _maker(p)
     extra, body_nodes = [], []
-
-    def node(op, ins, outs, into, **attrs):
-        proto = helper.make_node(op, ins, outs, name=f"{p}/{outs[0]}", **attrs)
-        into.append(proto)
-        return proto
-
-    const = lambda name, v, into: node("Constant", [], [name], into, value=numpy_helper.from_array(np.asarray(v), name))
     const(f"{p}/axis0", np.int64(in_axes[0]), extra)
     node("Shape", [xs[0]], [f"{p}/shape0"], extra)
     node("Gather", [f"{p}/shape0", f"{p}/axis0"], [f"{p}/T"], extra, axis=0)
@@ -153,22 +163,50 @@ def scan_as_loop(n: Node) -> list[Node]:
         [helper.make_tensor_value_info(f"{p}/cond_out", TensorProto.BOOL, [])] + list(body.output),
         list(body.initializer))
     stacked, after = [], []
-    for k, (y, axis) in enumerate(zip(n.outputs[n_state:], out_axes)):
+    for k, (y, axis) in enumerate(zip(outputs[n_state:], out_axes)):
         if axis == 0 or not y:
             stacked.append(y)
             continue
-        shape = body.output[n_state + k].type.tensor_type.shape
-        rank = len(shape.dim) + 1
+        rank = len(body.output[n_state + k].type.tensor_type.shape.dim) + 1
         axis = axis + rank if axis < 0 else axis
         perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, rank))
         stacked.append(f"{p}/stacked_{k}")
-        after.append(node("Transpose", [stacked[-1]], [y], [], perm=perm))
-    loop = helper.make_node("Loop", [f"{p}/T", ""] + n.inputs[:n_state], n.outputs[:n_state] + stacked,
-                            name=n.name, body=new_body)
-    attrs = {"body": new_body, "scan_output_reverse": [k for k, d in enumerate(out_dirs) if d]}
-    made = [Node(e.name, e.op_type, list(e.input), list(e.output), _attrs(e), e, n.opset) for e in extra]
-    made.append(Node(n.name, "Loop", list(loop.input), list(loop.output), attrs, loop, n.opset))
-    return made + [Node(e.name, e.op_type, list(e.input), list(e.output), _attrs(e), e, n.opset) for e in after]
+        node("Transpose", [stacked[-1]], [y], after, perm=perm)
+    reverse = [k for k, d in enumerate(out_dirs) if d]
+    loop = helper.make_node("Loop", [f"{p}/T", ""] + inputs[:n_state], outputs[:n_state] + stacked,
+                            name=name, body=new_body,
+                            **({"scan_output_reverse": reverse} if reverse else {}))
+    return extra + [loop] + after
+
+
+def _scan8_protos(n: Node) -> list:
+    """Scan-8: every input and output has a batch axis first; a Loop over it runs the Scan of
+    one batch entry (its states and scan inputs Gathered at `b`), its outputs stacked."""
+    if n.inputs[0]:
+        raise ModelError(f"Scan node {n.name}: sequence_lens (Scan-8) is not supported")
+    a, body, ins = n.attrs, n.attrs["body"], n.inputs[1:]
+    p = f"{n.name}/batch"
+    node, const = _maker(p)
+    outer, inner = [], []
+    const(f"{p}/zero", np.int64(0), outer)
+    node("Shape", [ins[0]], [f"{p}/shape"], outer)
+    node("Gather", [f"{p}/shape", f"{p}/zero"], [f"{p}/B"], outer, axis=0)
+    b, cond = f"{p}/b", f"{p}/cond"
+    for x in ins:
+        node("Gather", [x, b], [f"{p}/{x}@b"], inner, axis=0)
+    outs = [f"{p}/out{k}" for k in range(len(n.outputs))]
+    inner += _scan_protos(f"{n.name}/entry", [f"{p}/{x}@b" for x in ins], outs,
+                          {"num_scan_inputs": a["num_scan_inputs"],
+                           "scan_input_directions": a.get("directions")}, body)
+    node("Identity", [cond], [f"{p}/cond_out"], inner)
+    types = [vi.type.tensor_type.elem_type or TensorProto.FLOAT for vi in body.output]
+    outer_body = helper.make_graph(
+        inner, f"{body.name}_batch",
+        [helper.make_tensor_value_info(b, TensorProto.INT64, []),
+         helper.make_tensor_value_info(cond, TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(f"{p}/cond_out", TensorProto.BOOL, [])] +
+        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outs, types)])
+    return outer + [helper.make_node("Loop", [f"{p}/B", ""], list(n.outputs), name=n.name, body=outer_body)]
 
 
 def _attrs(p: onnx.NodeProto) -> dict:

@@ -246,3 +246,54 @@ def test_loop_carried_values_swapped_and_passed_through():
         got = net.infer(feeds)
         for name, want in zip("abpq", sess.run(None, feeds)):
             np.testing.assert_allclose(got[name], want, rtol=1e-6, err_msg=f"{trips} {name}")
+
+
+@pytest.mark.parametrize("direction", [0, 1])
+def test_scan8_over_a_batch_axis(direction):
+    body = h.make_graph([h.make_node("Add", ["acc_in", "x_t"], ["acc_out"]),
+                         h.make_node("Identity", ["acc_out"], ["y_t"])], "body",
+                        [h.make_tensor_value_info("acc_in", TP.FLOAT, [2]), h.make_tensor_value_info("x_t", TP.FLOAT, [2])],
+                        [h.make_tensor_value_info("acc_out", TP.FLOAT, [2]), h.make_tensor_value_info("y_t", TP.FLOAT, [2])])
+    g = h.make_graph([h.make_node("Scan", ["", "acc0", "x"], ["acc", "y"], body=body, num_scan_inputs=1,
+                                  directions=[direction])], "g",
+                     [h.make_tensor_value_info("acc0", TP.FLOAT, ["b", 2]),
+                      h.make_tensor_value_info("x", TP.FLOAT, ["b", "t", 2])],
+                     [h.make_tensor_value_info("acc", TP.FLOAT, ["b", 2]),
+                      h.make_tensor_value_info("y", TP.FLOAT, ["b", "t", 2])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 8)])
+    m.ir_version = 3
+    sess = ort_session(m)
+    net = Network(build_program(m))
+    for b, t in [(2, 3), (3, 1), (1, 4)]:
+        feeds = {"acc0": _f32(b, 2), "x": _f32(b, t, 2)}
+        got = net.infer(feeds)
+        for name, want in zip(("acc", "y"), sess.run(None, feeds)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
+
+
+def test_shape_math_inside_a_branch_follows_new_shapes():
+    """A branch's host shape subgraph (Shape -> Gather -> Concat -> Reshape) re-runs when the
+    shapes it reads change (its Shape nodes are known under their prefixed names)."""
+    c = lambda name, v: h.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(v), name))
+    then = h.make_graph([h.make_node("Shape", ["x"], ["s"]), c("i0", np.array([0], np.int64)),
+                         h.make_node("Gather", ["s", "i0"], ["n"], axis=0), c("m1", np.array([-1], np.int64)),
+                         h.make_node("Concat", ["n", "m1"], ["target"], axis=0),
+                         h.make_node("Reshape", ["x", "target"], ["t"])], "then", [],
+                        [h.make_tensor_value_info("t", TP.FLOAT, ["a", "b"])])
+    other = h.make_graph([h.make_node("Shape", ["x"], ["s2"]), c("i1", np.array([1], np.int64)),
+                          h.make_node("Gather", ["s2", "i1"], ["k"], axis=0), c("m2", np.array([-1], np.int64)),
+                          h.make_node("Concat", ["m2", "k"], ["target2"], axis=0),
+                          h.make_node("Reshape", ["x", "target2"], ["e"])], "else", [],
+                         [h.make_tensor_value_info("e", TP.FLOAT, ["a", "b"])])
+    g = h.make_graph([h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "g",
+                     [h.make_tensor_value_info("flag", TP.BOOL, []),
+                      h.make_tensor_value_info("x", TP.FLOAT, ["p", "q", "r"])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, ["a", "b"])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = ort_session(m)
+    net = Network(build_program(m))
+    for flag, shape in [(1, (2, 3, 4)), (1, (5, 3, 4)), (0, (5, 3, 4)), (0, (2, 6, 1)), (1, (2, 6, 1))]:
+        feeds = {"flag": np.array(bool(flag)), "x": _f32(*shape)}
+        got, want = net.infer(feeds)["y"], sess.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

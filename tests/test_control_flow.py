@@ -297,3 +297,43 @@ def test_shape_math_inside_a_branch_follows_new_shapes():
         got, want = net.infer(feeds)["y"], sess.run(None, feeds)[0]
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+def test_carried_value_grows_in_a_loop_inside_a_branch():
+    """A carried value that grows each iteration (Concat) in a Loop inside an If's branch,
+    whose trip count is the outer graph's input."""
+    body = h.make_graph([h.make_node("Concat", ["acc", "x"], ["acc_out"], axis=0),
+                         h.make_node("Identity", ["c"], ["c_out"])], "body",
+                        [h.make_tensor_value_info("i", TP.INT64, []), h.make_tensor_value_info("c", TP.BOOL, []),
+                         h.make_tensor_value_info("acc", TP.FLOAT, ["k", 2])],
+                        [h.make_tensor_value_info("c_out", TP.BOOL, []), h.make_tensor_value_info("acc_out", TP.FLOAT, ["k", 2])])
+    then = h.make_graph([h.make_node("Loop", ["M", "", "x"], ["grown"], body=body)], "then", [],
+                        [h.make_tensor_value_info("grown", TP.FLOAT, ["k", 2])])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"])], "else", [],
+                         [h.make_tensor_value_info("e", TP.FLOAT, ["n", 2])])
+    g = h.make_graph([h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "g",
+                     [h.make_tensor_value_info("flag", TP.BOOL, []), h.make_tensor_value_info("M", TP.INT64, []),
+                      h.make_tensor_value_info("x", TP.FLOAT, ["n", 2])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, ["k", 2])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = ort_session(m)
+    net = Network(build_program(m))
+    for flag, trips, n in [(1, 3, 2), (0, 3, 2), (1, 5, 1), (1, 0, 3), (0, 1, 4), (1, 2, 4)]:
+        feeds = {"flag": np.array(bool(flag)), "M": np.array(trips, np.int64), "x": _f32(n, 2)}
+        got, want = net.infer(feeds)["y"], sess.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_branch_may_return_an_outer_value_itself():
+    """ONNX allows a subgraph output that is an outer value with no node (onnxruntime asks for
+    an Identity): the value is copied into the node's output."""
+    then = h.make_graph([h.make_node("Neg", ["x"], ["t"])], "then", [], [h.make_tensor_value_info("t", TP.FLOAT, ["n"])])
+    other = h.make_graph([], "else", [], [h.make_tensor_value_info("x", TP.FLOAT, ["n"])])
+    g = h.make_graph([h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "g",
+                     [h.make_tensor_value_info("flag", TP.BOOL, []), h.make_tensor_value_info("x", TP.FLOAT, ["n"])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, ["n"])])
+    net = Network(build_program(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])))
+    for flag, n in [(0, 3), (1, 3), (0, 5)]:
+        x = _f32(n)
+        np.testing.assert_array_equal(net.infer({"flag": np.array(bool(flag)), "x": x})["y"], -x if flag else x)

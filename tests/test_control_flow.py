@@ -337,3 +337,28 @@ def test_a_branch_may_return_an_outer_value_itself():
     for flag, n in [(0, 3), (1, 3), (0, 5)]:
         x = _f32(n)
         np.testing.assert_array_equal(net.infer({"flag": np.array(bool(flag)), "x": x})["y"], -x if flag else x)
+
+
+def test_partial_replays_run_the_control_node_every_time():
+    """With a host condition (a graph input) no device read stops the fast path from taking
+    partial plans: the chain before the If repeats as recorded blocks, the If (whose decisions
+    are never clean) runs its flow each time and takes the branch the flag says."""
+    then = h.make_graph([h.make_node("Relu", ["a8"], ["t"])], "then", [], [h.make_tensor_value_info("t", TP.FLOAT, ["n", 8])])
+    other = h.make_graph([h.make_node("Neg", ["a8"], ["e"])], "else", [], [h.make_tensor_value_info("e", TP.FLOAT, ["n", 8])])
+    nodes = [h.make_node("Sigmoid", ["x"], ["a0"])]
+    nodes += [h.make_node("Tanh" if k % 2 else "Sin", [f"a{k}"], [f"a{k + 1}"]) for k in range(8)]
+    nodes += [h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other), h.make_node("Exp", ["y"], ["z"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["n", 8]),
+                                  h.make_tensor_value_info("flag", TP.BOOL, [])],
+                     [h.make_tensor_value_info("z", TP.FLOAT, ["n", 8])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = ort_session(m)
+    on, off = Network(build_program(m)), Network(build_program(m), fast_path=False)
+    partial = 0
+    for k in range(12):
+        feeds = {"x": _f32(2 if k < 6 else 3, 8), "flag": np.array(k % 3 == 0)}
+        got = on.infer(feeds)["z"]
+        partial += on.counters.get("plan.partial", 0)
+        np.testing.assert_array_equal(got, off.infer(feeds)["z"])
+        np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert partial > 0

@@ -362,3 +362,27 @@ def test_partial_replays_run_the_control_node_every_time():
         np.testing.assert_array_equal(got, off.infer(feeds)["z"])
         np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
     assert partial > 0
+
+
+def test_if_on_shape_math_decides_without_a_device_read():
+    """If(Shape(x)[0] > 2), as exporters write a size check: the condition is a host value of
+    the shape subgraph, so the decision takes no device read."""
+    c = lambda name, v: h.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(v), name))
+    then = h.make_graph([h.make_node("ReduceSum", ["x"], ["t"], keepdims=1)], "then", [],
+                        [h.make_tensor_value_info("t", TP.FLOAT, [1, "m"])])
+    other = h.make_graph([h.make_node("Abs", ["x"], ["e"])], "else", [], [h.make_tensor_value_info("e", TP.FLOAT, ["n", "m"])])
+    g = h.make_graph([h.make_node("Shape", ["x"], ["s"]), c("i0", np.int64(0)), c("two", np.int64(2)),
+                      h.make_node("Gather", ["s", "i0"], ["n"], axis=0), h.make_node("Greater", ["n", "two"], ["big"]),
+                      h.make_node("If", ["big"], ["y"], name="size_check", then_branch=then, else_branch=other)], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, ["n", "m"])], [h.make_tensor_value_info("y", TP.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    sess = ort_session(m)
+    trace = MemoryTrace()
+    net = Network(build_program(m), trace=trace)
+    for n in (1, 4, 2, 3):
+        feeds = {"x": _f32(n, 3)}
+        np.testing.assert_allclose(net.infer(feeds)["y"], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+        assert net.counters.get("device_reads", 0) == 0
+    ctl = [e for e in trace.events if e["kind"] == "control"]
+    assert [e["reason"] for e in ctl] == ["else", "then", "else", "then"]
+    assert all(e["device_reads"] == 0 for e in ctl)

@@ -39,12 +39,17 @@ def _unsupported(graph) -> list[dict]:
     and type), with the nodes that use them."""
     from engine.ops import supported_ops
     from engine.ops.registry import op_key
+    from engine.subgraphs import subgraphs_of
     known = set(supported_ops())
     bad: dict[str, list] = {}
-    for k, n in enumerate(graph.node):
-        op = op_key(n.domain, n.op_type)
-        if op not in known:
-            bad.setdefault(op, []).append(n.name or f"{n.op_type}_{k}")
+    todo = [graph]      # control-flow subgraphs' nodes too: the model's as much as the graph's
+    while todo:
+        g = todo.pop(0)
+        for k, n in enumerate(g.node):
+            op = op_key(n.domain, n.op_type)
+            if op not in known:
+                bad.setdefault(op, []).append(n.name or f"{n.op_type}_{k}")
+            todo += subgraphs_of(n)
     return [{"op": op, "nodes": nodes} for op, nodes in sorted(bad.items())]
 
 

@@ -34,6 +34,9 @@ class Node:
     static_output: bool = False             # output layouts fixed by the model (program.py)
     fusion: object = None                   # engine.fused_ops.Fusion of a node with fused ops
     fused_into: "Node | None" = None        # the node (producer, or prologue consumer) it runs in
+    # a control-flow node: the outer-scope tensors its subgraphs read -> ONNX elem type (0:
+    # unknown); they are appended to `inputs` (engine/subgraphs.py)
+    outer: dict = field(default_factory=dict)
     _host_impl: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)   # run_host results by input values
 

@@ -5,6 +5,7 @@ back their own output (the GPU plugin's kv_cache.md) and concats whose producers
 straight into the concat's buffer (its runtime in-place concat)."""
 from __future__ import annotations
 
+from engine.control_flow import ControlInst
 from engine.memory_pool import END
 from engine.primitive_inst import PrimitiveInst
 
@@ -19,12 +20,14 @@ def instantiate(program, tensors: dict, runtime) -> list[PrimitiveInst]:
 
 
 def _inst(node, tensors: dict, runtime, unfused: bool = False) -> PrimitiveInst:
-    inst = PrimitiveInst(node, runtime)
+    inst = (ControlInst if node.opdef.control else PrimitiveInst)(node, runtime)
     inputs = list(node.inputs)
     while inputs and not inputs[-1]:
         inputs.pop()
     inst.inputs = [tensors[i] if i else None for i in inputs]
     inst.outputs = [tensors[o] for o in node.outputs]
+    if node.opdef.control:   # its subgraphs' instances, made as a network's are
+        inst.build_bodies(lambda prog, ts: instantiate(prog, ts, runtime))
     f = node.fusion
     if f is not None and not unfused:
         # the fused node reads the fused ops' extra inputs and writes the chain's output;
@@ -115,7 +118,8 @@ def in_place_concats(prog, insts) -> list:
         producers = []
         for t in c.inputs:
             p = producer.get(t.name)
-            if p is None or p.node.host or p.opdef.view or p.opdef.runtime_skip or \
+            # (a control node's output shape is known only once it ran)
+            if p is None or p.node.host or p.opdef.control or p.opdef.view or p.opdef.runtime_skip or \
                     p.node.op == "Concat" or p.kv_past is not None or len(p.outputs) != 1 or \
                     t.name in prog.outputs or [u.name for u in prog.users.get(t.name, [])] != [n.name]:
                 break

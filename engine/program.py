@@ -32,6 +32,7 @@ from engine.layout import Layout, dtype_from_onnx
 from engine.model_file import check_graph, load_model
 from engine.ops import OPS
 from engine.ops.registry import ONNX_DOMAINS, domains, op_key
+from engine.subgraphs import attach_outer, subgraphs_of
 from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops
 
 
@@ -114,8 +115,9 @@ def load_program(path: str | os.PathLike) -> Program:
 
 
 def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = True,
-                  attention: bool = True) -> Program:
-    """`attention=False` keeps the attention chain as separate nodes (engine/attention_fusion.py)."""
+                  attention: bool = True, subgraph: bool = False) -> Program:
+    """`attention=False` keeps the attention chain as separate nodes (engine/attention_fusion.py).
+    `subgraph`: a control-flow node's subgraph (engine/control_flow.py), which may have no inputs."""
     check_graph(model.graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or opset < MIN_OPSET:
@@ -129,7 +131,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
         if vi.name in constants:
             continue
         inputs[vi.name], dim_names[vi.name] = _declared(vi)
-    if not inputs:
+    if not inputs and not subgraph:
         raise ModelError("the model has no inputs")
 
     nodes = []
@@ -137,6 +139,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     for k, (n, node_opset) in enumerate(expanded.nodes):
         name = n.name or f"{n.op_type}_{k}"
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, node_opset))
+    nodes = attach_outer(nodes, model, opset)    # control flow: what subgraphs read from here
     nodes = _toposort(nodes, set(constants) | set(inputs))
     kept, folded = _fold_constants(nodes, constants)
 
@@ -172,7 +175,8 @@ def _check_ops(g: onnx.GraphProto, opset: int) -> list[str]:
                  for op, ns in sorted(unsupported.items())] + [f"{f} (custom domain)" for f in foreign]
         raise ModelError("unsupported ops: " + "; ".join(parts))
 
-    notes = []
+    # control flow: a subgraph's ops are the model's too
+    notes = [x for n in g.node for sub in subgraphs_of(n) for x in _check_ops(sub, opset)]
     # ops expanded at load (onnxruntime's SimplifiedLayerNormalization) have no ONNX schema
     used = {n.op_type for n in g.node if n.domain in ONNX_DOMAINS and OPS[n.op_type].expand is None}
     old = too_old_ops(used, opset)
@@ -193,7 +197,8 @@ def _fold_constants(nodes: list, constants: dict) -> tuple[list, int]:
     inputs are all constants join `constants`. Returns (the nodes kept, the number folded)."""
     kept, folded = [], 0
     for n in nodes:
-        if all(i == "" or i in constants for i in n.inputs):
+        # a control-flow node runs its subgraphs on the device, even over constants
+        if all(i == "" or i in constants for i in n.inputs) and not n.opdef.control:
             vals = n.run_host([constants.get(i) for i in n.inputs])
             for o, v in zip(n.outputs, vals):
                 if o:

@@ -44,7 +44,7 @@ def test_scope_covers_the_new_ops():
               "Exp", "Log", "Reciprocal", "Min", "Max", "Clip", "Gelu", "Softplus", "HardSigmoid",
               "HardSwish", "LeakyRelu", "Elu", "PRelu", "ReduceSum", "ReduceMax", "ReduceMin",
               "ReduceProd", "ReduceL2", "ArgMax", "ArgMin", "CumSum", "ScatterND",
-              "ScatterElements", "Einsum"}
+              "ScatterElements", "Einsum", "If", "Loop", "Scan"}
     assert wanted <= ops, sorted(wanted - ops)
     assert len(RUN) >= 600
 

@@ -161,6 +161,20 @@ KINDS: dict[str, dict] = {
                "shapes, run as a view of its input; `in_place`: a concat whose inputs wrote into "
                "its buffer).",
     },
+    "control": {
+        "actions": {"branch", "iterate"},
+        "reasons": {"then", "else", "trip_count", "cond_false"},
+        "fields": ("device_reads", "iterations"),
+        "doc": "A control-flow node's decision, taken on the host (engine/control_flow.py): an "
+               "If's `branch` (`then`/`else`, by its condition's value), a Loop's (or Scan's, "
+               "run as a Loop) `iterate`: how many `iterations` ran and why it stopped "
+               "(`trip_count`: its trip count or scan length reached; `cond_false`: the "
+               "condition its body computed became false). `device_reads`: condition or trip "
+               "count values read back from the device for it. The subgraph's nodes then run "
+               "the flow under the names `<node>/<then|else|body>/<subgraph node>` (each "
+               "iteration's, in order), and the node's own `update_shape infer` (reason "
+               "`dynamic_output`) and `realloc` events follow for its outputs.",
+    },
     "compile": {
         "actions": {"build"},
         "fields": ("impl", "compile_ms", "source"),

@@ -11,7 +11,8 @@ import time
 # decisions and the per-inference records; per-node `set_args`, `execute` and `compile` are left
 # out (their counts stay in each infer_end's `counters`).
 DECISION_KINDS = frozenset({"header", "infer_start", "update_shape", "update_impl", "update_weights",
-                            "realloc", "in_place_concat", "fusion", "kv_cache", "plan", "infer_end",
+                            "realloc", "in_place_concat", "fusion", "kv_cache", "control", "plan",
+                            "infer_end",
                             "check", "run_end"})
 TRACE_LEVELS = ("all", "decisions")
 

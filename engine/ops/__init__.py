@@ -12,5 +12,6 @@ from engine.ops import deconv, resize, group_norm, space_depth, topk, unique  # 
 from engine.ops import bitwise, swish_shrink, cast_like, reduce_sums, axis_norm, indicator, compress, grid_sample, nms  # noqa: F401
 from engine.ops import quant  # noqa: F401
 from engine.ops import recurrent  # noqa: F401
+from engine.ops import control  # noqa: F401
 
 __all__ = ["OPS", "OpDef", "register", "supported_ops", "DEFAULT_CHECKED"]

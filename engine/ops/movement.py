@@ -70,7 +70,7 @@ def _axes(node, deps, idx=1):
     if "axes" in node.attrs:
         return list(node.attrs["axes"])
     if idx in deps and deps[idx] is not None:
-        return [int(a) for a in deps[idx]]
+        return [int(a) for a in np.asarray(deps[idx]).reshape(-1)]   # a scalar: one axis
     return None
 
 

@@ -89,6 +89,9 @@ class OpDef:
     # expand(node: onnx.NodeProto, ctx): writes a domain op's ONNX-domain nodes through ctx
     # (engine/domain_ops.py ExpandContext)
     expand: Callable | None = None
+    # If / Loop: runs its subgraphs as instances of their own (engine/control_flow.py), its
+    # outputs known only once they ran
+    control: bool = False
 
 
 def register(name: str, **kw):

@@ -26,7 +26,8 @@ class KernelCall:
     source: str                      # cl/<source>.cl
     kernel: str                      # kernel function name
     jit: tuple                       # ((name, value), ...) shape-independent
-    args: tuple                      # tensor refs: ("in", i) | ("out", i) | ("internal", k)
+    # tensor refs: ("in", i) | ("out", i) | ("internal", k) | ("flag", 0) (the index flags' slot)
+    args: tuple
     params: tuple = ()               # op integer params, appended to shape_info
     gws: tuple = (1,)
     lws: tuple | None = None

@@ -75,6 +75,7 @@ class PrimitiveInst:
         self.step = -1                 # position in the execution order
         self.internal_layouts: tuple = ()   # scratch the current kernels need (KernelCall.internal)
         self.internals: list[Tensor] = []
+        self.index_flag: Tensor | None = None   # an index op's slot of the index flags
 
     # ---- helpers ------------------------------------------------------------------------
     def family(self) -> list["PrimitiveInst"]:
@@ -456,6 +457,8 @@ class PrimitiveInst:
     def _arg_tensor(self, kind: str, i: int) -> Tensor:
         if kind == "internal":
             return self.internals[i]
+        if kind == "flag":
+            return self.index_flag
         if kind == "in":
             if self.weights_override is not None and i == self.opdef.weights:
                 return self.weights_override

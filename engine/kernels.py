@@ -46,6 +46,7 @@ class Impl:
     program: cl.Program
     compile_ms: float
     nbytes: int = 0                  # host bytes it holds (program_bytes)
+    evicted: bool = False            # the impl cache let it go (nodes keep no spare kernel of it)
 
 
 # Host bytes a built program holds on a CPU OpenCL runtime: its JIT-compiled code and the

@@ -36,6 +36,8 @@ class PrimitiveInst:
              "unfuse_reason", "skip_now", "in_place_now", "bound", "internal_layouts", "internals",
              "pending", "want_weights", "weights_override", "kv_pad")
 
+    BOUND_KEPT = 16                # kernel objects a node keeps for impls it may take back
+
     def __init__(self, node, runtime):
         self.node = node
         self.rt = runtime
@@ -315,12 +317,18 @@ class PrimitiveInst:
                 else:
                     b.retarget(call)
                 self._bound_cache[key] = b
-                while len(self._bound_cache) > 16:
+                while len(self._bound_cache) > self.BOUND_KEPT:
                     del self._bound_cache[next(iter(self._bound_cache))]
                 new.append(b)
                 changed = True
         changed |= len(new) != len(self.bound)
         self.bound = new
+        if changed:
+            # a static impl the impl cache evicted is never taken again: a spare kernel of it
+            # would keep its program (megabytes on a CPU runtime) past the cache's byte bound
+            for key in [k for k, b in self._bound_cache.items()
+                        if b.impl.evicted and b.impl.kind == "static" and b not in new]:
+                del self._bound_cache[key]
         self.internal_layouts = next((c.internal for c in calls if c.internal), ())
         return changed
 

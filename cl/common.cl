@@ -50,6 +50,17 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #define T_COUNT(t) (T_DIM(t, 0) * T_DIM(t, 1) * T_DIM(t, 2) * T_DIM(t, 3) * T_DIM(t, 4) * T_DIM(t, 5))
 #define PARAM(i) (shape_info[NUM_TENSORS * TBLOCK + (i)])
 
+// An index out of range (engine/index_flags.py): the first work-item of the node to find one
+// records it in the node's slot [found, index column, index low bits, high bits], from which the
+// host refuses the inference; the kernel goes on with a clamped index (no access outside).
+inline void flag_index(__global int* slot, long idx, int column) {
+    if (atomic_cmpxchg((volatile __global int*)slot, 0, 1) == 0) {
+        slot[1] = column;
+        slot[2] = (int)idx;
+        slot[3] = (int)(idx >> 32);
+    }
+}
+
 // Offset of output element `o` (linear, no offset) in tensor `in_t` broadcast to tensor `out_t`.
 inline int bcast_off(SHAPE_INFO_PTR si, int out_t, int in_t, int o) {
     // without a division for the common operands of fused epilogues: a scalar, the output's

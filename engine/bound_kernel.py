@@ -43,6 +43,12 @@ class BoundKernel:
         self.call = call
         self.gws, self.lws = work_sizes(call, self.cpu)
 
+    def __del__(self):
+        # nothing refers to this kernel any more (a plan that launches it holds it): its
+        # shape_info slot can serve another
+        if self.slot is not None:
+            self.slot.release()
+
     def snapshot(self) -> tuple:
         return tuple(getattr(self, k) for k in self.STATE)
 

@@ -48,9 +48,14 @@ class DeviceQueue:
         self.blocked_s = 0.0           # this inference's time blocked on the device (reads, finish)
         self.enqueue_s = 0.0           # ... spent enqueueing kernels, shape_info and uploads
         self._keep: list = []
+        # a small buffer the kernels write and the end of every inference reads with the
+        # outputs (engine/index_flags.py: indices out of range); None: nothing to read
+        self.status = None
 
     def begin_inference(self) -> None:
         self.blocked_s, self.enqueue_s, self.events = 0.0, 0.0, []
+        if self.status is not None:
+            self.status.begin(self.cl_queue)
 
     def launch(self, kernel: cl.Kernel, gws: tuple, lws: tuple | None, bound=None) -> None:
         """A kernel the flow decided to run: enqueued at the next flush. `bound`: the node's
@@ -114,8 +119,11 @@ class DeviceQueue:
         self._keep.append(obj)
 
     def finish(self) -> None:
-        """Wait for the inference's commands; the host arrays kept for them can go."""
+        """Wait for the inference's commands (and the status read enqueued last); the host
+        arrays kept for them can go."""
         t0 = time.perf_counter()
+        if self.status is not None:
+            self.status.read(self.cl_queue)
         self.cl_queue.finish()
         self.blocked_s += time.perf_counter() - t0
         self._keep.clear()

@@ -54,9 +54,10 @@ class ImplCache:
     unbounded. Nodes hold the impls they use, so an eviction only means the next node (or
     shape) that wants the key builds it again."""
 
-    def __init__(self, capacity: int = 300, static_bytes: int = STATIC_BYTES):
+    def __init__(self, capacity: int = 300, static_bytes: int | None = None):
         self.capacity = capacity
-        self.static_bytes = static_bytes
+        # None: STATIC_BYTES as it is now (scripts/soak.py sets it)
+        self.static_bytes = STATIC_BYTES if static_bytes is None else static_bytes
         self.held_static = 0          # bytes of the static impls in the cache
         self._d: OrderedDict = OrderedDict()
         self.hits = self.misses = self.evictions = 0

@@ -119,12 +119,15 @@ class ImplManager:
         impl.nbytes = program_bytes(impl.program, self.ctx.devices[0])
         evicted = self.cache.put(key, impl)
         for old_key, old, why in evicted:
+            old.evicted = True
             if old.kind == "static":
                 self.evicted.add(old_key)
             self.decisions.record("update_impl", "evict", why, node=node, impl=old.name,
                                   impl_kind=old.kind, bytes=old.nbytes)
         if evicted:
-            del old, evicted      # the last references: their programs are freed here
+            # the last references but a node's current kernels (spare ones are dropped at the
+            # node's next change of kernels): their programs are freed here
+            del old, evicted
             give_back_freed_heap()
 
     def _cached(self, key):

@@ -26,7 +26,8 @@ class KernelCall:
     source: str                      # cl/<source>.cl
     kernel: str                      # kernel function name
     jit: tuple                       # ((name, value), ...) shape-independent
-    args: tuple                      # tensor refs: ("in", i) | ("out", i) | ("internal", k)
+    # tensor refs: ("in", i) | ("out", i) | ("internal", k) | ("flag", 0) (the index flags' slot)
+    args: tuple
     params: tuple = ()               # op integer params, appended to shape_info
     gws: tuple = (1,)
     lws: tuple | None = None
@@ -45,6 +46,7 @@ class Impl:
     program: cl.Program
     compile_ms: float
     nbytes: int = 0                  # host bytes it holds (program_bytes)
+    evicted: bool = False            # the impl cache let it go (nodes keep no spare kernel of it)
 
 
 # Host bytes a built program holds on a CPU OpenCL runtime: its JIT-compiled code and the

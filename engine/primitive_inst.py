@@ -36,6 +36,8 @@ class PrimitiveInst:
              "unfuse_reason", "skip_now", "in_place_now", "bound", "internal_layouts", "internals",
              "pending", "want_weights", "weights_override", "kv_pad")
 
+    BOUND_KEPT = 16                # kernel objects a node keeps for impls it may take back
+
     def __init__(self, node, runtime):
         self.node = node
         self.rt = runtime
@@ -75,6 +77,7 @@ class PrimitiveInst:
         self.step = -1                 # position in the execution order
         self.internal_layouts: tuple = ()   # scratch the current kernels need (KernelCall.internal)
         self.internals: list[Tensor] = []
+        self.index_flag: Tensor | None = None   # an index op's slot of the index flags
 
     # ---- helpers ------------------------------------------------------------------------
     def family(self) -> list["PrimitiveInst"]:
@@ -314,12 +317,18 @@ class PrimitiveInst:
                 else:
                     b.retarget(call)
                 self._bound_cache[key] = b
-                while len(self._bound_cache) > 16:
+                while len(self._bound_cache) > self.BOUND_KEPT:
                     del self._bound_cache[next(iter(self._bound_cache))]
                 new.append(b)
                 changed = True
         changed |= len(new) != len(self.bound)
         self.bound = new
+        if changed:
+            # a static impl the impl cache evicted is never taken again: a spare kernel of it
+            # would keep its program (megabytes on a CPU runtime) past the cache's byte bound
+            for key in [k for k, b in self._bound_cache.items()
+                        if b.impl.evicted and b.impl.kind == "static" and b not in new]:
+                del self._bound_cache[key]
         self.internal_layouts = next((c.internal for c in calls if c.internal), ())
         return changed
 
@@ -456,6 +465,8 @@ class PrimitiveInst:
     def _arg_tensor(self, kind: str, i: int) -> Tensor:
         if kind == "internal":
             return self.internals[i]
+        if kind == "flag":
+            return self.index_flag
         if kind == "in":
             if self.weights_override is not None and i == self.opdef.weights:
                 return self.weights_override

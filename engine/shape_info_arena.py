@@ -31,9 +31,14 @@ class ShapeInfoArena:
         self.align = max(device.mem_base_addr_align // 8, 4)
         self.chunks: list[_Chunk] = []
         self.writes = 0                 # device writes enqueued (figures for `dyncli bench`)
+        # slots of kernels that are gone, by size: a node's spare kernels come and go over a
+        # long run (more impls than it keeps), and bump allocation alone grew without bound
+        self.free: dict[int, list] = {}
 
     def slot(self, nints: int) -> "Slot":
         nbytes = -(-nints * 4 // self.align) * self.align
+        if self.free.get(nbytes):
+            return self.free[nbytes].pop()
         c = self.chunks[-1] if self.chunks else None
         if c is None or c.used + nbytes > c.host.nbytes:
             c = _Chunk(self.ctx, max(CHUNK_BYTES, nbytes))
@@ -41,7 +46,7 @@ class ShapeInfoArena:
         at = c.used
         c.used += nbytes
         sub = c.buf.get_sub_region(at, nbytes)
-        return Slot(c, at, nbytes, sub)
+        return Slot(c, at, nbytes, sub, self.free)
 
     def flush(self, queue: cl.CommandQueue, keep) -> None:
         """Copy every dirty span to the device (non-blocking; `keep` holds the host copy alive
@@ -57,10 +62,15 @@ class ShapeInfoArena:
 
 class Slot:
     """One kernel's shape_info block in the arena."""
-    __slots__ = ("chunk", "at", "nbytes", "buf")
+    __slots__ = ("chunk", "at", "nbytes", "buf", "_free")
 
-    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer):
+    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer, free: dict):
         self.chunk, self.at, self.nbytes, self.buf = chunk, at, nbytes, buf
+        self._free = free
+
+    def release(self) -> None:
+        """Its kernel is gone (no node, cache or plan holds it): the next slot of its size."""
+        self._free.setdefault(self.nbytes, []).append(self)
 
     def write(self, info: np.ndarray) -> None:
         c = self.chunk

@@ -4,6 +4,7 @@ bound. A benchmark script, not a timed test.
 
     python scripts/soak.py                      # 20,000 inferences, trace in /tmp
     python scripts/soak.py -n 2000 --trace-level decisions
+    python scripts/soak.py --trace none --static-mib 19   # PoCL holding Intel's count of static impls
 
 Reports: host RSS at inference 1,000 and at the end (must stay within 10%), device bytes held
 (activations within the predictor's bound of the largest need: 1.1x plus 10 x 16 KiB per
@@ -22,6 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dyncli.runner import ROW_WINDOW, RunOptions, execute_run  # noqa: E402
+from engine import impl_cache  # noqa: E402
 from engine.diagnose import nbytes_text  # noqa: E402
 
 ENCODER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "encoder.onnx")
@@ -41,7 +43,13 @@ def main() -> int:
     ap.add_argument("--impls", default="auto")
     ap.add_argument("--impl-cache-capacity", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--static-mib", type=int, default=0,
+                    help="bytes of static impls the impl cache keeps (default: engine/impl_cache.py "
+                         "STATIC_BYTES); PoCL's programs are a third of Intel's CPU runtime's, so 19 "
+                         "holds as many as Intel's 64 and evicts as often")
     a = ap.parse_args()
+    if a.static_mib:
+        impl_cache.STATIC_BYTES = a.static_mib << 20
 
     rng = np.random.default_rng(a.seed)
     shapes, b, s = [], 1, 8

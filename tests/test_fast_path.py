@@ -158,3 +158,25 @@ def test_transitions_between_known_shapes_replay(device, predictor):
     assert set(range(9, 12)) <= set(why) and set(why.values()) == {"transition"}
     assert not set(range(9)) & set(why)
     assert 12 not in why and 13 not in why     # 24 -> 16 and 16 -> 8 were never seen
+
+
+def test_transitions_seen_once_are_bounded_over_many_lengths(device, monkeypatch):
+    """A run of many lengths meets up to their square of transitions; those the flow ran once
+    (recorded as a plan the second time) are kept up to a bound, and repeated transitions still
+    replay."""
+    from onnx import TensorProto, helper
+    monkeypatch.setattr("engine.fast_path.replay.SEEN_KEPT", 64)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    net = Network(build_program(model), device, impls="dynamic")
+    rng = np.random.default_rng(0)
+    lengths = [40] + [int(s) for s in rng.integers(25, 41, 400)] + [32, 36] * 4   # no reclaim
+    replays = 0
+    for s in lengths:
+        x = rng.standard_normal((1, s)).astype(np.float32)
+        assert np.array_equal(net.infer({"x": x})["y"], np.maximum(x, 0))
+        assert len(net.fast.seen) <= 64
+        replays += net.counters.get("plan.replay", 0)
+    assert net.fast.epoch <= 2 and replays >= 4, (net.fast.epoch, replays)

@@ -62,3 +62,19 @@ def test_evictions_give_freed_heap_back(monkeypatch):
     run_seq(mm_model(), [8, 16, 24], impl_cache=ImplCache(300, static_bytes=1), async_compile=False,
             wait=False)
     assert calls
+
+
+def test_evicted_static_impls_are_not_kept_alive_by_spare_kernels(device):
+    """A node keeps a few spare kernel objects for impls it may take back; one of an evicted
+    static impl would keep its program (megabytes on a CPU runtime) past the cache's byte bound,
+    and an evicted static impl is never taken back: only the node's current kernels hold one."""
+    probe, _ = run_seq(mm_model(), [8], impl_cache=ImplCache(0, 0), async_compile=False, wait=False)
+    one = max(i.nbytes for i in probe.impls.cache._d.values() if i.kind == "static")
+    cache = ImplCache(300, static_bytes=2 * one)
+    net, _ = run_seq(mm_model(), [8, 16, 24, 32, 40, 8, 48], impl_cache=cache, async_compile=False,
+                     wait=False)
+    assert cache.evictions
+    cached = {id(i) for i in cache._d.values()}
+    for inst in net.insts:
+        spare = [b for b in inst._bound_cache.values() if b.impl.kind == "static" and b not in inst.bound]
+        assert all(id(b.impl) in cached for b in spare), [b.impl.name for b in spare]

@@ -113,3 +113,117 @@ def test_in_range_on_a_transition_replay_whose_data_the_last_flow_left_shorter(d
         assert np.array_equal(y, np.maximum(x, 0)[:, [s - 1]]), k
     replays = {e["iter"]: e["reason"] for e in trace.events if e["kind"] == "plan"}
     assert replays.get(len(seq) - 1) == "transition", replays
+
+
+# ---- indices computed on the device: the kernels flag them, read with the outputs ----------
+def _device_model(op, idx_dims, **attrs):
+    """op(data, i + zero[, updates]): the indices an Add computes on the device (no host value)."""
+    ins = ["d", "j"] + (["u"] if op.startswith("Scatter") else [])
+    vis = [helper.make_tensor_value_info("i", I64, idx_dims)]
+    if op.startswith("Scatter"):
+        vis.append(helper.make_tensor_value_info("u", F, None))
+    g = helper.make_graph([helper.make_node("Add", ["i", "zero"], ["j"], name="add"),
+                           helper.make_node(op, ins, ["y"], name="n", **attrs)], "g", vis,
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(DATA, "d"),
+                           numpy_helper.from_array(np.zeros((), np.int64), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+def _twice(idx):
+    """Another shape of in-range indices: the rows repeated."""
+    return np.concatenate([np.array(idx, np.int64)] * 2).tolist()
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast_path", "flow_only"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_device_computed_indices_out_of_range_refused_over_a_shape_sequence(case, fast_path, device):
+    """Bad indices among good ones of two shapes, three rounds: with the fast path the later
+    rounds are plan replays, a replayed bad inference refused too; every good inference after a
+    refused one gives onnxruntime's values (the flag was cleared)."""
+    op, attrs, good, bad, why = CASES[case]
+    model = _device_model(op, [f"i{k}" for k in range(np.ndim(good))], **attrs)
+    net = Network(build_program(model), device, fast_path=fast_path)
+    sess = ort_session(model)
+    refused_on_replay = 0
+    for _ in range(3):
+        for idx, ok in ((good, True), (bad, False), (_twice(good), True)):
+            feeds = _feeds(op, idx, False)
+            if ok:
+                assert_close(net.infer(feeds)["y"], sess.run(None, feeds)[0])
+                assert net.tensors["j"].host is None, "the indices are not computed on the device"
+                continue
+            with pytest.raises(Exception):
+                sess.run(None, feeds)
+            with pytest.raises(InferenceError) as e:
+                net.infer(feeds)
+            shapes = ", ".join("x".join(map(str, np.shape(v))) for v in
+                               [DATA] + [feeds[k] for k in ("i", "u") if k in feeds])
+            assert str(e.value) == f"node n ({op}) cannot run on input shapes [{shapes}]: " + \
+                why.replace(" of i ", " of j "), str(e.value)
+            refused_on_replay += net.counters.get("plan.replay", 0)
+    assert (refused_on_replay > 0) == fast_path, refused_on_replay
+
+
+def test_argmax_indices_in_range_accepted_over_shapes(device):
+    """Indices an ArgMax computes are in range by construction: every length runs, flow and
+    replay alike, as onnxruntime runs it."""
+    g = helper.make_graph([helper.make_node("ArgMax", ["x"], ["a"], name="am", axis=1, keepdims=0),
+                           helper.make_node("Gather", ["x", "a"], ["y"], name="g", axis=1)], "g",
+                          [helper.make_tensor_value_info("x", F, [1, "s"])],
+                          [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    net = Network(build_program(model), device)
+    sess = ort_session(model)
+    rng = np.random.default_rng(0)
+    for s in [3, 5, 3, 5, 3, 5, 8]:
+        x = rng.standard_normal((1, s)).astype(np.float32)
+        assert_close(net.infer({"x": x})["y"], sess.run(None, {"x": x})[0])
+    assert net.index_checks.flags is not None
+
+
+def test_argmax_indices_past_the_data_refused(device):
+    """ArgMax over a longer axis than the data it indexes: the same words as onnxruntime's refusal."""
+    g = helper.make_graph([helper.make_node("ArgMax", ["x"], ["a"], name="am", axis=1, keepdims=0),
+                           helper.make_node("Gather", ["d", "a"], ["y"], name="g")], "g",
+                          [helper.make_tensor_value_info("x", F, [1, 8])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(DATA, "d")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    net = Network(build_program(model), device)
+    x = np.zeros((1, 8), np.float32)
+    x[0, 6] = 1
+    with pytest.raises(Exception):
+        ort_session(model).run(None, {"x": x})
+    with pytest.raises(InferenceError) as e:
+        net.infer({"x": x})
+    assert str(e.value) == "node g (Gather) cannot run on input shapes [4x6, 1]: index 6 of a " \
+                           "is out of range for axis 0 of size 4 (-4..3)"
+    x[0, 6], x[0, 2] = 0, 1
+    assert_close(net.infer({"x": x})["y"], DATA[[2]])
+
+
+def test_flags_left_by_an_inference_that_failed_midway_are_cleared(device):
+    """An inference that stops before its end never reads the flags its kernels set: the next
+    one clears them first instead of refusing good indices."""
+    model = _device_model("Gather", ["k"])
+    net = Network(build_program(model), device)
+    flags = net.index_checks.flags
+    import pyopencl as cl
+    cl.enqueue_copy(net.queue.cl_queue, flags.buf, np.array([1, 0, 9, 0], np.int32), is_blocking=True)
+    flags.unread = True            # as an inference that raised before its end leaves them
+    feeds = {"i": np.array([0, 3], np.int64)}
+    assert_close(net.infer(feeds)["y"], DATA[[0, 3]])
+
+
+def test_device_indices_out_of_range_through_the_cli_one_line_exit_2(tmp_path):
+    p = tmp_path / "emb.onnx"
+    onnx.save(_device_model("Gather", ["batch", "seq"]), p)
+    r = subprocess.run([sys.executable, "-m", "dyncli", "run", str(p), "--shapes", "i:1x8",
+                        "--input-range", "i:0..40", "--trace", "none", "-q"],
+                       capture_output=True, text=True, timeout=300)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: inference 0 failed: node n (Gather) cannot run on input "
+                               "shapes [4x6, 1x8]: index "), lines[0]
+    assert lines[0].endswith(" of j is out of range for axis 0 of size 4 (-4..3)"), lines[0]

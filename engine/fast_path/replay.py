@@ -21,6 +21,7 @@ NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "p
 __all__ = ["FastPath", "NOT_DECISIONS", "signature"]
 
 _IMPL_CHANGES = ("update_impl.switch", "update_impl.build", "update_weights.")
+SEEN_KEPT = 1024
 
 
 class FastPath(Observer):
@@ -32,7 +33,9 @@ class FastPath(Observer):
         self.by_value = value_inputs(insts, program.inputs)
         self.plans = Memo(PLAN_BASES_KEPT)   # (previous signature, signature) -> Plan
         self.epoch = 0                 # inferences of the flow that changed a resource
-        self.seen: set = set()         # transitions the flow ran once in this epoch
+        # transitions the flow ran once in this epoch, the latest SEEN_KEPT: a run of many
+        # lengths meets up to their square of them, each holding its own two signatures
+        self.seen = Memo(SEEN_KEPT)
         self.last_sig = None
         self.restore: Plan | None = None   # the replayed plan whose node state is not put back
         self.recording = None          # (previous signature, signature, memory changes)
@@ -169,7 +172,7 @@ class FastPath(Observer):
         # second time in this epoch: a policy that reallocates often (the plugin's reclaim)
         # would otherwise pay for recording plans that never live to be replayed.
         if self.blocker or (prev != sig and (prev, sig) not in self.seen):
-            self.seen.add((prev, sig))
+            self.seen.put((prev, sig), None)
             return clean
         state = [entry for i in self.all_insts for entry in i.snapshot()]
         state += [(t, t.snapshot()) for t in self.buffers.tensors.values()]

@@ -23,6 +23,11 @@ REDUCTIONS = {
 }
 
 
+# data, indices[, updates], out and the node's slot of the index flags (engine/index_flags.py)
+ARGS3 = (("in", 0), ("in", 1), ("out", 0), ("flag", 0))
+ARGS4 = (("in", 0), ("in", 1), ("in", 2), ("out", 0), ("flag", 0))
+
+
 def _index_type(node, l):
     if l.dtype not in ("i64", "i32"):
         raise ShapeInferenceError(f"{node.op} {node.name}: indices must be int64 or int32, got {l}")
@@ -34,7 +39,7 @@ def _ge_kernels(node, ins, outs, deps):
     axis = norm_axis(int(node.attrs.get("axis", 0)), data.rank)
     jit = (("GATHER_ELEMENTS", 1), ("T", cl_type(data.dtype)), ("TIDX", cl_type(idx.dtype)),
            ("IMPL_TAG", "GatherElements"))
-    return [KernelCall("indexing", "gather_elements", jit, (("in", 0), ("in", 1), ("out", 0)),
+    return [KernelCall("indexing", "gather_elements", jit, ARGS3,
                        params=(axis + MAX_RANK - data.rank,), gws=(max(idx.count, 1),))]
 
 
@@ -75,7 +80,7 @@ def _gnd_kernels(node, ins, outs, deps):
         tuple(data.shape[b:b + k]) + tuple(pad)
     jit = (("GATHER_ND", 1), ("T", cl_type(data.dtype)), ("TIDX", cl_type(idx.dtype)),
            ("IMPL_TAG", "GatherND"))
-    return [KernelCall("indexing", "gather_nd", jit, (("in", 0), ("in", 1), ("out", 0)),
+    return [KernelCall("indexing", "gather_nd", jit, ARGS3,
                        params=params, gws=(max(outs[0].count, 1),))]
 
 
@@ -105,9 +110,6 @@ def _update_call(node, kernel, jit, red, params, n) -> KernelCall:
 def _copy_data(node, data):
     st = contiguous_strides(data.shape)
     return copy_call(node, data.dtype, data.shape, st, 0, st, 0)
-
-
-ARGS4 = (("in", 0), ("in", 1), ("in", 2), ("out", 0))
 
 
 def _se_kernels(node, ins, outs, deps):

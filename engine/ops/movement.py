@@ -259,7 +259,7 @@ def _gather_kernels(node, ins, outs, deps):
     inner = int(np.prod(data.shape[axis + 1:]))
     return [KernelCall("gather", "gather",
                        (("T", bits_type(data.dtype)), ("TIDX", cl_type(idx.dtype)), ("IMPL_TAG", "Gather")),
-                       args=(("in", 0), ("in", 1), ("out", 0)),
+                       args=(("in", 0), ("in", 1), ("out", 0), ("flag", 0)),   # engine/index_flags.py
                        params=(outer, data.shape[axis], inner, idx.count), gws=(max(outs[0].count, 1),))]
 
 

@@ -26,6 +26,7 @@ class Buffers:
         self.limits = (device.global_mem_size, device.max_mem_alloc_size)
         self.tensors: dict[str, Tensor] = {}
         self.alloc_s = 0.0             # time spent making buffers (the network resets it)
+        self._unread_flag: Tensor | None = None
         for name, v in program.constants.items():  # includes constants made by fusion
             v = np.require(v, requirements="C")
             self.tensors[name] = Tensor(name, Layout(v.shape, dtype_from_numpy(v.dtype)),
@@ -35,6 +36,14 @@ class Buffers:
         for node in program.nodes:
             for o in node.outputs:
                 self.tensors.setdefault(o, Tensor(o))
+
+    def unread_flag(self) -> Tensor:
+        """A slot of index flags nobody reads (engine/index_flags.py): the index kernels of
+        nodes the index checks do not cover (a control-flow subgraph's) write there."""
+        if self._unread_flag is None:
+            self._unread_flag = Tensor("unread_index_flag", Layout((4,), "i32"), constant=True,
+                                       buf=cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, 16))
+        return self._unread_flag
 
     def use_pool(self, pool: MemoryPool) -> None:
         self.memory = pool

@@ -465,8 +465,8 @@ class PrimitiveInst:
     def _arg_tensor(self, kind: str, i: int) -> Tensor:
         if kind == "internal":
             return self.internals[i]
-        if kind == "flag":
-            return self.index_flag
+        if kind == "flag":   # a subgraph's index nodes have no slot: theirs is never read
+            return self.index_flag or self.rt.buffers.unread_flag()
         if kind == "in":
             if self.weights_override is not None and i == self.opdef.weights:
                 return self.weights_override

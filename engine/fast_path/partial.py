@@ -64,6 +64,16 @@ def _hands_on_host(inst) -> bool:
         inst.inputs[0] is not None and inst.inputs[0].host is not None
 
 
+def _reads_value(inst, t) -> bool:
+    """Whether `inst` (or its unfused subgraph) reads `t`'s value on the host: a host impl
+    (a Shape reads only the layout) or shape inference (a memory dep)."""
+    for m in inst.family():
+        for k, x in enumerate(m.inputs):
+            if x is t and ((m.node.host and m.node.op != "Shape") or k in m.opdef.shape_deps):
+                return True
+    return False
+
+
 class Attribution:
     """Which top-level node a decision or a launch of the flow belongs to (a fused node's
     unfused subgraph counts as the node), and who reads each tensor. Fixed per network."""
@@ -131,7 +141,8 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
         # a new one is uploaded into the same buffer before its readers run, as their
         # set_arguments would); a device node's output is new data every time, read through
         # its buffer
-        checks = [(t, t.layout, t.buf, t.offset, t.host if inst.node.host else None)
+        checks = [(t, t.layout, t.buf, t.offset, t.host if inst.node.host else None,
+                   any(clean[r] and _reads_value(insts[r], t) for r in attr.readers.get(t.name, ())))
                   for t in inst.outputs if any(clean[r] for r in attr.readers.get(t.name, ()))]
         steps.append((DIRTY, inst, checks))
     steps = [(SEG, s[1], dict(s[2]), s[3], s[4], s[5], s[6]) if s[0] == SEG else s for s in steps]
@@ -161,10 +172,13 @@ def run(plan: PartialPlan, queue, counters: Counter, buffers) -> int | None:
             continue
         inst, checks = step[1], step[2]
         inst.execute()
-        for t, layout, buf, offset, host in checks:
-            if host is not None and t.host is not host and t.layout == layout:
+        for t, layout, buf, offset, host, by_value in checks:
+            # a new host value (a host node keeps its array while the value repeats) that a
+            # clean node reads as a value (shape inference, a host impl) is a new input to it
+            new_value = host is not None and t.host is not host
+            if new_value and t.layout == layout and not by_value:
                 buffers.device_buffer(t)          # the new value, into the same buffer
-            if t.layout != layout or t.buf is not buf or t.offset != offset:
+            if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
                 _flow_from(steps, at + 1)
                 return applied
     return None

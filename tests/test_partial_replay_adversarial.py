@@ -83,3 +83,34 @@ def test_a_shape_value_the_base_left_unchanged_reaches_a_host_node(device):
     steps = [({"x": np.zeros(s, np.float32), "z": z}, False)
              for s in [(1, 4), (1, 5), (1, 6), (2, 6), (2, 7), (2, 8), (1, 8), (1, 9)]]
     _same_and_ort(_batch_of_shape_reshape(), steps, device)
+
+
+def _fed_back_target() -> onnx.ModelProto:
+    """y = Neg(Reshape(Relu(x), tgt)); tgt_next = tgt + d, fed back as the next tgt: a shape
+    value that stays on the device (its host value given by the caller)."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="Relu"),
+             helper.make_node("Reshape", ["r", "tgt"], ["rs"], name="Reshape"),
+             helper.make_node("Neg", ["rs"], ["y"], name="Neg"),
+             helper.make_node("Add", ["tgt", "d"], ["tgt_next"], name="Next")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [12]),
+                                       helper.make_tensor_value_info("tgt", i64, [2]),
+                                       helper.make_tensor_value_info("d", i64, [2])],
+                          [helper.make_tensor_value_info("y", f, None),
+                           helper.make_tensor_value_info("tgt_next", i64, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_fed_back_shape_value_that_changes_with_its_layout_repeated(device):
+    """The fed-back target keeps its value in the base and changes in the next step: its
+    Reshape must infer the new shape (the input changed by value, not by layout)."""
+    x = np.random.default_rng(2).standard_normal(12).astype(np.float32)
+    ds = [[0, 0], [1, -1], [-1, 1], [0, 0], [0, 0], [1, -1], [0, 0]]
+    steps, tgt = [], np.array([3, 4], np.int64)
+    for k, d in enumerate(ds):
+        steps.append(({"x": x, "tgt": tgt.copy(), "d": np.array(d, np.int64)}, k > 0))
+        tgt = tgt + np.array(d, np.int64)
+    outs = _run(build_program(_fed_back_target()), steps, device, True, {"tgt_next": "tgt"})[0]
+    for (feeds, _), got in zip(steps, outs):
+        assert np.array_equal(got["y"], -np.maximum(x, 0).reshape(feeds["tgt"]))
+    _same(build_program(_fed_back_target()), steps, device, {"tgt_next": "tgt"})

@@ -82,11 +82,14 @@ class FastPath(Observer):
         tensors, out = self.buffers.tensors, set()
         for name in self.program.inputs:
             t = tensors[name]
+            v = feeds.get(name)
             if name in fed_back:
-                if tensors[fed_back[name]].layout != t.layout:
+                # a fed-back shape value changes by value too (its host value, when the caller
+                # gives it, is what shape inference reads; without it the flow reads the device)
+                if tensors[fed_back[name]].layout != t.layout or (
+                        name in self.by_value and (v is None or not np.array_equal(t.host, v))):
                     out.add(name)
                 continue
-            v = feeds.get(name)
             if v is None:
                 continue
             l = t.layout

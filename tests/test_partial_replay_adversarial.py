@@ -114,3 +114,24 @@ def test_a_fed_back_shape_value_that_changes_with_its_layout_repeated(device):
     for (feeds, _), got in zip(steps, outs):
         assert np.array_equal(got["y"], -np.maximum(x, 0).reshape(feeds["tgt"]))
     _same(build_program(_fed_back_target()), steps, device, {"tgt_next": "tgt"})
+
+
+def _target_also_data() -> onnx.ModelProto:
+    """A graph input that is both a Reshape target (read by value) and data (Cast, Sigmoid)."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="Relu"),
+             helper.make_node("Reshape", ["r", "t"], ["rs"], name="Reshape"),
+             helper.make_node("Neg", ["rs"], ["y"], name="Neg"),
+             helper.make_node("Cast", ["t"], ["tf"], name="Cast", to=f),
+             helper.make_node("Sigmoid", ["tf"], ["y2"], name="Sigmoid")]
+    return _model(nodes, [helper.make_tensor_value_info("x", f, [12]),
+                          helper.make_tensor_value_info("t", i64, ["k"])], ["y", "y2"])
+
+
+def test_an_input_that_changed_by_value_in_the_base_then_changes_its_layout(device):
+    """The base changed the target's value only (its data readers repeated); the next inference
+    changes its length: the same input changed, but now every reader sees a new layout."""
+    x = np.random.default_rng(3).standard_normal(12).astype(np.float32)
+    steps = [({"x": x, "t": np.array(t, np.int64)}, False)
+             for t in ([3, 4], [4, 3], [12], [2, 6], [6, 2], [2, 3, 2], [12], [4, 3])]
+    _same_and_ort(_target_also_data(), steps, device)

@@ -77,25 +77,30 @@ class FastPath(Observer):
 
     # ---- around an inference of the flow ------------------------------------------------
     def input_changes(self, feeds: dict, fed_back: dict) -> frozenset:
-        """The graph inputs whose layout (or, for those shape inference reads, value) the
-        coming inference changes."""
+        """The graph inputs the coming inference changes, as (name, "layout") and, for those
+        shape inference reads, (name, "value"). A layout change counts as both (every reader
+        runs the flow then); a value change alone leaves the readers of the data clean, so a
+        base recorded for one does not serve a layout change."""
         tensors, out = self.buffers.tensors, set()
         for name in self.program.inputs:
             t = tensors[name]
             v = feeds.get(name)
             if name in fed_back:
+                layout = tensors[fed_back[name]].layout != t.layout
                 # a fed-back shape value changes by value too (its host value, when the caller
                 # gives it, is what shape inference reads; without it the flow reads the device)
-                if tensors[fed_back[name]].layout != t.layout or (
-                        name in self.by_value and (v is None or not np.array_equal(t.host, v))):
-                    out.add(name)
+                value = name in self.by_value and (v is None or not np.array_equal(t.host, v))
+            elif v is None:
                 continue
-            if v is None:
-                continue
-            l = t.layout
-            if l is None or l.shape != np.shape(v) or l.dtype != dtype_from_numpy(np.asarray(v).dtype) \
-                    or (name in self.by_value and not np.array_equal(t.host, v)):
-                out.add(name)
+            else:
+                l = t.layout
+                layout = l is None or l.shape != np.shape(v) or \
+                    l.dtype != dtype_from_numpy(np.asarray(v).dtype)
+                value = name in self.by_value and not np.array_equal(t.host, v)
+            if layout:
+                out.add((name, "layout"))
+            if layout or value:
+                out.add((name, "value"))
         return frozenset(out)
 
     def partial_for(self, feeds: dict, fed_back: dict) -> "partial.PartialPlan | None":

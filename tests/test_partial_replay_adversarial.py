@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from engine import build_program
 from tests.conftest import assert_close_for, ort_session
+from tests.models import kv_decoder_step
 from tests.test_partial_replay import _run, _same
 
 
@@ -135,3 +138,167 @@ def test_an_input_that_changed_by_value_in_the_base_then_changes_its_layout(devi
     steps = [({"x": x, "t": np.array(t, np.int64)}, False)
              for t in ([3, 4], [4, 3], [12], [2, 6], [6, 2], [2, 3, 2], [12], [4, 3])]
     _same_and_ort(_target_also_data(), steps, device)
+
+
+def _mixed() -> onnx.ModelProto:
+    """Several features on separate inputs, so a change of one leaves the others' nodes clean:
+    a runtime in-place concat (contiguous only while its batch is 1) read after by a graph
+    output that later nodes read too; a view chain of a device tensor whose producer changes
+    shape (Shape -> Concat -> Reshape, Unsqueeze, Squeeze), empty dims included; intermediates
+    of different sizes that share pooled buffers."""
+    f = TensorProto.FLOAT
+    w = helper.make_tensor("w", f, [4, 3], np.linspace(-1, 1, 12).astype(np.float32))
+    i64 = lambda n, v: helper.make_tensor(n, TensorProto.INT64, [len(v)], v)  # noqa: E731
+    nodes = [
+        # in-place concat over a (n, s1) and b (n, s2)
+        helper.make_node("Relu", ["a"], ["ra"], name="RelA"),
+        helper.make_node("Sigmoid", ["b"], ["sb"], name="SigB"),
+        helper.make_node("Concat", ["ra", "sb"], ["cat"], name="Cat", axis=1),
+        helper.make_node("Neg", ["cat"], ["y_cat"], name="NegCat"),
+        helper.make_node("Exp", ["y_cat"], ["y_exp"], name="ExpCat"),
+        # view chain of c (m, 4): Reshape to (m*4/2, 2) via the shape subgraph, then back
+        helper.make_node("Abs", ["c"], ["ac"], name="AbsC"),
+        helper.make_node("Shape", ["c"], ["sc"], name="ShapeC"),
+        helper.make_node("Gather", ["sc", "i0"], ["m"], name="GatherM", axis=0),
+        helper.make_node("Mul", ["m", "two"], ["m2"], name="MulM"),
+        helper.make_node("Concat", ["m2", "two"], ["tgt"], name="Tgt", axis=0),
+        helper.make_node("Reshape", ["ac", "tgt"], ["rc"], name="ReshC"),
+        helper.make_node("Unsqueeze", ["rc", "ax0"], ["uc"], name="UnsqC"),
+        helper.make_node("Squeeze", ["uc", "ax0"], ["qc"], name="SqC"),
+        helper.make_node("Reshape", ["qc", "back"], ["bc"], name="BackC"),
+        helper.make_node("MatMul", ["bc", "w"], ["mm"], name="MatMulC"),
+        helper.make_node("Tanh", ["mm"], ["y_c"], name="TanhC"),
+        # sizes that grow and shrink: d (k,) -> Concat(d, d, d) -> Slice -> Sum
+        helper.make_node("Sin", ["d"], ["sd"], name="SinD"),
+        helper.make_node("Concat", ["sd", "sd", "sd"], ["d3"], name="Cat3", axis=0),
+        helper.make_node("Cos", ["d3"], ["cd3"], name="CosD3"),
+        helper.make_node("ReduceSum", ["cd3"], ["rsd"], name="SumD", keepdims=1),
+        helper.make_node("Add", ["cd3", "rsd"], ["y_d"], name="AddD"),
+    ]
+    inits = [w, i64("i0", [0]), i64("two", [2]), i64("ax0", [0]), i64("back", [-1, 4])]
+    return _model(nodes, [helper.make_tensor_value_info("a", f, ["n", "s1"]),
+                          helper.make_tensor_value_info("b", f, ["n", "s2"]),
+                          helper.make_tensor_value_info("c", f, ["m", 4]),
+                          helper.make_tensor_value_info("d", f, ["k"])],
+                  ["y_cat", "y_exp", "y_c", "y_d"], inits)
+
+
+def _mixed_steps(moves, seed=0):
+    """Each move changes one input's shape (or none): a sequence whose changes reach only some
+    nodes, with repeats, so partial plans are recorded and used."""
+    rng = np.random.default_rng(seed)
+    dims = {"n": 1, "s1": 2, "s2": 3, "m": 2, "k": 3}
+    steps = []
+    for key, v in moves:
+        if key is not None:
+            dims[key] = v
+        n = dims["n"]
+        feeds = {"a": rng.standard_normal((n, dims["s1"])).astype(np.float32),
+                 "b": rng.standard_normal((n, dims["s2"])).astype(np.float32),
+                 "c": rng.standard_normal((dims["m"], 4)).astype(np.float32),
+                 "d": rng.standard_normal(dims["k"]).astype(np.float32)}
+        steps.append((feeds, False))
+    return steps
+
+
+def test_mixed_features_one_input_at_a_time(device):
+    moves = [(None, 0), (None, 0), ("m", 3), ("m", 4), ("m", 5), ("k", 4), ("k", 2), ("k", 0),
+             ("k", 5), ("s1", 3), ("s1", 4), ("n", 2), ("s1", 1), ("s1", 5), ("n", 1), ("s2", 0),
+             ("s2", 4), ("m", 0), ("m", 2), ("m", 1), (None, 0), ("k", 1), ("k", 9), ("k", 2)]
+    plans = _same_and_ort(_mixed(), _mixed_steps(moves), device)
+    assert any(e["action"] == "partial" for e in plans)
+
+
+_MOVES = st.one_of(st.just((None, 0)), st.tuples(st.sampled_from(["n", "s1", "s2", "m", "k"]),
+                                                 st.integers(0, 5)))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(_MOVES, st.integers(1, 3)), min_size=3, max_size=10))
+def test_random_mixed_sequences(device, moves):
+    """Random moves, each held for 1 to 3 inferences (a held move repeats its signature)."""
+    seq = [(None, 0)] + [m for m, times in moves for m in [m] + [(None, 0)] * (times - 1)]
+    _same_and_ort(_mixed(), _mixed_steps(seq), device)
+
+
+def _kv_with_state() -> onnx.ModelProto:
+    """kv_decoder_step and a recurrent state h (batch, d_model): h_next = Tanh(h + mean of y
+    over the new tokens), fed back by copy while the KV caches are fed back in place."""
+    m = kv_decoder_step()
+    g = m.graph
+    g.node.extend([helper.make_node("ReduceMean", ["y"], ["ym"], name="MeanY", axes=[1], keepdims=0),
+                   helper.make_node("Add", ["h", "ym"], ["hs"], name="AddH"),
+                   helper.make_node("Tanh", ["hs"], ["h_next"], name="TanhH")])
+    g.input.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 32]))
+    g.output.append(helper.make_tensor_value_info("h_next", TensorProto.FLOAT, None))
+    return m
+
+
+_KV_STATE_FB = {"present_k": "past_k", "present_v": "past_v", "h_next": "h"}
+
+
+def _kv_state_steps(seqs, seed=0):
+    """seqs: [(batch, [new tokens per step])]: each sequence starts from an empty past and a
+    random state; the later steps feed back the caches and the state."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for b, chunks in seqs:
+        for k, n in enumerate(chunks):
+            feeds = {"x": rng.standard_normal((b, n, 32)).astype(np.float32)}
+            if k == 0:
+                feeds.update(past_k=np.zeros((b, 2, 0, 16), np.float32),
+                             past_v=np.zeros((b, 2, 0, 16), np.float32),
+                             h=rng.standard_normal((b, 32)).astype(np.float32))
+            steps.append((feeds, k > 0))
+    return steps
+
+
+def _ort_fed_back(model, steps, feedback):
+    """onnxruntime over the steps, feeding the outputs back on the host."""
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    prev, outs = {}, []
+    for feeds, fed in steps:
+        feeds = dict(feeds)
+        if fed:
+            feeds.update({i: prev[o] for o, i in feedback.items()})
+        prev = dict(zip(names, sess.run(None, feeds)))
+        outs.append(prev)
+    return outs
+
+
+def _same_fed_back_and_ort(model, steps, feedback, **kw):
+    plans = _same(build_program(model), steps, device_of(), feedback, **kw)
+    got = _run(build_program(model), steps, device_of(), True, feedback, **kw)[0]
+    for i, (g, w) in enumerate(zip(got, _ort_fed_back(model, steps, feedback))):
+        for name in g:
+            assert_close_for(g[name], w[name], f"inference {i} output {name}")
+    return plans
+
+
+def device_of():
+    from engine import select_device
+    return select_device()
+
+
+def test_kv_and_state_fed_back_with_batch_changes(device):
+    """Decode with the caches aliased and the state copied; the batch changes between
+    sequences (the caches and the state start again), chunked and one-token steps."""
+    steps = _kv_state_steps([(1, [2, 1, 1, 1, 1]), (2, [1, 1, 1, 1, 2, 1, 1]),
+                             (1, [3, 1, 1, 1]), (2, [2, 1, 1])])
+    plans = _same_fed_back_and_ort(_kv_with_state(), steps, _KV_STATE_FB)
+    assert any(e["action"] == "partial" for e in plans)
+
+
+def test_mixed_features_with_static_impls_built_in_the_critical_path(device, static_gemms):
+    """As test_mixed_features_one_input_at_a_time with static GEMMs: the MatMul switches impls
+    (built, then taken from the impl cache) as its rows change, its weights reordered."""
+    moves = [(None, 0), (None, 0), ("m", 3), ("m", 4), ("m", 3), ("k", 4), ("m", 4), ("m", 3),
+             ("m", 4), (None, 0), ("s1", 4), ("m", 3), ("m", 1), ("k", 2), ("m", 2), ("m", 1)]
+    _same_and_ort(_mixed(), _mixed_steps(moves), device, impls="auto", async_compile=False)
+
+
+def test_kv_and_state_with_static_impls(device, static_gemms):
+    steps = _kv_state_steps([(1, [3, 1, 1, 1, 2, 1, 1]), (2, [1, 1, 1]), (1, [1, 1, 1, 1])])
+    _same_fed_back_and_ort(_kv_with_state(), steps, _KV_STATE_FB, impls="auto", async_compile=False)

@@ -302,3 +302,57 @@ def test_mixed_features_with_static_impls_built_in_the_critical_path(device, sta
 def test_kv_and_state_with_static_impls(device, static_gemms):
     steps = _kv_state_steps([(1, [3, 1, 1, 1, 2, 1, 1]), (2, [1, 1, 1]), (1, [1, 1, 1, 1])])
     _same_fed_back_and_ort(_kv_with_state(), steps, _KV_STATE_FB, impls="auto", async_compile=False)
+
+
+def _shape_values() -> onnx.ModelProto:
+    """Shape values of several kinds side by side: the batch of x through Shape(end=1) and a
+    host Concat (a Reshape target), the length of x through Shape -> Gather (an Expand's
+    shape), and a target given as an input that is also data (Cast)."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    c = lambda n, v: helper.make_tensor(n, i64, [len(v)], v)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["bx"], name="ShapeB", start=0, end=1),
+             helper.make_node("Concat", ["bx", "m1"], ["tb"], name="TgtB", axis=0),
+             helper.make_node("Relu", ["z"], ["rz"], name="RelZ"),
+             helper.make_node("Reshape", ["rz", "tb"], ["r1"], name="ReshB"),
+             helper.make_node("Neg", ["r1"], ["y1"], name="NegB"),
+             helper.make_node("Shape", ["x"], ["sx"], name="ShapeX"),
+             helper.make_node("Gather", ["sx", "one"], ["sl"], name="GatherS", axis=0),
+             helper.make_node("Concat", ["two", "sl"], ["te"], name="TgtE", axis=0),
+             helper.make_node("Sigmoid", ["u"], ["su"], name="SigU"),
+             helper.make_node("Expand", ["su", "te"], ["ex"], name="ExpandU"),
+             helper.make_node("Abs", ["ex"], ["y2"], name="AbsE"),
+             helper.make_node("Exp", ["z"], ["ez"], name="ExpZ"),
+             helper.make_node("Reshape", ["ez", "t"], ["r3"], name="ReshT"),
+             helper.make_node("Tanh", ["r3"], ["y3"], name="TanhT"),
+             helper.make_node("Cast", ["t"], ["tf"], name="CastT", to=f),
+             helper.make_node("Sin", ["tf"], ["y4"], name="SinT"),
+             helper.make_node("Cos", ["x"], ["y5"], name="CosX")]
+    inits = [c("m1", [-1]), c("one", [1]), c("two", [2])]
+    return _model(nodes, [helper.make_tensor_value_info("x", f, ["b", "s"]),
+                          helper.make_tensor_value_info("z", f, [2, 6]),
+                          helper.make_tensor_value_info("u", f, [1]),
+                          helper.make_tensor_value_info("t", i64, ["k"])],
+                  ["y1", "y2", "y3", "y4", "y5"], inits)
+
+
+_TARGETS = [[3, 4], [4, 3], [12], [2, 6], [2, 3, 2], [6, 2], [1, 12]]
+
+
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["b", "s", "t", None]), st.integers(0, 6),
+                          st.integers(1, 3)), min_size=3, max_size=10))
+def test_random_shape_value_sequences(device, moves):
+    """One of x's batch, x's length or the target changes (or nothing), each held 1 to 3
+    inferences: shape values change with and without their layouts."""
+    rng = np.random.default_rng(4)
+    z = rng.standard_normal((2, 6)).astype(np.float32)
+    dims, steps = {"b": 1, "s": 2, "t": 0}, []
+    for key, v, times in [(None, 0, 2)] + moves:
+        if key is not None:
+            dims[key] = v % 3 + 1 if key == "b" else v
+        for _ in range(times):
+            steps.append(({"x": rng.standard_normal((dims["b"], dims["s"])).astype(np.float32),
+                           "z": z, "u": rng.standard_normal(1).astype(np.float32),
+                           "t": np.array(_TARGETS[dims["t"]], np.int64)}, False))
+    _same_and_ort(_shape_values(), steps, device)

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from engine import build_program
+from engine import Network, build_program
+from engine.fast_path import NOT_DECISIONS
 from tests.conftest import assert_close_for, ort_session
 from tests.models import kv_decoder_step
-from tests.test_partial_replay import _run, _same
+from tests.test_partial_replay import _decisions, _run, _same
+from traces import MemoryTrace
 
 
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
@@ -356,3 +359,59 @@ def test_random_shape_value_sequences(device, moves):
                            "z": z, "u": rng.standard_normal(1).astype(np.float32),
                            "t": np.array(_TARGETS[dims["t"]], np.int64)}, False))
     _same_and_ort(_shape_values(), steps, device)
+
+
+def _fails_for_batch_2() -> onnx.ModelProto:
+    """y = -ReduceSum(x, axis 1) + w, w (3, 1): a batch of 2 does not broadcast (shape
+    inference refuses it at the Add, after the ReduceSum and the Neg ran for it)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("ReduceSum", ["x", "ax1"], ["d1"], name="Sum", keepdims=1),
+             helper.make_node("Neg", ["d1"], ["c1"], name="Neg"),
+             helper.make_node("Add", ["c1", "w"], ["y"], name="Add"),
+             helper.make_node("Sigmoid", ["z"], ["s"], name="Sig"),
+             helper.make_node("Exp", ["s"], ["y2"], name="Exp")]
+    inits = [helper.make_tensor("ax1", TensorProto.INT64, [1], [1]),
+             helper.make_tensor("w", f, [3, 1], [1., 2., 3.])]
+    return _model(nodes, [helper.make_tensor_value_info("x", f, ["b", "s"]),
+                          helper.make_tensor_value_info("z", f, [4])], ["y", "y2"], inits)
+
+
+def _run_with_failures(model, shapes, device, fast):
+    """Like _run, an inference that raises recorded as its exception's type name."""
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, fast_path=fast, impls="dynamic")
+    outs, counters = [], []
+    for s in shapes:
+        feeds = {"x": np.arange(np.prod(s), dtype=np.float32).reshape(s), "z": np.ones(4, np.float32)}
+        try:
+            outs.append({k: np.array(v) for k, v in net.infer(feeds).items()})
+        except Exception as e:  # noqa: BLE001 - the failure is part of the sequence
+            outs.append(type(e).__name__)
+        counters.append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+    return outs, counters, trace
+
+
+@pytest.mark.parametrize("shapes", [
+    [(3, 4), (3, 5), (2, 5), (3, 6), (3, 7)],            # a partial replay diverges, then fails
+    [(3, 4), (3, 4), (3, 4), (2, 4), (3, 4), (3, 4)],    # a flow fails between whole replays
+    [(3, 4), (3, 5), (3, 6), (2, 6), (3, 6), (3, 7)],    # a flow fails between partial replays
+], ids=["partial", "whole", "flow"])
+def test_an_inference_that_fails_midway_leaves_no_plan_in_use(device, shapes):
+    """An inference that raises midway (shape inference refuses a later node) leaves the
+    nodes it ran with its shapes: the next inferences must not repeat a plan that assumed
+    otherwise; outputs and decisions equal the flow's after the failure too."""
+    on = _run_with_failures(_fails_for_batch_2(), shapes, device, True)
+    off = _run_with_failures(_fails_for_batch_2(), shapes, device, False)
+    assert sum(isinstance(o, str) for o in off[0]) == 1     # the batch of 2 only
+    for i, (a, b) in enumerate(zip(on[0], off[0])):
+        if isinstance(b, str):
+            assert a == b, f"inference {i}"
+            continue
+        for name in b:
+            assert np.array_equal(a[name], b[name]), f"inference {i} output {name}"
+        want = -np.arange(np.prod(shapes[i]), dtype=np.float32).reshape(shapes[i]).sum(1, keepdims=True) \
+            + np.array([[1.], [2.], [3.]], np.float32)
+        np.testing.assert_allclose(a["y"], want, rtol=1e-6)
+    assert on[1] == off[1]
+    for i in range(len(shapes)):
+        assert _decisions(on[2].events, i) == _decisions(off[2].events, i), f"inference {i}"

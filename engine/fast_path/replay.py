@@ -46,6 +46,7 @@ class FastPath(Observer):
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
+        self._open = False             # an inference began and has not ended (it raised)
         tensors = buffers.tensors
         # graph outputs a host impl computes (shape subgraphs) keep their host value; every
         # other output is read back from its buffer
@@ -118,6 +119,7 @@ class FastPath(Observer):
         if self.restore is not None:
             _restore(self.restore.state)
             self.restore = None
+        self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
         self._partial = plan
         if plan is None:
@@ -133,6 +135,7 @@ class FastPath(Observer):
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
         trace the partial replay; record whole and partial plans from a flow where it allows.
         Returns what the inference's infer_end carries of it (plan_base, clean_nodes)."""
+        self._open = False
         p = self._partial
         if p is not None:
             counters["plan.partial"] = 1
@@ -198,6 +201,13 @@ class FastPath(Observer):
 
     # ---- the replay ---------------------------------------------------------------------
     def find(self, sig) -> Plan | None:
+        if self._open:
+            # the last inference raised midway: its nodes, buffers and predictor calls are as
+            # no plan recorded them, so no plan (whole or partial) may be used before the flow
+            # records new ones
+            self._open = False
+            self._new_epoch()
+            self.current, self.last_sig = None, None
         if self.blocker:
             return None
         plan = self.plans.get((self.last_sig, sig))
@@ -207,6 +217,7 @@ class FastPath(Observer):
         """Upload the inputs, put back each kernel's arguments and shape_info where they
         differ, enqueue, make the flow's predictor calls, read the outputs."""
         queue, tensors = self.queue, self.buffers.tensors
+        self._open = True
         _restore(plan.io_state)
         for name, value in feeds.items():
             t = tensors[name]
@@ -243,6 +254,7 @@ class FastPath(Observer):
                 queue.read_to_host(tensors[name])
         self.last_sig = plan.key[1]
         self.restore = plan
+        self._open = False
         self.current = None            # the nodes are left as another inference left them
         return {name: tensors[name].host for name in want}
 

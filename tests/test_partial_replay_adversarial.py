@@ -415,3 +415,22 @@ def test_an_inference_that_fails_midway_leaves_no_plan_in_use(device, shapes):
     assert on[1] == off[1]
     for i in range(len(shapes)):
         assert _decisions(on[2].events, i) == _decisions(off[2].events, i), f"inference {i}"
+
+
+def test_nodes_that_share_a_name(device):
+    """An explicit node name equal to the name an unnamed node gets (op_index): decisions
+    name their node, so neither may be taken for a clean node by the other's events."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="Exp_3"),
+             helper.make_node("Neg", ["a"], ["y"]),
+             helper.make_node("Sigmoid", ["z"], ["s"]),
+             helper.make_node("Exp", ["s"], ["e"]),           # named Exp_3 at load
+             helper.make_node("Abs", ["e"], ["y2"]),
+             helper.make_node("Relu", ["y2"], ["y3"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", f, ["n"]),
+                           helper.make_tensor_value_info("z", f, ["k"])], ["y", "y3"])
+    rng = np.random.default_rng(5)
+    steps = [({"x": rng.standard_normal(n).astype(np.float32),
+               "z": rng.standard_normal(k).astype(np.float32)}, False)
+             for n, k in [(3, 4), (3, 5), (3, 6), (3, 7), (4, 7), (5, 7), (5, 8)]]
+    _same_and_ort(model, steps, device)

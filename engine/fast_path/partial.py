@@ -91,6 +91,11 @@ class Attribution:
         self.always_dirty = {k for k, inst in enumerate(insts)
                              if inst.kv_past is not None or inst.concat_user is not None
                              or inst.in_place_producers is not None}
+        # decisions name their node: nodes that share a name (ONNX does not enforce unique
+        # names; an unnamed node is named op_index) cannot tell theirs apart
+        named = Counter(m.node.name for inst in insts for m in inst.family())
+        self.always_dirty |= {k for k, inst in enumerate(insts)
+                              if any(named[m.node.name] > 1 for m in inst.family())}
 
 
 def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set,

@@ -434,3 +434,18 @@ def test_nodes_that_share_a_name(device):
                "z": rng.standard_normal(k).astype(np.float32)}, False)
              for n, k in [(3, 4), (3, 5), (3, 6), (3, 7), (4, 7), (5, 7), (5, 8)]]
     _same_and_ort(model, steps, device)
+
+
+def test_a_shape_value_refilled_in_place_by_the_caller(device):
+    """A caller that keeps one array for the Reshape target and refills it before each
+    inference: the engine must see the new value (it kept the caller's array, so the previous
+    value it compares with changed too), with the fast path on and off, replays included."""
+    x = np.arange(12, dtype=np.float32)
+    for fast in (True, False):
+        net = Network(build_program(_target_also_data()), device, fast_path=fast, impls="dynamic")
+        t = np.zeros(2, np.int64)
+        for v in ([3, 4], [3, 4], [3, 4], [4, 3], [4, 3], [4, 3], [6, 2], [3, 4], [3, 4]):
+            t[:] = v
+            out = net.infer({"x": x, "t": t})
+            assert out["y"].shape == tuple(v), f"fast path {fast}"
+            np.testing.assert_allclose(out["y2"], 1 / (1 + np.exp(-np.array(v, np.float32))), rtol=1e-5)

@@ -221,7 +221,8 @@ class FastPath(Observer):
         _restore(plan.io_state)
         for name, value in feeds.items():
             t = tensors[name]
-            value = np.require(value, requirements="C")
+            # a copy of a shape value (Network.set_input says why)
+            value = np.array(value, order="C") if name in self.by_value else np.require(value, requirements="C")
             t.host = value
             t.version += 1
             t.dev_version = t.version

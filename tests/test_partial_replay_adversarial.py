@@ -449,3 +449,13 @@ def test_a_shape_value_refilled_in_place_by_the_caller(device):
             out = net.infer({"x": x, "t": t})
             assert out["y"].shape == tuple(v), f"fast path {fast}"
             np.testing.assert_allclose(out["y2"], 1 / (1 + np.exp(-np.array(v, np.float32))), rtol=1e-5)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.lists(st.integers(1, 3), min_size=1, max_size=6)),
+                min_size=1, max_size=3))
+def test_random_kv_and_state_decodes(device, seqs):
+    """Random sequences of random batches, each a decode of chunked and one-token steps with
+    the caches aliased and the state copied."""
+    _same_fed_back_and_ort(_kv_with_state(), _kv_state_steps(seqs, seed=len(seqs)), _KV_STATE_FB)

@@ -434,8 +434,29 @@ def test_nodes_that_share_a_name(device):
     rng = np.random.default_rng(5)
     steps = [({"x": rng.standard_normal(n).astype(np.float32),
                "z": rng.standard_normal(k).astype(np.float32)}, False)
-             for n, k in [(3, 4), (3, 5), (3, 6), (3, 7), (4, 7), (5, 7), (5, 8)]]
+             for n, k in [(3, 4), (3, 5), (3, 6), (3, 7), (4, 7), (5, 7), (6, 7), (6, 8)]]
     _same_and_ort(model, steps, device)
+
+
+def test_a_fused_node_whose_subgraph_repeats_its_name_still_repeats(device):
+    """A fused node's unfused subgraph repeats the fused node's name: no clash, so the fused
+    z chain stays clean while x changes (partial replays happen)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="Relu"),
+             helper.make_node("Neg", ["a"], ["y"], name="Neg"),
+             helper.make_node("Sin", ["z"], ["s"], name="Sin"),
+             helper.make_node("Cos", ["s"], ["c"], name="Cos"),
+             helper.make_node("Tanh", ["c"], ["t"], name="Tanh"),
+             helper.make_node("Sigmoid", ["t"], ["y2"], name="Sig")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", f, ["n"]),
+                           helper.make_tensor_value_info("z", f, ["k"])], ["y", "y2"])
+    net = Network(build_program(model), device, impls="dynamic")
+    assert any(len([m for m in i.family() if m.node.name == i.node.name]) > 1 for i in net.insts)
+    rng = np.random.default_rng(6)
+    steps = [({"x": rng.standard_normal(n).astype(np.float32),
+               "z": rng.standard_normal(4).astype(np.float32)}, False) for n in range(2, 8)]
+    plans = _same_and_ort(model, steps, device)
+    assert [e["iter"] for e in plans if e["action"] == "partial"] == [2, 3, 4, 5]
 
 
 def test_a_shape_value_refilled_in_place_by_the_caller(device):

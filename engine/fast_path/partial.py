@@ -93,7 +93,8 @@ class Attribution:
                              or inst.in_place_producers is not None}
         # decisions name their node: nodes that share a name (ONNX does not enforce unique
         # names; an unnamed node is named op_index) cannot tell theirs apart
-        named = Counter(m.node.name for inst in insts for m in inst.family())
+        # (a fused node's unfused subgraph may repeat its own name: that one is no clash)
+        named = Counter(name for inst in insts for name in {m.node.name for m in inst.family()})
         self.always_dirty |= {k for k, inst in enumerate(insts)
                               if any(named[m.node.name] > 1 for m in inst.family())}
 

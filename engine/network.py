@@ -17,6 +17,7 @@ from engine.decisions import Decisions, InputNode
 from engine.device import select_device
 from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
+from engine.fast_path.plans import value_inputs
 from engine.impl_cache import ImplCache
 from engine.impl_manager import ImplManager
 from engine.index_checks import IndexChecks
@@ -60,6 +61,9 @@ class Network:
         self.time_ms: dict = {}        # the last inference's time by part (engine/accounting.py)
         self.feedback = dict(feedback or {})
         self.kv_pasts = self._plan_kv_appends()
+        # inputs whose host values shape inference reads, kept from one inference to the next
+        # (to tell a new value): a copy, so a caller refilling its array in place is seen
+        self.by_value = value_inputs(self.insts, program.inputs)
         self._plan_memory(memory_pool)
         # plan replay of repeated input signatures (engine/fast_path); None: the flow runs always
         self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.decisions,
@@ -126,7 +130,7 @@ class Network:
     # ---- inputs -------------------------------------------------------------------------
     def set_input(self, name: str, value: np.ndarray) -> None:
         t = self.tensors[name]
-        value = np.require(value, requirements="C")
+        value = np.array(value, order="C") if name in self.by_value else np.require(value, requirements="C")
         t.layout = Layout(tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
         t.host = value
         t.version += 1
@@ -142,7 +146,7 @@ class Network:
         output buffer before every reader of the input has run)."""
         t = self.tensors[name]
         t.layout, t.version = src.layout, t.version + 1
-        t.host = value
+        t.host = np.array(value) if value is not None and name in self.by_value else value
         if name in self.kv_pasts:
             if t.capacity:
                 self.buffers.release(t)

@@ -64,6 +64,16 @@ def _hands_on_host(inst) -> bool:
         inst.inputs[0] is not None and inst.inputs[0].host is not None
 
 
+def _reads_value(inst, t) -> bool:
+    """Whether `inst` (or its unfused subgraph) reads `t`'s value on the host: a host impl
+    (a Shape reads only the layout) or shape inference (a memory dep)."""
+    for m in inst.family():
+        for k, x in enumerate(m.inputs):
+            if x is t and ((m.node.host and m.node.op != "Shape") or k in m.opdef.shape_deps):
+                return True
+    return False
+
+
 class Attribution:
     """Which top-level node a decision or a launch of the flow belongs to (a fused node's
     unfused subgraph counts as the node), and who reads each tensor. Fixed per network."""
@@ -81,6 +91,12 @@ class Attribution:
         self.always_dirty = {k for k, inst in enumerate(insts)
                              if inst.kv_past is not None or inst.concat_user is not None
                              or inst.in_place_producers is not None}
+        # decisions name their node: nodes that share a name (ONNX does not enforce unique
+        # names; an unnamed node is named op_index) cannot tell theirs apart
+        # (a fused node's unfused subgraph may repeat its own name: that one is no clash)
+        named = Counter(name for inst in insts for name in {m.node.name for m in inst.family()})
+        self.always_dirty |= {k for k, inst in enumerate(insts)
+                              if any(named[m.node.name] > 1 for m in inst.family())}
 
 
 def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set,
@@ -131,7 +147,8 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
         # a new one is uploaded into the same buffer before its readers run, as their
         # set_arguments would); a device node's output is new data every time, read through
         # its buffer
-        checks = [(t, t.layout, t.buf, t.offset, t.host if inst.node.host else None)
+        checks = [(t, t.layout, t.buf, t.offset, t.host if inst.node.host else None,
+                   any(clean[r] and _reads_value(insts[r], t) for r in attr.readers.get(t.name, ())))
                   for t in inst.outputs if any(clean[r] for r in attr.readers.get(t.name, ()))]
         steps.append((DIRTY, inst, checks))
     steps = [(SEG, s[1], dict(s[2]), s[3], s[4], s[5], s[6]) if s[0] == SEG else s for s in steps]
@@ -161,10 +178,13 @@ def run(plan: PartialPlan, queue, counters: Counter, buffers) -> int | None:
             continue
         inst, checks = step[1], step[2]
         inst.execute()
-        for t, layout, buf, offset, host in checks:
-            if host is not None and t.host is not host and t.layout == layout:
+        for t, layout, buf, offset, host, by_value in checks:
+            # a new host value (a host node keeps its array while the value repeats) that a
+            # clean node reads as a value (shape inference, a host impl) is a new input to it
+            new_value = host is not None and t.host is not host
+            if new_value and t.layout == layout and not by_value:
                 buffers.device_buffer(t)          # the new value, into the same buffer
-            if t.layout != layout or t.buf is not buf or t.offset != offset:
+            if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
                 _flow_from(steps, at + 1)
                 return applied
     return None

@@ -49,6 +49,7 @@ class FastPath(Observer):
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
+        self._open = False             # an inference began and has not ended (it raised)
         tensors = buffers.tensors
         # graph outputs a host impl computes (shape subgraphs) keep their host value; every
         # other output is read back from its buffer
@@ -80,22 +81,30 @@ class FastPath(Observer):
 
     # ---- around an inference of the flow ------------------------------------------------
     def input_changes(self, feeds: dict, fed_back: dict) -> frozenset:
-        """The graph inputs whose layout (or, for those shape inference reads, value) the
-        coming inference changes."""
+        """The graph inputs the coming inference changes, as (name, "layout") and, for those
+        shape inference reads, (name, "value"). A layout change counts as both (every reader
+        runs the flow then); a value change alone leaves the readers of the data clean, so a
+        base recorded for one does not serve a layout change."""
         tensors, out = self.buffers.tensors, set()
         for name in self.program.inputs:
             t = tensors[name]
-            if name in fed_back:
-                if tensors[fed_back[name]].layout != t.layout:
-                    out.add(name)
-                continue
             v = feeds.get(name)
-            if v is None:
+            if name in fed_back:
+                layout = tensors[fed_back[name]].layout != t.layout
+                # a fed-back shape value changes by value too (its host value, when the caller
+                # gives it, is what shape inference reads; without it the flow reads the device)
+                value = name in self.by_value and (v is None or not np.array_equal(t.host, v))
+            elif v is None:
                 continue
-            l = t.layout
-            if l is None or l.shape != np.shape(v) or l.dtype != dtype_from_numpy(np.asarray(v).dtype) \
-                    or (name in self.by_value and not np.array_equal(t.host, v)):
-                out.add(name)
+            else:
+                l = t.layout
+                layout = l is None or l.shape != np.shape(v) or \
+                    l.dtype != dtype_from_numpy(np.asarray(v).dtype)
+                value = name in self.by_value and not np.array_equal(t.host, v)
+            if layout:
+                out.add((name, "layout"))
+            if layout or value:
+                out.add((name, "value"))
         return frozenset(out)
 
     def partial_for(self, feeds: dict, fed_back: dict) -> "partial.PartialPlan | None":
@@ -113,6 +122,7 @@ class FastPath(Observer):
         if self.restore is not None:
             _restore(self.restore.state)
             self.restore = None
+        self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
         self._partial = plan
         if plan is None:
@@ -128,6 +138,7 @@ class FastPath(Observer):
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
         trace the partial replay; record whole and partial plans from a flow where it allows.
         Returns what the inference's infer_end carries of it (plan_base, clean_nodes)."""
+        self._open = False
         p = self._partial
         if p is not None:
             counters["plan.partial"] = 1
@@ -193,6 +204,13 @@ class FastPath(Observer):
 
     # ---- the replay ---------------------------------------------------------------------
     def find(self, sig) -> Plan | None:
+        if self._open:
+            # the last inference raised midway: its nodes, buffers and predictor calls are as
+            # no plan recorded them, so no plan (whole or partial) may be used before the flow
+            # records new ones
+            self._open = False
+            self._new_epoch()
+            self.current, self.last_sig = None, None
         if self.blocker:
             return None
         plan = self.plans.get((self.last_sig, sig))
@@ -202,10 +220,12 @@ class FastPath(Observer):
         """Upload the inputs, put back each kernel's arguments and shape_info where they
         differ, enqueue, make the flow's predictor calls, read the outputs."""
         queue, tensors = self.queue, self.buffers.tensors
+        self._open = True
         _restore(plan.io_state)
         for name, value in feeds.items():
             t = tensors[name]
-            value = np.require(value, requirements="C")
+            # a copy of a shape value (Network.set_input says why)
+            value = np.array(value, order="C") if name in self.by_value else np.require(value, requirements="C")
             t.host = value
             t.version += 1
             t.dev_version = t.version
@@ -238,6 +258,7 @@ class FastPath(Observer):
                 queue.read_to_host(tensors[name])
         self.last_sig = plan.key[1]
         self.restore = plan
+        self._open = False
         self.current = None            # the nodes are left as another inference left them
         return {name: tensors[name].host for name in want}
 

@@ -6,6 +6,7 @@ straight into the concat's buffer (its runtime in-place concat)."""
 from __future__ import annotations
 
 from engine.control_flow import ControlInst
+from engine.graph import ModelError
 from engine.memory_pool import END
 from engine.primitive_inst import PrimitiveInst
 
@@ -80,6 +81,20 @@ def tensor_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]
         read(o, END)
     return life
 
+
+
+def kv_appends(prog, insts, feedback: dict) -> set:
+    """--feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on the
+    device. Marks the KV-cache concats whose past input aliases their buffer instead of taking
+    a copy (`inst.kv_past`) and returns those inputs."""
+    for out, inp in feedback.items():
+        if out not in prog.outputs or inp not in prog.inputs:
+            raise ModelError(f"feedback {out}:{inp}: {out!r} must be a graph output and "
+                             f"{inp!r} a graph input")
+        inst = next((i for i in insts if out in i.node.outputs), None)
+        if inst is not None and kv_append_ok(prog, inst.node, inp):
+            inst.kv_past = inp
+    return {i.kv_past for i in insts if i.kv_past is not None}
 
 
 def kv_append_ok(prog, node, past: str) -> bool:

@@ -22,7 +22,7 @@ from engine.impl_cache import ImplCache
 from engine.impl_manager import ImplManager
 from engine.index_checks import IndexChecks
 from engine.layout import Layout, dtype_from_numpy
-from engine.load_passes import in_place_concats, instantiate, kv_append_ok, tensor_lifetimes
+from engine.load_passes import in_place_concats, instantiate, kv_appends, tensor_lifetimes
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool
 from engine.predictors import make_predictor
@@ -60,7 +60,7 @@ class Network:
         self.iter = -1
         self.time_ms: dict = {}        # the last inference's time by part (engine/accounting.py)
         self.feedback = dict(feedback or {})
-        self.kv_pasts = self._plan_kv_appends()
+        self.kv_pasts = kv_appends(program, self.insts, self.feedback)
         # inputs whose host values shape inference reads, kept from one inference to the next
         # (to tell a new value): a copy, so a caller refilling its array in place is seen
         self.by_value = value_inputs(self.insts, program.inputs)
@@ -70,19 +70,6 @@ class Network:
                              self.index_checks.tensors, bool(self.feedback)) if fast_path else None
         if self.fast is not None:
             self.queue.observer = self.fast
-
-    def _plan_kv_appends(self) -> set:
-        """--feedback OUT:IN: output OUT of inference i is input IN of inference i + 1, on the
-        device. The inputs that alias their KV-cache concat's buffer instead of taking a copy."""
-        prog = self.program
-        for out, inp in self.feedback.items():
-            if out not in prog.outputs or inp not in prog.inputs:
-                raise ModelError(f"feedback {out}:{inp}: {out!r} must be a graph output and "
-                                 f"{inp!r} a graph input")
-            inst = next((i for i in self.insts if out in i.node.outputs), None)
-            if inst is not None and kv_append_ok(prog, inst.node, inp):
-                inst.kv_past = inp
-        return {i.kv_past for i in self.insts if i.kv_past is not None}
 
     def _plan_memory(self, enabled: bool) -> None:
         """Device memory: lifetimes over the execution order; graph inputs (external memory)

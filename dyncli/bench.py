@@ -72,9 +72,9 @@ def _key(feeds: dict) -> str:
     return shapes[0] if len(set(shapes)) == 1 else ",".join(shapes)
 
 
-def bench_model(opts: BenchOptions, progress=None) -> dict:
-    """Run the procedure of the module docstring; `progress(done, total, what)` after each
-    inference."""
+def load_sequence(opts: BenchOptions) -> tuple:
+    """(model, program, shape sequence, random feeds) of a benchmark; the user's mistakes as
+    UsageError."""
     from engine.predictors import ENGINE_POLICIES
     if opts.predictor not in ENGINE_POLICIES:
         raise UsageError(f"--predictor: unknown policy {opts.predictor!r}: choose from "
@@ -85,16 +85,22 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
         prog = build_program(model, opts.model)
     except ModelError as e:
         raise UsageError(str(e)) from None
-    seq, loaded = resolve_sequence(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
-                                              grid=opts.grid, model_shape=opts.model_shape), prog, model)
-    names = list(prog.inputs)
+    seq, _ = resolve_sequence(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
+                                         grid=opts.grid, model_shape=opts.model_shape), prog, model)
     try:
-        ranges = shape_spec.parse_input_ranges(opts.input_range, names) if opts.input_range else {}
+        ranges = shape_spec.parse_input_ranges(opts.input_range, list(prog.inputs)) if opts.input_range else {}
     except shape_spec.ShapeSpecError as e:
         raise UsageError(str(e)) from None
     rng = np.random.default_rng(opts.seed)
     dtypes = {n: l.dtype for n, l in prog.inputs.items()}
-    feeds = [random_inputs(rng, inf, dtypes, ranges) for inf in seq]
+    return model, prog, seq, [random_inputs(rng, inf, dtypes, ranges) for inf in seq]
+
+
+def bench_model(opts: BenchOptions, progress=None) -> dict:
+    """Run the procedure of the module docstring; `progress(done, total, what)` after each
+    inference."""
+    model, prog, seq, feeds = load_sequence(opts)
+    names = list(prog.inputs)
     keys = [_key(f) for f in feeds]
     distinct = list(dict.fromkeys(keys))
     device = select_device(opts.device)

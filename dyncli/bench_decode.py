@@ -17,34 +17,17 @@ import time
 
 import numpy as np
 
-from dyncli import shapes as shape_spec
-from dyncli.bench import BenchOptions, _mean_parts, check_peers, pct
-from dyncli.inputs import random_inputs
-from dyncli.runner import RunOptions, UsageError, parse_feedback, read_model, resolve_sequence
-from engine import Network, build_program, select_device
+from dyncli.bench import BenchOptions, _mean_parts, load_sequence, pct
+from dyncli.runner import UsageError, parse_feedback
+from engine import Network, select_device
 from engine.device import describe
-from engine.program import ModelError
 
 
 def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dict:
-    check_peers(opts.compare)
-    model = read_model(opts.model)
-    try:
-        prog = build_program(model, opts.model)
-    except ModelError as e:
-        raise UsageError(str(e)) from None
-    seq, _ = resolve_sequence(RunOptions(model=opts.model, shapes=opts.shapes, shapes_file=opts.shapes_file,
-                                         grid=opts.grid, model_shape=opts.model_shape), prog, model)
+    model, prog, seq, feeds = load_sequence(opts)
     if len(seq) < 2:
         raise UsageError("--feedback: a decode needs at least two inferences in --shapes")
     feedback = parse_feedback(feedback_specs, prog, model)
-    try:
-        ranges = shape_spec.parse_input_ranges(opts.input_range, list(prog.inputs)) if opts.input_range else {}
-    except shape_spec.ShapeSpecError as e:
-        raise UsageError(str(e)) from None
-    rng = np.random.default_rng(opts.seed)
-    dtypes = {n: l.dtype for n, l in prog.inputs.items()}
-    feeds = [random_inputs(rng, inf, dtypes, ranges) for inf in seq]
     device = select_device(opts.device)
     net = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, predictor=opts.predictor,
                   feedback=feedback)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import statistics
 import time
 
-import numpy as np
 
 from dyncli.bench import BenchOptions, _mean_parts, load_sequence, pct
 from dyncli.runner import UsageError, parse_feedback

@@ -15,7 +15,6 @@ from __future__ import annotations
 import statistics
 import time
 
-
 from dyncli.bench import BenchOptions, _mean_parts, load_sequence, pct
 from dyncli.runner import UsageError, parse_feedback
 from engine import Network, select_device

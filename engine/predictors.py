@@ -14,6 +14,7 @@ Every policy implements ``realloc(buf, id, shape, dtype_bits, used_bytes) -> Rea
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass
 
@@ -73,10 +74,11 @@ class _Track:
         self.prev_cycle_len = 0
 
     def observe(self, shape: tuple, need: int) -> None:
-        if self.last is not None and len(shape) == len(self.last):
-            diff = tuple(a - b for a, b in zip(shape, self.last))
-            if any(diff):             # a repeated shape is no evidence either way
-                if all(d >= 0 for d in diff):
+        last = self.last
+        if last is not None and len(shape) == len(last):
+            if shape != last:         # a repeated shape is no evidence either way
+                diff = tuple(map(operator.sub, shape, last))
+                if min(diff) >= 0:
                     self.streak = self.streak + 1 if diff == self.step else 1
                     self.step = diff
                 else:
@@ -108,6 +110,9 @@ class _Track:
         if self.prev_cycle_max and self.t - self.cycle_start <= self.prev_cycle_len * 3 // 2 + grace:
             soon = max(soon, self.prev_cycle_max)
         return soon
+
+
+_KEEP = ReallocDecision("reuse", 0, False, "keep", False)   # the common answer, made once
 
 
 class AdaptivePredictor:
@@ -147,13 +152,13 @@ class AdaptivePredictor:
         tr = self._tracks.get(id)
         if tr is None:
             tr = self._tracks[id] = _Track(s.memory_window)
-        need = _shape_size(shape)
+        need = math.prod(shape)       # a tuple of ints (BufferState.realloc_if_needed)
         tr.observe(shape, need)
         soon = tr.needed_soon(s.base_iters)
         reclaimed = False
         if buf.has_buffer and need <= buf.cap_elems:
             if soon * RECLAIM_FACTOR >= buf.cap_elems:
-                return ReallocDecision("reuse", 0, False, "keep", False)
+                return _KEEP
             reclaimed = True
         if not buf.has_buffer:
             alloc, mode = need, "first"  # no history: nothing to predict from

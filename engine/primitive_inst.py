@@ -454,11 +454,12 @@ class PrimitiveInst:
             return False
         nbytes = max(d.alloc_elems, l.count) * l.itemsize
         how = buffers.give(t, nbytes, exact=l.count * l.itemsize)
+        predicted = d.predicted
         if how == "alloc" and t.capacity < nbytes:   # the extra was dropped to fit the device
-            nbytes, d.predicted = t.capacity, False
+            nbytes, predicted = t.capacity, False
         t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
         self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
-                  capacity=t.capacity, predicted=d.predicted, mode=d.mode, shape=l.shape,
+                  capacity=t.capacity, predicted=predicted, mode=d.mode, shape=l.shape,
                   dtype=l.dtype, **label)
         return True
 

@@ -323,7 +323,7 @@ class SimResult:
     mean_slack_ratio: float = 0.0     # mean over steps of (capacity - required) / capacity
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReallocDecision:
     action: str             # "alloc" | "reuse"
     alloc_elems: int        # elements of the new buffer (when action == "alloc")
@@ -347,7 +347,7 @@ class BufferState:
                           used_bytes: int | None = None) -> ReallocDecision:
         """Decide this step through ``sp``: a ShapePredictor (the plugin's rule) or any
         preallocation policy of engine/predictors.py; they all share this entry point."""
-        return sp.realloc(self, id, tuple(int(d) for d in shape), dtype_bits, used_bytes)
+        return sp.realloc(self, id, tuple(map(int, shape)), dtype_bits, used_bytes)
 
     def take(self, alloc_elems: int) -> None:
         """A new buffer of ``alloc_elems`` elements replaces the held one."""

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""End-to-end figures of the fast-path and kernels issues, with their peers, in one process.
+"""End-to-end figures of the engine on the benchmark models, with their peers, in one process.
 
     python examples/make_models.py --bench          # once: examples/bench/*.onnx
     python scripts/bench_e2e.py [--bert] [--gpt2] [--torch] [--json FILE]
 
 --bert: the MiniLM-architecture BERT (6 layers, 384, 12 heads, FFN 1536) over 200 sequence
-  lengths drawn from {8, 16, 24, 32, 48, 64, 96, 128} (batch 1, seed 0) through `dyncli bench`
-  (fast path on and off; kernel time from a profiling pass), next to onnxruntime (CPU) on the
-  same inputs; and `dyncli run` with its default trace vs `--trace none`-like NullTrace.
+  lengths drawn from {8, 16, 24, 32, 48, 64, 96, 128} (batch 1, seed 0) through `dyncli bench`:
+  default options (kernel time from a profiling pass, onnxruntime CPU on the same inputs), the
+  fast path off, and the plugin's ShapePredictor (`--predictor openvino`); time by part; and
+  `dyncli run`'s default trace vs no trace over the same sequence.
 --gpt2: the GPT-2-small-architecture decode step, 256 tokens, KV cache fed back on the device
-  (--feedback present_*:past_*): mean latency per token of a warm second pass, kernels per step.
+  (--feedback present_*:past_*): mean latency per token of a warm second pass, kernels per step,
+  time by part and partial replays (`dyncli bench --feedback` with scripts/decode_shapes.py
+  gives the same figure from the command line).
 --torch: the same architectures in torch eager on CUDA (transformers, random weights, TF32
   off), inputs from the host and outputs back to it as ours are; skipped with a message when
   torch or CUDA is missing.

@@ -134,10 +134,15 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     if not inputs and not subgraph:
         raise ModelError("the model has no inputs")
 
-    nodes = []
+    nodes, taken = [], set()
     expanded = expand_domain_ops(model, opset)
     for k, (n, node_opset) in enumerate(expanded.nodes):
         name = n.name or f"{n.op_type}_{k}"
+        # ONNX does not require unique node names, the runtime does (decisions, scratch
+        # buffers and the trace name nodes): a name met again gets the node's position
+        while name in taken:
+            name = f"{name}#{k}"
+        taken.add(name)
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n, node_opset))
     nodes = attach_outer(nodes, model, opset)    # control flow: what subgraphs read from here
     nodes = _toposort(nodes, set(constants) | set(inputs))

@@ -483,3 +483,19 @@ def test_random_kv_and_state_decodes(device, seqs):
     steps (no new token: the caches keep their length) with the caches aliased and the state
     copied."""
     _same_fed_back_and_ort(_kv_with_state(), _kv_state_steps(seqs, seed=len(seqs)), _KV_STATE_FB)
+
+
+def test_node_names_are_made_unique_at_load():
+    """Two nodes given one name, and an explicit name equal to a generated one: every node of
+    the program has a name of its own (the second of a pair gets its position)."""
+    from engine import build_program as build
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="n"),
+                           helper.make_node("Exp", ["a"], ["b"]),
+                           helper.make_node("Neg", ["b"], ["c"], name="Exp_1"),
+                           helper.make_node("Sigmoid", ["c"], ["y"], name="n")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    prog = build(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    names = [n.name for n in prog.nodes]
+    assert len(set(names)) == len(names) == 4
+    assert {"n", "Exp_1", "Exp_1#2", "n#3"} == set(names)

@@ -17,7 +17,7 @@ from engine.decisions import Decisions, InputNode
 from engine.device import select_device
 from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
-from engine.fast_path.plans import value_inputs
+from engine.fast_path.plans import input_array, value_inputs
 from engine.impl_cache import ImplCache
 from engine.impl_manager import ImplManager
 from engine.index_checks import IndexChecks
@@ -66,7 +66,7 @@ class Network:
         self.by_value = value_inputs(self.insts, program.inputs)
         self._plan_memory(memory_pool)
         # plan replay of repeated input signatures (engine/fast_path); None: the flow runs always
-        self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.decisions,
+        self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.decisions, self.by_value,
                              self.index_checks.tensors, bool(self.feedback)) if fast_path else None
         if self.fast is not None:
             self.queue.observer = self.fast
@@ -117,7 +117,7 @@ class Network:
     # ---- inputs -------------------------------------------------------------------------
     def set_input(self, name: str, value: np.ndarray) -> None:
         t = self.tensors[name]
-        value = np.array(value, order="C") if name in self.by_value else np.require(value, requirements="C")
+        value = input_array(value, name in self.by_value)
         t.layout = Layout(tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
         t.host = value
         t.version += 1
@@ -167,7 +167,7 @@ class Network:
         self.accounting.begin()
         self.impls.in_flight(True)
         fast, fed_back = self.fast, fed_back or {}
-        sig = signature(feeds, fast.by_value) if fast is not None else None
+        sig = signature(feeds, self.by_value) if fast is not None else None
         plan = fast.find(sig) if fast is not None else None
         if plan is not None:
             return self.index_checks.after(self._replay(plan, feeds, t0, want))

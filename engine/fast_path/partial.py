@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.decisions import count
+from engine.fast_path.plans import value_reads
 
 # decisions of a node that only repeats what it did (kind, action) -> reasons (None: any)
 _CLEAN = {("update_shape", "skip"): {"shape_unchanged", "static_output", "shape_of_unchanged",
@@ -67,11 +68,7 @@ def _hands_on_host(inst) -> bool:
 def _reads_value(inst, t) -> bool:
     """Whether `inst` (or its unfused subgraph) reads `t`'s value on the host: a host impl
     (a Shape reads only the layout) or shape inference (a memory dep)."""
-    for m in inst.family():
-        for k, x in enumerate(m.inputs):
-            if x is t and ((m.node.host and m.node.op != "Shape") or k in m.opdef.shape_deps):
-                return True
-    return False
+    return any(k < len(m.inputs) and m.inputs[k] is t for m in inst.family() for k in value_reads(m))
 
 
 class Attribution:

@@ -22,6 +22,18 @@ def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:
                   np.asarray(v).tobytes() if k in by_value else None) for k, v in sorted(feeds.items()))
 
 
+def value_reads(inst):
+    """The input positions whose host values `inst` reads: every input of a host impl (a
+    Shape reads only the layout), the memory deps of shape inference otherwise."""
+    return range(len(inst.inputs)) if inst.node.host and inst.node.op != "Shape" else inst.opdef.shape_deps
+
+
+def input_array(value, by_value: bool) -> np.ndarray:
+    """An input's host array, C-contiguous; a copy when shape inference reads its value, so
+    that the value kept to tell the next one apart is not the caller's array refilled in place."""
+    return np.array(value, order="C") if by_value else np.require(value, requirements="C")
+
+
 def value_inputs(insts, graph_inputs) -> frozenset:
     """Graph inputs whose values decide shapes: read as a memory dep by a device node or by a
     host impl (a Shape node reads only the shape), directly or through views (a view, or a
@@ -29,11 +41,8 @@ def value_inputs(insts, graph_inputs) -> frozenset:
     names, views = set(), {}
     for inst in insts:
         for i in inst.family():
-            if i.node.host and i.node.op != "Shape":
-                idx = range(len(i.inputs))
-            else:
-                idx = i.opdef.shape_deps
-            names |= {i.inputs[k].name for k in idx if k < len(i.inputs) and i.inputs[k] is not None}
+            names |= {i.inputs[k].name for k in value_reads(i)
+                      if k < len(i.inputs) and i.inputs[k] is not None}
             if not i.node.host and (i.opdef.view or i.opdef.runtime_skip) and i.inputs and i.inputs[0] is not None:
                 views.update((t.name, i.inputs[0].name) for t in i.outputs)
     todo = list(names)

@@ -8,7 +8,7 @@ import numpy as np
 
 from engine.device_queue import Observer
 from engine.fast_path import partial
-from engine.fast_path.plans import Plan, blocker, resource_free, signature, value_inputs
+from engine.fast_path.plans import Plan, blocker, input_array, resource_free, signature
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
 from traces.schema import PLAN_BASES_KEPT
@@ -25,12 +25,13 @@ SEEN_KEPT = 1024
 
 
 class FastPath(Observer):
-    def __init__(self, program, insts, buffers, queue, decisions, read_after=(), feedback: bool = False):
+    def __init__(self, program, insts, buffers, queue, decisions, by_value: frozenset, read_after=(),
+                 feedback: bool = False):
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
         self.decisions = decisions
         # why whole-inference plans cannot be recorded ("" when they can); partial plans can
         self.blocker = blocker(insts, feedback)
-        self.by_value = value_inputs(insts, program.inputs)
+        self.by_value = by_value       # graph inputs whose values decide shapes (value_inputs)
         self.plans = Memo(PLAN_BASES_KEPT)   # (previous signature, signature) -> Plan
         self.epoch = 0                 # inferences of the flow that changed a resource
         # transitions the flow ran once in this epoch, the latest SEEN_KEPT: a run of many
@@ -224,8 +225,7 @@ class FastPath(Observer):
         _restore(plan.io_state)
         for name, value in feeds.items():
             t = tensors[name]
-            # a copy of a shape value (Network.set_input says why)
-            value = np.array(value, order="C") if name in self.by_value else np.require(value, requirements="C")
+            value = input_array(value, name in self.by_value)
             t.host = value
             t.version += 1
             t.dev_version = t.version

@@ -80,9 +80,12 @@ def test_out_of_range_refused_in_range_as_onnxruntime(case, data_input, device):
     assert net.counters["plan.replay"] == 1, "the fast path never replayed: the check after it is untested"
 
 
-def test_gather_out_of_range_through_the_cli_one_line_exit_2(tmp_path):
+@pytest.mark.parametrize("make, name", [(lambda: _model("Gather", ["batch", "seq"]), "i"),
+                                        (lambda: _device_model("Gather", ["batch", "seq"]), "j")],
+                         ids=["host_indices", "device_indices"])
+def test_gather_out_of_range_through_the_cli_one_line_exit_2(tmp_path, make, name):
     p = tmp_path / "emb.onnx"
-    onnx.save(_model("Gather", ["batch", "seq"]), p)
+    onnx.save(make(), p)
     r = subprocess.run([sys.executable, "-m", "dyncli", "run", str(p), "--shapes", "i:1x8",
                         "--input-range", "i:0..40", "--trace", "none", "-q"],
                        capture_output=True, text=True, timeout=300)
@@ -90,7 +93,7 @@ def test_gather_out_of_range_through_the_cli_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith("error: inference 0 failed: node n (Gather) cannot run on input "
                                "shapes [4x6, 1x8]: index "), lines[0]
-    assert lines[0].endswith(" of i is out of range for axis 0 of size 4 (-4..3)"), lines[0]
+    assert lines[0].endswith(f" of {name} is out of range for axis 0 of size 4 (-4..3)"), lines[0]
 
 
 def test_in_range_on_a_transition_replay_whose_data_the_last_flow_left_shorter(device):
@@ -214,16 +217,3 @@ def test_flags_left_by_an_inference_that_failed_midway_are_cleared(device):
     flags.unread = True            # as an inference that raised before its end leaves them
     feeds = {"i": np.array([0, 3], np.int64)}
     assert_close(net.infer(feeds)["y"], DATA[[0, 3]])
-
-
-def test_device_indices_out_of_range_through_the_cli_one_line_exit_2(tmp_path):
-    p = tmp_path / "emb.onnx"
-    onnx.save(_device_model("Gather", ["batch", "seq"]), p)
-    r = subprocess.run([sys.executable, "-m", "dyncli", "run", str(p), "--shapes", "i:1x8",
-                        "--input-range", "i:0..40", "--trace", "none", "-q"],
-                       capture_output=True, text=True, timeout=300)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert r.returncode == 2 and len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: inference 0 failed: node n (Gather) cannot run on input "
-                               "shapes [4x6, 1x8]: index "), lines[0]
-    assert lines[0].endswith(" of j is out of range for axis 0 of size 4 (-4..3)"), lines[0]

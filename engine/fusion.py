@@ -96,7 +96,13 @@ def _available_before(prog, name: str, p) -> bool:
     if name in prog.constants or name in prog.inputs:
         return True
     src = prog.producers.get(name)
-    return src is not None and src[0].index < p.index and src[0].fused_into is None
+    if src is None or src[0].index >= p.index:
+        return False
+    # a value some earlier kernel writes: a node's own output, or the last value of a fused
+    # chain (GPT-2's residual stream: the MLP's down projection adds the attention block's
+    # output, itself the end of the output projection's epilogue)
+    host = src[0].fused_into
+    return host is None or (host.fusion.out == name and host.index < p.index)
 
 
 def _grow(prog, p) -> Fusion:

@@ -29,8 +29,45 @@
 #define SCALE_OUT8(acc, inv) ((acc) * (inv))
 #endif
 
-#define ATT_ARGS OPTIONAL_SHAPE_INFO_ARG __global const float* Q, __global const float* K, \
-    __global const float* V, __global float* Y, __global const float* scores_dims PROLOGUE_ARGS
+// KV_APPEND (engine/load_passes.kv_into_attention): K and V are KV caches whose keys from
+// P = PARAM(23) on are still in the new tensors KN, VN (tensors KN_T, VN_T; (b, h, l, d) strides
+// PARAM(24..27), PARAM(28..31)): they are read from there, and the first query row (block) of
+// each (b, h) writes them into the caches. No read of this kernel touches a cache row past P.
+#ifdef KV_APPEND
+#define KV_CONST
+#define KV_ARGS , __global const float* KN, __global const float* VN
+#define KV_SETUP(b_, h_) \
+    const int P = PARAM(23), knl = PARAM(26), knd = PARAM(27), vnl = PARAM(30), vnd = PARAM(31); \
+    const __global float* kn = KN + T_OFF(KN_T) + (b_) * PARAM(24) + (h_) * PARAM(25); \
+    const __global float* vn = VN + T_OFF(VN_T) + (b_) * PARAM(28) + (h_) * PARAM(29);
+#define K_ROW(j) ((j) < P ? k + (j) * kl : kn + ((j) - P) * knl)
+#define V_ROW(j) ((j) < P ? v + (j) * vl : vn + ((j) - P) * vnl)
+#define K_D(j) ((j) < P ? kd : knd)
+#define V_D(j) ((j) < P ? vd : vnd)
+#define KV_UNIT (knd == 1 && vnd == 1)
+// lanes `lane` of `lanes` copy the new entries of (b_, h_) into the caches
+#define KV_WRITE(b_, h_, lane, lanes) { \
+    __global float* kw = K + T_OFF(1) + (b_) * PARAM(4) + (h_) * PARAM(5); \
+    __global float* vw = V + T_OFF(2) + (b_) * PARAM(8) + (h_) * PARAM(9); \
+    for (int t = (lane); t < (L - P) * Dk; t += (lanes)) \
+        kw[(P + t / Dk) * kl + (t % Dk) * kd] = kn[(t / Dk) * knl + (t % Dk) * knd]; \
+    for (int t = (lane); t < (L - P) * Dv; t += (lanes)) \
+        vw[(P + t / Dv) * vl + (t % Dv) * vd] = vn[(t / Dv) * vnl + (t % Dv) * vnd]; }
+#else
+#define KV_CONST const
+#define KV_ARGS
+#define KV_SETUP(b_, h_)
+#define K_ROW(j) (k + (j) * kl)
+#define V_ROW(j) (v + (j) * vl)
+#define K_D(j) kd
+#define V_D(j) vd
+#define KV_UNIT 1
+#define KV_WRITE(b_, h_, lane, lanes) {}
+#endif
+
+#define ATT_ARGS OPTIONAL_SHAPE_INFO_ARG __global const float* Q, __global KV_CONST float* K, \
+    __global KV_CONST float* V, __global float* Y, __global const float* scores_dims PROLOGUE_ARGS \
+    KV_ARGS
 
 // Pointers to row r's q row, k and v (head base) and y row.
 #define ATT_SETUP(r) \
@@ -42,7 +79,8 @@
     __global float* y = Y + T_OFF(3) + b_ * PARAM(19) + h_ * PARAM(20) + i_ * PARAM(21); \
     const int qd = PARAM(3), kl = PARAM(6), kd = PARAM(7), vl = PARAM(10), vd = PARAM(11); \
     const int yd = PARAM(22); \
-    const int base = (r) * L;
+    const int base = (r) * L; \
+    KV_SETUP(b_, h_)
 
 // CPU: a work-item per query row, no barriers.
 #ifdef ATTENTION_ROW
@@ -51,16 +89,17 @@ KERNEL(attention_row)(ATT_ARGS)
     const int r = get_global_id(0);
     if (r >= PARAM(12) * PARAM(13) * PARAM(14)) return;
     ATT_SETUP(r)
+    if (i_ == 0) KV_WRITE(b_, h_, 0, 1)
     PROLOGUE_ROW(base, 1, 1)
     float sc[MAX_L];
     float m = -INFINITY;
-    if (qd == 1 && kd == 1 && vd == 1 && yd == 1 && (Dk & 7) == 0 && (Dv & 7) == 0) {
+    if (qd == 1 && kd == 1 && vd == 1 && yd == 1 && KV_UNIT && (Dk & 7) == 0 && (Dv & 7) == 0) {
         // contiguous head dims (k's Transpose absorbed): float8 dot products and a float8
         // accumulator row (explicit SIMD; PoCL does not vectorise the float reductions)
         float8 qv[MAX_D / 8], acc[MAX_D / 8];
         for (int c = 0; c < Dk / 8; ++c) qv[c] = vload8(c, q);
         for (int j = 0; j < L; ++j) {
-            const __global float* kj = k + j * kl;
+            const __global float* kj = K_ROW(j);
             float8 s8 = 0.0f;
             for (int c = 0; c < Dk / 8; ++c) s8 += qv[c] * vload8(c, kj);
             float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
@@ -74,7 +113,7 @@ KERNEL(attention_row)(ATT_ARGS)
         for (int j = 0; j < L; ++j) {
             const float e = exp(sc[j] - m);
             sum += e;
-            const __global float* vj = v + j * vl;
+            const __global float* vj = V_ROW(j);
             for (int c = 0; c < Dv / 8; ++c) acc[c] += e * vload8(c, vj);
         }
         const float inv = INV_SUM(sum);
@@ -82,9 +121,10 @@ KERNEL(attention_row)(ATT_ARGS)
         return;
     }
     for (int j = 0; j < L; ++j) {
-        const __global float* kj = k + j * kl;
+        const __global float* kj = K_ROW(j);
+        const int kdj = K_D(j);
         float s = 0.0f;
-        for (int d = 0; d < Dk; ++d) s += q[d * qd] * kj[d * kd];
+        for (int d = 0; d < Dk; ++d) s += q[d * qd] * kj[d * kdj];
         s = PROLOGUE_AT(SCALED(s), j, base + j);
         sc[j] = s;
         m = fmax(m, s);
@@ -99,7 +139,7 @@ KERNEL(attention_row)(ATT_ARGS)
     const float inv = INV_SUM(sum);
     for (int d = 0; d < Dv; ++d) {
         float acc = 0.0f;
-        for (int j = 0; j < L; ++j) acc += sc[j] * v[j * vl + d * vd];
+        for (int j = 0; j < L; ++j) acc += sc[j] * V_ROW(j)[d * V_D(j)];
         y[d * yd] = SCALE_OUT(acc, inv);
     }
 }
@@ -125,18 +165,21 @@ KERNEL(attention_wg)(ATT_ARGS)
     const __global float* k = K + T_OFF(1) + bb * PARAM(4) + hh * PARAM(5);
     const __global float* v = V + T_OFF(2) + bb * PARAM(8) + hh * PARAM(9);
     const int qs_ = PARAM(2), qd = PARAM(3), kl = PARAM(6), kd = PARAM(7), vl = PARAM(10), vd = PARAM(11);
+    KV_SETUP(bb, hh)
+    if (i0 == 0) KV_WRITE(bb, hh, lid, ATTENTION_WG)
     for (int t = lid; t < R * Dk; t += ATTENTION_WG) {   // rows past S: zeros (never stored)
         const int r = t / Dk, d = t % Dk;
         qs[r * MAX_D + d] = i0 + r < S ? q[(i0 + r) * qs_ + d * qd] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < L; j += ATTENTION_WG) {
-        const __global float* kj = k + j * kl;
+        const __global float* kj = K_ROW(j);
+        const int kdj = K_D(j);
         float acc[ATT_ROWS];
 #pragma unroll
         for (int r = 0; r < ATT_ROWS; ++r) acc[r] = 0.0f;
         for (int d = 0; d < Dk; ++d) {
-            const float kv = kj[d * kd];
+            const float kv = kj[d * kdj];
 #pragma unroll
             for (int r = 0; r < ATT_ROWS; ++r)
                 if (r < R) acc[r] += qs[r * MAX_D + d] * kv;
@@ -180,7 +223,7 @@ KERNEL(attention_wg)(ATT_ARGS)
         for (int r = 0; r < ATT_ROWS; ++r) acc[r] = 0.0f;
         if (part < parts && d < Dv) {
             for (int j = part; j < L; j += parts) {
-                const float vv = v[j * vl + d * vd];
+                const float vv = V_ROW(j)[d * V_D(j)];
 #pragma unroll
                 for (int r = 0; r < ATT_ROWS; ++r)
                     if (r < R) acc[r] += sc[r * MAX_L + j] * vv;

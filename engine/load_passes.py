@@ -97,6 +97,41 @@ def kv_appends(prog, insts, feedback: dict) -> set:
     return {i.kv_past for i in insts if i.kv_past is not None}
 
 
+def kv_into_attention(prog, insts) -> int:
+    """The fused attention appends the new keys and values itself (kv_cache.md's KV-cache
+    concat and the SDPA that reads it, as one kernel): where both caches an attention reads are
+    KV-cache concats along its key axis read by nothing else on the device, each concat keeps
+    the cache's room and copies but leaves the new entries to the attention (`append_by`), which
+    reads them from the new tensors and writes them into the cache (`kv_from`, the new tensors
+    its last two inputs). Returns the number of attentions that took them."""
+    by_out = {i.outputs[0].name: i for i in insts if i.kv_past is not None}
+    taken = 0
+    for a in insts:
+        if a.node.op != "attention":
+            continue
+        perms = a.node.attrs["perms"]
+        pair = []
+        for operand, l_dim in ((1, 3), (2, 2)):     # k^T's keys are its dim 3, v's its dim 2
+            c = by_out.get(a.inputs[operand].name)
+            rank = len(prog.inputs[c.kv_past].shape) if c is not None else 0
+            p = perms[operand] or tuple(range(rank))
+            if c is None or rank != 4 or c.append_by is not None or \
+                    p[l_dim] != c.node.attrs["axis"] % rank or \
+                    any(u.fused_into is not a.node and u is not a.node and not u.host
+                        for u in prog.users.get(c.node.outputs[0], [])):
+                break
+            pair.append(c)
+        if len(pair) != 2:
+            continue
+        for c in pair:
+            c.append_by = a
+            a.inputs.append(c.inputs[1])
+        a.kv_from = tuple(pair)
+        a.n_own = len(a.inputs)
+        taken += 1
+    return taken
+
+
 def kv_append_ok(prog, node, past: str) -> bool:
     """A KV-cache concat: Concat(past, new) along an axis that is not the last, past read by
     nothing else (a Shape of it reads only its layout: exporters take the past length so), every

@@ -61,6 +61,10 @@ class PrimitiveInst:
         self.unfuse_reason = ""        # non-empty while the current shapes invalidate the fusion
         self.kv_past = None            # a KV-cache concat fed back its own output (load_passes)
         self.kv_pad = None             # dims of its buffer region (the padded layout)
+        # a fused attention that writes a KV-cache concat's new entries (load_passes.
+        # kv_into_attention): on the concat, that attention; on the attention, the two concats
+        self.append_by = None
+        self.kv_from: tuple = ()
         self.skip_now = False          # runtime_skip holds for the current shapes
         # runtime in-place concat (load_passes finds them): on the concat, its producers'
         # insts; on the first producer, the concat to run do_runtime_in_place_concat for
@@ -125,6 +129,8 @@ class PrimitiveInst:
         impls = self.rt.impls
         own = ins[:self.n_own] if self.fusion else ins
         dev = {"device": impls.device_type} if self.opdef.per_device else {}
+        if self.kv_from:
+            dev["kv_append"] = True
         calls = self.opdef.kernels(self.node, own, outs, deps, **dev)
         if self.fusion and not self.fusion.subgraph:
             calls = self._with_fused_ops(calls)
@@ -573,8 +579,20 @@ class PrimitiveInst:
         """overall_flow.md's "Valid fusion?" no: the unfused subgraph runs for these shapes."""
         self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names(),
                   position=self.fusion.position)
+        if self.kv_from:
+            self._append_kv()
         for inst in self.unfused:
             inst.execute()
+
+    def _append_kv(self) -> None:
+        """An attention whose kernel appends the KV caches' new entries, running unfused: its
+        subgraph reads the caches whole, so the copies the concats left to it come first."""
+        n = len(self.inputs)
+        calls = [c.append_call(src=("in", n - 2 + k), dst=("in", 1 + k))
+                 for k, c in enumerate(self.kv_from) if c.inputs[1].layout.count]
+        self._bind(calls, [self._dynamic_impl(c) for c in calls])
+        self.set_arguments(False)
+        self.enqueue()
 
     def run_view(self, reason: str = "view") -> None:
         """The output is the input's buffer under the output's layout: nothing to enqueue."""
@@ -635,21 +653,28 @@ class PrimitiveInst:
             reason = "first_run" if held is None else ("capacity" if fed else "not_fed_back")
             pad, calls = self._kv_realloc(l, axis, d)
             copied = past.layout.nbytes + new.layout.nbytes
-        ost = contiguous_strides(pad)
-        if new.layout.count:
-            calls.append(copy_call(self.node, l.dtype, new.layout.shape,
-                                   contiguous_strides(new.layout.phys), 0, ost,
-                                   past.layout.shape[axis] * ost[axis], src=("in", 1)))
         self.kv_pad = pad
+        if new.layout.count and self.append_by is None:
+            calls.append(self.append_call())
         out.layout = Layout(l.shape, l.dtype, pad=pad if pad != l.shape else None)
         self.rt.buffers.memory.note_live(out.name, l.nbytes)
+        by = {"by": self.append_by.node.name} if self.append_by is not None else {}
         self._rec("kv_cache", "append" if not reason else "copy", reason, bytes_copied=copied,
-                  capacity=pad[axis], length=l.shape[axis])
+                  capacity=pad[axis], length=l.shape[axis], **by)
         self.shape_changed = True          # the copies' offsets move every step
         # a new BoundKernel binds its arguments; a kept one re-binds only when a buffer changed
         self._bind(calls, [self._dynamic_impl(c) for c in calls])
         self.set_arguments(False)
         self.enqueue()
+
+    def append_call(self, src=("in", 1), dst=("out", 0)):
+        """The copy of a KV-cache concat's new entries into its buffer's room (kv_pad)."""
+        past, new = self.inputs
+        l = self.outputs[0].layout
+        axis = norm_axis(self.node.attrs["axis"], l.rank)
+        ost = contiguous_strides(self.kv_pad)
+        return copy_call(self.node, l.dtype, new.layout.shape, contiguous_strides(new.layout.phys),
+                         0, ost, past.layout.shape[axis] * ost[axis], src=src, dst=dst)
 
     def _kv_realloc(self, l: Layout, axis: int, d) -> tuple[tuple, list]:
         """A new KV buffer with room along `axis` as the predictor asks (when it would keep the

@@ -186,6 +186,47 @@ def test_kv_decoder_reads_the_padded_cache_in_place(device, kind):
     assert len(appends) >= 2 * 8
 
 
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+@pytest.mark.parametrize("fits", [None, 5])
+def test_the_attention_appends_the_kv_caches(device, kind, fits, monkeypatch):
+    """The KV-cache concats leave their new entries to the fused attention, which reads them
+    from the new tensors and writes them into the caches: no append kernel of their own. With
+    `fits` (the attention kernel taking at most that many keys), longer steps run the unfused
+    subgraph, which reads the caches whole: the attention copies the new entries in first. Two
+    sequences (the second restarts from an empty past, not fed back), against onnxruntime."""
+    from tests.conftest import assert_close, ort_session
+    if fits is not None:
+        monkeypatch.setattr("engine.attention_fusion.MAX_L", fits)
+    model = kv_decoder_step()
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, impls="dynamic",
+                  feedback={"present_k": "past_k", "present_v": "past_v"})
+    net.impls.device_type = kind
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    rng = np.random.default_rng(7)
+    it = -1
+    for seq in range(2):
+        past = {n: np.zeros((1, 2, 0, 16), np.float32) for n in ("past_k", "past_v")}
+        for step in range(7):
+            it += 1
+            new = 2 + seq if step == 0 else 1
+            feeds = {"x": rng.standard_normal((1, new, 32)).astype(np.float32), **past}
+            outs = net.infer(feeds, fed_back={"past_k": "present_k", "past_v": "present_v"} if step else {})
+            ref = dict(zip(names, sess.run(None, feeds)))
+            for name in names:
+                assert_close(outs[name], ref[name], 2e-4, 2e-5, f"sequence {seq} step {step} {name}")
+            past = {"past_k": ref["present_k"], "past_v": ref["present_v"]}
+            kv = trace.of(it, "kv_cache")
+            assert [e["by"] for e in kv] == ["Softmax_0_attention"] * 2
+            unfused = bool(trace.of(it, "fusion", "unfuse"))
+            assert unfused == (fits is not None and past["past_k"].shape[2] > fits)
+            kernels = {e["node"]: e["kernels"] for e in trace.of(it, "execute", "enqueue")}
+            for e in kv:     # an append enqueues nothing; a copy, only the past's
+                assert kernels[e["node"]] == (0 if e["action"] == "append" or step == 0 else 1)
+            assert kernels["Softmax_0_attention"] == (2 if unfused else 1)
+
+
 def _single_head(axis=-1, opset=17):
     """softmax(q @ k^T / 4 + mask) @ v on rank-3 tensors [b, s, d] (one head, perm [0, 2, 1])."""
     from onnx import TensorProto, helper, numpy_helper

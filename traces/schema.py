@@ -130,11 +130,13 @@ KINDS: dict[str, dict] = {
     "kv_cache": {
         "actions": {"append", "copy"},
         "reasons": {"", "first_run", "capacity", "not_fed_back"},
-        "fields": ("bytes_copied", "capacity", "length"),
+        "fields": ("bytes_copied", "capacity", "length", "by"),
         "doc": "A KV-cache concat fed back by --feedback: the new entries written into the room "
                "left along the sequence axis (`append`), or the buffer reallocated and past + new "
                "copied (`copy`: first step, room exhausted, or past was not the previous present). "
-               "`capacity`/`length`: room and used length along the axis. A graph input fed back "
+               "`capacity`/`length`: room and used length along the axis. `by`: the fused "
+               "attention whose kernel writes the new entries (it reads them from the new "
+               "tensors; the concat enqueues only a reallocation's copy). A graph input fed back "
                "is `realloc external` with reason `feedback_alias` (the present buffer itself) or "
                "`feedback_copy` (a device-to-device copy).",
     },

@@ -79,7 +79,16 @@ def _geometry(name, perms, out_perm, *ins) -> dict:
             "strides": qs + (kts[0], kts[1], kts[3], kts[2]) + vs + tuple(yst)}
 
 
-def _kernels(node, ins, outs, deps, device="cpu"):
+def _appended(node, ins, g) -> tuple:
+    """KV append (engine/load_passes.kv_into_attention): the keys from P on are the new
+    tensors (the last two inputs, in the caches' dim order): (P, their (b, h, l, d) strides)."""
+    perms = node.attrs["perms"]
+    _, kns = _view(ins[-2], perms[1])                 # k^T's view: (b, h, d, l)
+    vn, vns = _view(ins[-1], perms[2])
+    return (g["L"] - vn[2],) + (kns[0], kns[1], kns[3], kns[2]) + vns
+
+
+def _kernels(node, ins, outs, deps, device="cpu", kv_append=False):
     g = geometry(node, ins)
     b, h = g["bh"]
     rows = b * h * g["S"]
@@ -98,6 +107,10 @@ def _kernels(node, ins, outs, deps, device="cpu"):
     if f is not None:
         jit += fused_jit(f, 4, len(args))
         args += tuple(("in", 3 + j) for j in range(len(f.extra)))
+    if kv_append:      # the new keys and values: read from there, written into the caches
+        jit += (("KV_APPEND", 1), ("KN_T", len(args)), ("VN_T", len(args) + 1))
+        args += (("in", len(ins) - 2), ("in", len(ins) - 1))
+        params += _appended(node, ins, g)
     dims = {4: g["scores"]}
     if device == "gpu":
         groups = b * h * ((g["S"] + per - 1) // per)

@@ -1,9 +1,9 @@
 // Gather. JIT: T element type, TIDX index type.
 // Gather along an axis: data viewed as [outer, axis_dim, inner], indices flattened (n of them).
 // PARAM(0): outer, PARAM(1): axis_dim, PARAM(2): inner, PARAM(3): number of indices.
-// Tensor 3: the node's slot of the index flags (common.cl flag_index).
+// Tensor 3: the node's slot of the index flags (common.cl flag_index); fused ops' inputs after.
 KERNEL(gather)(OPTIONAL_SHAPE_INFO_ARG __global const T* data, __global const TIDX* indices,
-               __global T* out, __global int* flags)
+               __global T* out, __global int* flags FUSED_ARGS)
 {
     const int gid = get_global_id(0);
     const int inner = PARAM(2), n = PARAM(3), axis_dim = PARAM(1);
@@ -17,5 +17,6 @@ KERNEL(gather)(OPTIONAL_SHAPE_INFO_ARG __global const T* data, __global const TI
     if (idx < -axis_dim || idx >= axis_dim) flag_index(flags + T_OFF(3), idx, 0);
     if (idx < 0) idx += axis_dim;
     idx = clamp(idx, (long)0, (long)(axis_dim - 1));
-    out[T_OFF(2) + gid] = data[T_OFF(0) + (o * axis_dim + (int)idx) * inner + k];
+    // fused ops (engine/fusion.py: an embedding's position add) only on float32 outputs
+    out[T_OFF(2) + gid] = FUSED_OPS(data[T_OFF(0) + (o * axis_dim + (int)idx) * inner + k], gid);
 }

@@ -45,7 +45,16 @@ def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
     argument `first_extra_t` (see cl/common.cl). Epilogue: FUSED_OPS on the value stored to
     tensor argument `ref_t`, operands indexed by broadcasting against it. Prologue: PROLOGUE_OPS
     on values read from tensor argument `ref_t`, operands at the row offsets `ro[j] + pa * rs[j]`
-    the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read)."""
+    the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read).
+    Kept on the fusion: a decode step asks again for every new length."""
+    memo = f.__dict__.setdefault("_jit", {})
+    hit = memo.get((ref_t, first_extra_t))
+    if hit is None:
+        hit = memo[(ref_t, first_extra_t)] = _fused_jit(f, ref_t, first_extra_t)
+    return hit
+
+
+def _fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
     lines = []
     for k, op in enumerate(f.ops, start=1):
         vals = []

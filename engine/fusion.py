@@ -183,8 +183,9 @@ def _fuse_prologues(prog) -> int:
             continue
         chain, base = _prologue_chain(prog, c)
         src = prog.producers.get(base)
-        if c.op == "LayerNormalization" and src and _epilogue_takes_residual(src[0].op):
-            continue
+        if c.op == "LayerNormalization" and src and _epilogue_takes_residual(src[0].op) and \
+                all(_available_before(prog, i, src[0]) for n in chain[:1] for i in n.inputs if i and i != base):
+            continue      # the producer's epilogue takes the add (an embedding's Gather may not)
         if not chain:
             continue
         f = Fusion(out=c.outputs[0], prologue=True, base=base)

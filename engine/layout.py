@@ -83,6 +83,18 @@ class Layout:
     # `padded_ok` ever see one.
     pad: tuple | None = None
 
+    def __hash__(self) -> int:
+        # kept once computed: layouts key the memo tables of every node's flow (engine/memo.py),
+        # tens of hashes per node when a decode step brings new shapes
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.dtype, self.format, self.pad))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:   # a string's hash differs from one process to the next
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def phys(self) -> tuple:
         return self.pad or self.shape

@@ -151,3 +151,43 @@ def test_eltwise_vector_path_and_unaligned_slices(device):
     run_vs_ort(model, seq, device, net=net)
     applied = [e for e in trace.events if e["kind"] == "in_place_concat" and e["action"] == "apply"]
     assert applied and applied[0]["offsets"] == [0, 15]
+
+
+def _embedding(pos_first: bool):
+    """x = Gather(table, ids) + pos; y = LN(x); z = y + x (the residual stream reads x too).
+    `pos_first`: pos comes from an earlier Gather of positions (available to the token
+    Gather's epilogue); else the positions are gathered after the tokens."""
+    rng = np.random.default_rng(9)
+    table = helper.make_tensor("table", F, [50, 16], rng.standard_normal(800).astype(np.float32))
+    ptab = helper.make_tensor("ptab", F, [32, 16], rng.standard_normal(512).astype(np.float32))
+    tok = helper.make_node("Gather", ["table", "ids"], ["e"], name="G_tok")
+    pos = helper.make_node("Gather", ["ptab", "pids"], ["p"], name="G_pos")
+    nodes = ([pos, tok] if pos_first else [tok, pos]) + [
+        helper.make_node("Add", ["e", "p"], ["x"], name="Add_pos"),
+        helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], name="LN", axis=-1),
+        helper.make_node("Add", ["y", "x"], ["z"], name="Add_res")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "emb", [vi("ids", TensorProto.INT64, ["b", "t"]),
+                                         vi("pids", TensorProto.INT64, ["t"])],
+                          [vi("z", F, None)],
+                          [table, ptab, helper.make_tensor("s", F, [16], np.ones(16, np.float32)),
+                           helper.make_tensor("b", F, [16], np.zeros(16, np.float32))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("pos_first", [True, False])
+def test_an_embedding_gather_takes_the_position_add(device, pos_first):
+    """A Gather's kernel applies the fused ops (the position add of GPT-2's embedding) when the
+    other operand is written before it; otherwise the add stays with the LayerNorm's prologue
+    when it can take it (here x is read again by the residual: it stays a kernel of its own)."""
+    model = _embedding(pos_first)
+    fm = fusion_map(build_program(model))
+    assert fm.get("G_tok") == ({"position": "epilogue", "ops": ["Add_pos"]} if pos_first else None)
+    rng = np.random.default_rng(10)
+    seq = [{"ids": rng.integers(0, 50, (b, t)).astype(np.int64), "pids": np.arange(t, dtype=np.int64)}
+           for b, t in [(1, 5), (2, 3), (1, 1), (3, 7)]]
+    for kind in ("cpu", "gpu"):
+        net, trace = _net(model, device, kind)
+        run_vs_ort(model, seq, device, rtol=1e-4, atol=2e-5, net=net)
+        ran = {e["node"] for e in trace.of(0, "execute", "enqueue")}
+        assert ("Add_pos" in ran) != pos_first

@@ -263,7 +263,7 @@ def _gather_kernels(node, ins, outs, deps):
                        params=(outer, data.shape[axis], inner, idx.count), gws=(max(outs[0].count, 1),))]
 
 
-@register("Gather", checked=13, f16=True, kernels=_gather_kernels, host_ok=True)
+@register("Gather", checked=13, f16=True, kernels=_gather_kernels, host_ok=True, fusion_producer=True)
 def _gather(node, ins, deps):
     data, idx = ins
     axis = norm_axis(node.attrs.get("axis", 0), data.rank)

@@ -71,6 +71,8 @@ def tensor_lifetimes(insts, graph_inputs, graph_outputs) -> dict[str, list[int]]
         src = inst.inputs[0].name if inst.inputs and inst.inputs[0] is not None else None
         if inst.opdef.view or inst.opdef.runtime_skip:
             alias[inst.outputs[0].name] = src
+        elif inst.opdef.in_place_crop:      # every output may be a slice of input 0
+            alias.update((t.name, src) for t in inst.outputs)
         for t in inst.outputs:
             if not inst.opdef.view:
                 life.setdefault(t.name, [s, s])

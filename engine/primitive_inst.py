@@ -34,7 +34,7 @@ class PrimitiveInst:
     # engine/fast_path); the rest is fixed or physical (kernel objects, memo tables, caches)
     STATE = ("in_layouts", "dep_state", "deps", "deps_key", "shape_changed", "shape_done_by_other",
              "unfuse_reason", "skip_now", "in_place_now", "bound", "internal_layouts", "internals",
-             "pending", "want_weights", "weights_override", "kv_pad")
+             "pending", "want_weights", "weights_override", "kv_pad", "crop_at")
 
     BOUND_KEPT = 16                # kernel objects a node keeps for impls it may take back
 
@@ -66,6 +66,7 @@ class PrimitiveInst:
         self.append_by = None
         self.kv_from: tuple = ()
         self.skip_now = False          # runtime_skip holds for the current shapes
+        self.crop_at = None            # in-place crop: the outputs' offsets in the input (None: copies)
         # runtime in-place concat (load_passes finds them): on the concat, its producers'
         # insts; on the first producer, the concat to run do_runtime_in_place_concat for
         self.in_place_producers: list | None = None
@@ -195,6 +196,11 @@ class PrimitiveInst:
                 self.opdef.runtime_skip(self.node, self.in_layouts, outs, self.deps))
         if self.skip_now:
             return self.run_runtime_skip
+        if self.opdef.in_place_crop is not None and not self.fusion:
+            if self.shape_changed:
+                self._update_crop()
+            if self.crop_at is not None:
+                return self.run_in_place_crop
         if self.kv_past is not None:
             return self.run_kv_append
         if all(t.layout.count == 0 for t in self.outputs):
@@ -615,6 +621,32 @@ class PrimitiveInst:
         """runtime_skip.md: for these shapes the output is the input unchanged (a Transpose of
         unit dims, a no-op Slice or Expand): a view at run time."""
         self.run_view("runtime_skip")
+
+    def _update_crop(self) -> None:
+        """Whether the outputs can be slices of the input for these shapes; leaving that, they
+        get buffers of their own again (realloc_if_needed)."""
+        x = self.in_layouts[0]
+        at = None if x.pad is not None or x.count == 0 else self.opdef.in_place_crop(
+            self.node, self.in_layouts, [t.layout for t in self.outputs], self.deps)
+        if at is None and self.crop_at is not None:
+            for t in self.outputs:
+                t.buf, t.offset = None, 0
+        self.crop_at = at
+
+    def run_in_place_crop(self) -> None:
+        """The plugin's runtime in-place crop: each output is its run of the input's buffer
+        (a Split of a decode step's fused QKV projection): nothing to enqueue."""
+        src, buffers = self.inputs[0], self.rt.buffers
+        if src.buf is None:
+            buffers.upload(src)
+        for t, at in zip(self.outputs, self.crop_at):
+            if t.capacity:                # its own buffer is not needed while it is a slice
+                buffers.release(t)
+                t.state = BufferState()
+            t.buf, t.offset = src.buf, src.offset + at
+        self._written()
+        self._rec("realloc", "view")
+        self._rec("execute", "skip", "in_place_crop")
 
     def run_empty(self) -> None:
         """Every output is empty: nothing to run; buffers are kept for the next non-empty shape."""

@@ -588,7 +588,8 @@ def gpt2_decoder(layers: int = 12, d_model: int = 768, heads: int = 12, vocab: i
     """A GPT-2 decoder step with explicit KV-cache inputs (defaults: the GPT-2 small
     architecture: pre-LN, learned positions, tanh GELU, random weights). inputs input_ids
     int64[batch, new], past_key_{i}/past_value_{i} float[batch, heads, past, d_head];
-    outputs logits float[batch, new, vocab], present_key_{i}/present_value_{i}. Positions
+    outputs logits float[batch, new, vocab], present_key_{i}/present_value_{i}. q, k and v come
+    from one projection (c_attn) cut by a Split, as GPT-2 exports them. Positions
     run from past to past + new (sliced from the table by shapes). No causal mask: exact for
     one new token per step, the decode loop it is built for (`--feedback present_key_0:past_key_0,...`)."""
     d_head = d_model // heads
@@ -609,9 +610,10 @@ def gpt2_decoder(layers: int = 12, d_model: int = 768, heads: int = 12, vocab: i
     for i in range(layers):
         p = f"h.{i}."
         h = b.layer_norm(x, p + "ln_1", d_model)
-        q = split_heads(b.linear(h, p + "attn.q", d_model, d_model))
-        k = split_heads(b.linear(h, p + "attn.k", d_model, d_model))
-        v = split_heads(b.linear(h, p + "attn.v", d_model, d_model))
+        # GPT-2's c_attn: one projection to q, k, v, cut by Split
+        qkv = b.op("Split", [b.linear(h, p + "attn.c_attn", d_model, 3 * d_model),
+                             b.const([d_model] * 3, np.int64)], n_out=3, axis=2)
+        q, k, v = (split_heads(t) for t in qkv)
         for kind, new in (("key", k), ("value", v)):
             b.nodes.append(helper.make_node("Concat", [f"past_{kind}_{i}", new], [f"present_{kind}_{i}"],
                                             name=f"Concat_present_{kind}_{i}", axis=2))

@@ -156,12 +156,16 @@ KINDS: dict[str, dict] = {
     },
     "execute": {
         "actions": {"enqueue", "host", "skip"},
-        "reasons": {"", "empty_output", "view", "unchanged", "runtime_skip", "in_place"},
+        "reasons": {"", "empty_output", "view", "unchanged", "runtime_skip", "in_place",
+                    "in_place_crop"},
         "fields": ("kernels", "gws"),
         "doc": "The node ran: kernels enqueued on the device, a host impl, or nothing (reason; "
                "`runtime_skip`: a Transpose of unit dims or a no-op Slice/Expand for these "
                "shapes, run as a view of its input; `in_place`: a concat whose inputs wrote into "
-               "its buffer).",
+               "its buffer; `in_place_crop`: a Split whose outputs are each one run of its input "
+               "for these shapes (every dim before the axis is 1: a decode step's fused QKV "
+               "projection), run as slices of the input's buffer, the plugin's runtime in-place "
+               "crop).",
     },
     "control": {
         "actions": {"branch", "iterate"},

@@ -157,7 +157,19 @@ def _split_kernels(node, ins, outs, deps):
     return calls
 
 
-@register("Split", checked=18, kernels=_split_kernels, shape_deps=(1,), padded_ok=True, host_ok=True)
+def _split_in_place(node, ins, outs, deps):
+    """Every dim before the axis is 1 (a fused QKV projection's output in a decode step): each
+    output is one run of the input."""
+    x = ins[0]
+    axis, sizes = _split_sizes(node, ins, deps)
+    if any(d != 1 for d in x.shape[:axis]):
+        return None
+    inner = math.prod(x.shape[axis + 1:])
+    return tuple(inner * sum(sizes[:k]) for k in range(len(sizes)))
+
+
+@register("Split", checked=18, kernels=_split_kernels, shape_deps=(1,), padded_ok=True, host_ok=True,
+          in_place_crop=_split_in_place)
 def _split(node, ins, deps):
     axis, sizes = _split_sizes(node, ins, deps)
     return [Layout(ins[0].shape[:axis] + (s,) + ins[0].shape[axis + 1:], ins[0].dtype) for s in sizes]

@@ -61,6 +61,10 @@ class OpDef:
     # runtime_skip(node, ins, outs, deps) -> True when, for these shapes, the output is the input
     # unchanged (a Transpose of unit dims, a no-op Slice/Expand): it becomes a view at run time
     runtime_skip: Callable | None = None
+    # in_place_crop(node, ins, outs, deps) -> each output's element offset in input 0 when, for
+    # these shapes, every output is one contiguous run of it (else None): the outputs become
+    # slices of the input's buffer at run time (the plugin's runtime in-place crop)
+    in_place_crop: Callable | None = None
     static: Callable | None = None     # StaticVariant for the current shapes (engine/kernels.py)
     # device kinds ("cpu", "gpu") where `static` is built in `--impls auto` (the GPU plugin's
     # dynamic_impl.md: static impls for the critical ops); measured per op where it registers

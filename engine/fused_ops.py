@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
+from engine.ops.common import BroadcastError, broadcast
 
 
 @dataclass
@@ -97,8 +97,8 @@ def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:
         if any(l is None or l.dtype != "f32" for l in others):
             return "dtype"
         try:
-            out = np.broadcast_shapes(tuple(shape), *[tuple(l.shape) for l in others])
-        except Exception:
+            out = broadcast(shape, *[l.shape for l in others])
+        except BroadcastError:
             return "broadcast_error"
         if tuple(out) != tuple(shape):
             return "broadcast_grows_input" if f.prologue else "broadcast_grows_output"

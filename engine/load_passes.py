@@ -8,6 +8,7 @@ from __future__ import annotations
 from engine.control_flow import ControlInst
 from engine.graph import ModelError
 from engine.memory_pool import END
+from engine.memo import node_class
 from engine.primitive_inst import PrimitiveInst
 
 
@@ -132,6 +133,19 @@ def kv_into_attention(prog, insts) -> int:
         a.n_own = len(a.inputs)
         taken += 1
     return taken
+
+
+def share_memos(insts) -> int:
+    """Give every node (its unfused subgraph's too) its class (engine/memo.py node_class):
+    nodes of one class share the memo tables of their layouts and dynamic kernel calls.
+    Returns the number of classes."""
+    classes = set()
+    for inst in insts:
+        for i in inst.family():
+            if not i.node.host and not i.opdef.control:
+                i.shape_class = node_class(i.node, i.fusion, i.n_own, bool(i.kv_from))
+                classes.add(i.shape_class)
+    return len(classes - {None})
 
 
 def kv_append_ok(prog, node, past: str) -> bool:

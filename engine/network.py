@@ -23,7 +23,7 @@ from engine.impl_manager import ImplManager
 from engine.index_checks import IndexChecks
 from engine.layout import Layout, dtype_from_numpy
 from engine.load_passes import (in_place_concats, instantiate, kv_appends, kv_into_attention,
-                                tensor_lifetimes)
+                                share_memos, tensor_lifetimes)
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool
 from engine.predictors import make_predictor
@@ -63,6 +63,7 @@ class Network:
         self.feedback = dict(feedback or {})
         self.kv_pasts = kv_appends(program, self.insts, self.feedback)
         kv_into_attention(program, self.insts)
+        share_memos(self.insts)           # a transformer's layers answer each other's shapes
         # inputs whose host values shape inference reads, kept from one inference to the next
         # (to tell a new value): a copy, so a caller refilling its array in place is seen
         self.by_value = value_inputs(self.insts, program.inputs)

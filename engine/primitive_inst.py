@@ -52,6 +52,8 @@ class PrimitiveInst:
         self._layouts_memo = Memo()    # (in layouts, deps) -> (out layouts, unfuse reason)
         self._calls_memo = Memo()      # (in, out layouts, deps) -> (kernel calls, static variant)
         self._info_memo = Memo(64)     # (call, tensor offsets) -> (call, shape_info)
+        # nodes of one class share the first two tables (engine/memo.py node_class; None: own)
+        self.shape_class = None
         self.deps_key: tuple = ()
         self.shape_changed = False
         # fusion (engine/fusion.py): set at load on a node with fused ops
@@ -127,30 +129,47 @@ class PrimitiveInst:
     def kernel_calls(self, ins, outs, deps) -> tuple:
         """The dynamic impl's kernel calls for these shapes (fused ops applied), and the static
         variant with its impl cache key (None, None when these shapes get none)."""
-        impls = self.rt.impls
+        return (self.dynamic_calls(ins, outs, deps),) + self.static_for(ins, outs, deps)
+
+    def dynamic_calls(self, ins, outs, deps) -> list:
         own = ins[:self.n_own] if self.fusion else ins
-        dev = {"device": impls.device_type} if self.opdef.per_device else {}
+        dev = {"device": self.rt.impls.device_type} if self.opdef.per_device else {}
         if self.kv_from:
             dev["kv_append"] = True
         calls = self.opdef.kernels(self.node, own, outs, deps, **dev)
         if self.fusion and not self.fusion.subgraph:
             calls = self._with_fused_ops(calls)
+        return calls
+
+    def static_for(self, ins, outs, deps) -> tuple:
+        impls = self.rt.impls
+        own = ins[:self.n_own] if self.fusion else ins
         v = impls.static_variant(self, own, outs, deps)
         if v is not None and any(l is not None and l.pad for l in ins):
             v = None                     # static tables describe dense tensors only
         if v is not None and self.fusion:
             v = self._fused_static(v, ins[self.n_own:])
-        return calls, v, (impls.static_key(self.node.op, v, ins, outs) if v is not None else None)
+        return v, (impls.static_key(self.node.op, v, ins, outs) if v is not None else None)
 
     def _layouts_for(self, in_layouts, deps) -> tuple[list, str]:
-        key = (tuple(in_layouts), self.deps_key)
-        hit = self._layouts_memo.get(key)
-        return hit if hit is not None else self._layouts_memo.put(key, self.infer_layouts(in_layouts, deps))
+        key = (self.shape_class, tuple(in_layouts), self.deps_key)
+        memo = self._layouts_memo if self.shape_class is None else self.rt.memos.layouts
+        hit = memo.get(key)
+        return hit if hit is not None else memo.put(key, self.infer_layouts(in_layouts, deps))
 
     def _calls_for(self, ins, outs, deps) -> tuple:
         key = (tuple(ins), tuple(outs), self.deps_key)
         hit = self._calls_memo.get(key)
-        return hit if hit is not None else self._calls_memo.put(key, self.kernel_calls(ins, outs, deps))
+        if hit is None:
+            shared = self.rt.memos.calls if self.shape_class is not None else None
+            calls = shared.get((self.shape_class,) + key) if shared is not None else None
+            if calls is None:
+                calls = self.dynamic_calls(ins, outs, deps)
+                if shared is not None:
+                    shared.put((self.shape_class,) + key, calls)
+            # the static variant stays the node's own (its weights, its impl cache key)
+            hit = self._calls_memo.put(key, (calls,) + self.static_for(ins, outs, deps))
+        return hit
 
     def _shape_info_for(self, call, tensors, offsets) -> np.ndarray:
         # the memo holds the call, so its id names it while the entry lives

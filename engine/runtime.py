@@ -10,6 +10,7 @@ from engine.buffers import Buffers
 from engine.decisions import Decisions
 from engine.device_queue import DeviceQueue
 from engine.impl_manager import ImplManager
+from engine.memo import SharedMemos
 
 
 @dataclass
@@ -21,3 +22,5 @@ class Runtime:
     decisions: Decisions
     # Shape nodes whose value changed in this inference: the host nodes they feed re-run
     shape_of_changed: set = field(default_factory=set)
+    # the pure functions' memo tables nodes of one class share (engine/memo.py)
+    memos: SharedMemos = field(default_factory=SharedMemos)

@@ -360,9 +360,11 @@ def test_run_table_readable_at_80_columns():
 
 def test_trace_view_readable_at_80_columns(tmp_path):
     path = tmp_path / "t.jsonl"
-    # a shrink, so that every realloc action shows up (a repeated shape makes no realloc decision)
-    r = invoke("run", mlp_path(tmp_path), "--shapes", "[2,32][5,32][3,32]", "--trace", path, "--impls", "dynamic",
-               "-q")
+    # a shrink, so that every realloc action shows up (a repeated shape makes no realloc decision);
+    # logits as wide as the hidden layer, so a dead activation's buffer serves them (from_pool)
+    model = tmp_path / "mlp64.onnx"
+    onnx.save(mlp(d_out=64), model)
+    r = invoke("run", model, "--shapes", "[2,32][5,32][3,32]", "--trace", path, "--impls", "dynamic", "-q")
     assert r.exit_code == 0, r.output
     s = summarise(str(path))
     text = _render(trace_view(s))

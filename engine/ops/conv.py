@@ -1,6 +1,8 @@
-"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): a register-tiled implicit GEMM
-(cl/conv_tiled.cl) for convs with enough output channels per group, a direct register-blocked
-kernel (cl/conv.cl) for the others (depthwise, a few channels per group).
+"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): on GPUs an implicit GEMM on
+local-memory tiles (cl/conv_gemm.cl, engine/ops/conv_gemm.py) for convs with at least
+LM_MIN_OCG output channels per group; a register-tiled implicit GEMM (cl/conv_tiled.cl) for the
+others with enough output channels per group (every such conv on CPUs), a direct
+register-blocked kernel (cl/conv.cl) for the rest (depthwise, a few channels per group).
 
 Strides, dilations, the presence of a bias and the tiles are JIT constants (attributes and the
 weight's shape, constant for a model); the pads (computed from the input shape for auto_pad
@@ -15,6 +17,7 @@ from engine.kernels import KernelCall, StaticVariant, WeightsLayout
 from engine.layout import Layout
 from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
+from engine.ops.conv_gemm import LM_MIN_OCG, lm_calls, lm_static
 
 PW = 8          # output pixels along x per work-item (float8 accumulators)
 
@@ -159,11 +162,18 @@ def _ocb(ocg: int) -> int:
     return 1
 
 
+def _lm_dims(g, has_bias: bool) -> dict:
+    return _dims_2d(g, (None,) * (3 + has_bias), weights=False)
+
+
 def _conv_kernels(node, ins, outs, deps, pw=PW):
     g = _conv_geometry(node, ins)
-    if g["OC"] // g["group"] >= TILED_MIN_OCG:
-        return [_tiled_call(g, len(ins) > 2 and ins[2] is not None, device_kind())]
     has_bias = len(ins) > 2 and ins[2] is not None
+    kind = device_kind()
+    if kind == "gpu" and g["OC"] // g["group"] >= LM_MIN_OCG:
+        return lm_calls(g, has_bias, _lm_dims(g, has_bias))
+    if g["OC"] // g["group"] >= TILED_MIN_OCG:
+        return [_tiled_call(g, has_bias, kind)]
     ocg = g["OC"] // g["group"]
     ocb = _ocb(ocg)
     bpg = (ocg + ocb - 1) // ocb
@@ -245,6 +255,9 @@ def _conv_static(node, ins, outs, deps, consts):
     unroll) and the pixel blocking fitted to the output width. Weights keep their layout."""
     g = _conv_geometry(node, ins)
     ocg = g["OC"] // g["group"]
+    has_bias = len(ins) > 2 and ins[2] is not None
+    if device_kind() == "gpu" and ocg >= LM_MIN_OCG:
+        return lm_static(g, has_bias, _lm_dims(g, has_bias), outs[0].shape)
     if ocg >= TILED_MIN_OCG:
         kind = device_kind()
         tm = conv_tiles(g, kind)[0]

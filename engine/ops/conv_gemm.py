@@ -1,0 +1,112 @@
+"""GPU convs as an implicit GEMM on local-memory tiles (cl/conv_gemm.cl conv_lm): the calls of
+a geometry (engine/ops/conv.py _conv_geometry), its tile, its K split, and the static variant
+with the weights reordered to BM-blocks.
+
+Rows of the GEMM are a group's output channels, columns an image's output pixels, K the taps
+(ICg * KH * KW). The window (KH, KW, strides, dilations) is a JIT constant (the weight's shape
+and the attributes: constant for a model); the pads, channel counts and groups go through
+shape_info, so one build serves every input shape.
+"""
+from __future__ import annotations
+
+from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
+from engine.layout import Layout
+
+# (WGX, WGY, RM, RN, BK): a work-group of WGX x WGY work-items computes WGY*RM output channels x
+# WGX*RN pixels (gemm_lm's tiles, engine/ops/matmul.py). The first tile whose grid has at
+# least min_blocks work-groups is taken, else the last one.
+# To be measured on the H100 (scripts/bench_conv.py).
+TILES = [((16, 16, 8, 8, 8), 528),    # 128 x 128
+         ((16, 8, 8, 8, 16), 264),    # 64 x 128
+         ((16, 16, 4, 4, 16), 264),   # 64 x 64
+         ((16, 8, 4, 4, 16), 132),    # 32 x 64
+         ((8, 8, 4, 4, 32), 0)]       # 32 x 32
+# K split: a grid of fewer than SPLIT_BLOCKS work-groups with K >= SPLIT_MIN_K splits K in up to
+# SPLIT_MAX parts of at least SPLIT_CHUNK taps, towards 2 * SPLIT_BLOCKS work-groups.
+# To be measured on the H100.
+SPLIT_BLOCKS, SPLIT_MIN_K, SPLIT_CHUNK, SPLIT_MAX = 132, 512, 128, 8
+# Output channels per group below this: the register-tiled kernel (a 32-channel tile idles).
+LM_MIN_OCG = 16
+
+
+def _pixels(g) -> int:
+    return g["OH"] * g["OW"]
+
+
+def lm_tile(g) -> tuple:
+    ocg, p, z = g["OC"] // g["group"], _pixels(g), g["N"] * g["group"]
+    for t, min_blocks in TILES:
+        wgx, wgy, rm, rn, _ = t
+        if -(-ocg // (wgy * rm)) * -(-p // (wgx * rn)) * z >= min_blocks:
+            return t
+    return TILES[-1][0]
+
+
+def lm_split(g, tile) -> tuple[int, int]:
+    """(S, taps per split): K in S parts when the grid is small and K long; (1, K) otherwise."""
+    wgx, wgy, rm, rn, bk = tile
+    kk = g["ICg"] * g["KH"] * g["KW"]
+    blocks = -(-(g["OC"] // g["group"]) // (wgy * rm)) * -(-_pixels(g) // (wgx * rn)) * g["N"] * g["group"]
+    if blocks >= SPLIT_BLOCKS or kk < SPLIT_MIN_K:
+        return 1, round_up(max(kk, 1), bk)
+    s = min(SPLIT_MAX, -(-2 * SPLIT_BLOCKS // blocks), kk // SPLIT_CHUNK)
+    chunk = round_up(-(-kk // s), bk)
+    return -(-kk // chunk), chunk
+
+
+def pointwise(g) -> bool:
+    """A 1x1 window, stride 1, no pads: X' is X itself ([ICg, H*W] per image and group)."""
+    return (g["KH"], g["KW"]) == (1, 1) and g["pads"] == [0, 0] and g["strides"] == [1, 1] and \
+        (g["OH"], g["OW"]) == (g["H"], g["W"])
+
+
+def lm_calls(g, has_bias: bool, dims: dict, blocked: bool = False, tile=None, split=None) -> list:
+    """conv_lm's calls for geometry g: one kernel, or with a K split the partial sums and
+    conv_split_reduce. `dims`: the 2-D view of a 1-D conv's tensors (conv.py _dims_2d)."""
+    tile = tile or lm_tile(g)
+    s, chunk = split or lm_split(g, tile)
+    wgx, wgy, rm, rn, bk = tile
+    ocg = g["OC"] // g["group"]
+    jit = (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk),
+           ("KH", g["KH"]), ("KW", g["KW"]), ("SY", g["strides"][0]), ("SX", g["strides"][1]),
+           ("DY", g["dil"][0]), ("DX", g["dil"][1]), ("HAS_BIAS", int(has_bias)),
+           ("W_BLOCKED", int(blocked)), ("FLAT", int(pointwise(g))), ("CONV_SPLIT", int(s > 1)),
+           ("FUSED_COORDS", 1), ("IMPL_TAG", "Conv"))
+    if g["one_d"]:
+        jit += (("CONV1D", 1),)
+    args = (("in", 0), ("in", 1)) + ((("in", 2),) if has_bias else ()) + (("out", 0),)
+    params = (g["pads"][0], g["pads"][1], ocg, g["ICg"], g["group"], s, chunk)
+    gws = (-(-max(_pixels(g), 1) // (wgx * rn)) * wgx, -(-ocg // (wgy * rm)) * wgy,
+           max(s * g["N"] * g["group"], 1))
+    main = KernelCall("conv_gemm", "conv_lm", jit, args, params, gws=gws, lws=(wgx, wgy, 1), dims=dims)
+    if s == 1:
+        return [main]
+    tmp = Layout((s, g["N"], g["OC"], _pixels(g)), "f32")
+    args += (("internal", 0),)
+    dims = {**dims, len(args) - 1: tmp.shape}
+    return [KernelCall("conv_gemm", "conv_lm", jit, args, params, gws=gws, lws=(wgx, wgy, 1),
+                       dims=dims, internal=(tmp,)),
+            KernelCall("conv_gemm", "conv_split_reduce", jit, args, params,
+                       gws=(max(g["N"] * g["OC"] * _pixels(g), 1),), dims=dims, internal=(tmp,))]
+
+
+def lm_static(g, has_bias: bool, dims: dict, shape: tuple) -> StaticVariant | None:
+    """The static variant: conv_lm with every dim a constant and the weights reordered to
+    [ceil(OC/BM), ICg*KH*KW, BM] (one contiguous A tile per k step), when a BM-block starts
+    every group (group == 1 or OCg % BM == 0). None with a K split (two kernels: the static
+    variant is one call; the shape-agnostic impl stays)."""
+    tile = lm_tile(g)
+    if lm_split(g, tile)[0] > 1:
+        return None
+    bm = tile[1] * tile[2]
+    ocg = g["OC"] // g["group"]
+    blocked = g["group"] == 1 or ocg % bm == 0
+    call = lm_calls(g, has_bias, dims, blocked, tile)[0]
+    kk = g["ICg"] * g["KH"] * g["KW"]
+    wl = None
+    if blocked:
+        # cl/reorder.cl's GEMM B reorder: W [OC, KK] is B^T [N=OC, K=KK]
+        wl = WeightsLayout(f"conv_w_blk{bm}", ((g["OC"] + bm - 1) // bm, kk, bm),
+                           (("TN", bm), ("TRANS_B", 1)), (kk, g["OC"]))
+    return StaticVariant(call, {}, call.params, f"{'x'.join(map(str, shape))} "
+                         f"lm{bm}x{tile[0] * tile[3]}{' blk' if blocked else ''}", wl)

@@ -14,16 +14,22 @@ from engine.layout import Layout
 
 # (WGX, WGY, RM, RN, BK): a work-group of WGX x WGY work-items computes WGY*RM output channels x
 # WGX*RN pixels (gemm_lm's tiles, engine/ops/matmul.py). The first tile whose grid has at
-# least min_blocks work-groups is taken, else the last one.
-# To be measured on the H100 (scripts/bench_conv.py).
-TILES = [((16, 16, 8, 8, 8), 528),    # 128 x 128
-         ((16, 8, 8, 8, 16), 264),    # 64 x 128
-         ((16, 16, 4, 4, 16), 264),   # 64 x 64
-         ((16, 8, 4, 4, 16), 132),    # 32 x 64
-         ((8, 8, 4, 4, 32), 0)]       # 32 x 32
+# least min_blocks work-groups is taken. H100, scripts/bench_conv_peers.py --sweep, 2026-11-25,
+# kernel us summed over resnet50's 53 convs at 1x3x224x224 (K split as SPLIT_* below), each
+# tile everywhere: 128x128 1830, 64x128 1462, 64x64 1185, 32x64 1132, 32x32 1229 (cuDNN through
+# torch in the same run: 1800 eager, 1442 from a CUDA graph); squeezenet's late 1x1 and 3x3
+# layers the same way (256->48 13x13: 35.1 / 26.1 / 19.8 / 15.0 / 18.1). The bigger tiles are
+# kept for grids of many blocks (batches) by gemm_lm's figures (128x128 at 4096^3: 44.8 TF/s,
+# 64x128 92% of it), not measured on convs.
+TILES = [((16, 16, 8, 8, 8), 2000),   # 128 x 128
+         ((16, 8, 8, 8, 16), 1000),   # 64 x 128
+         ((16, 8, 4, 4, 16), 0),      # 32 x 64
+         ((8, 8, 4, 4, 32), 0)]       # 32 x 32 (tests: a BK of 32)
 # K split: a grid of fewer than SPLIT_BLOCKS work-groups with K >= SPLIT_MIN_K splits K in up to
-# SPLIT_MAX parts of at least SPLIT_CHUNK taps, towards 2 * SPLIT_BLOCKS work-groups.
-# To be measured on the H100.
+# SPLIT_MAX parts of at least SPLIT_CHUNK taps, towards 2 * SPLIT_BLOCKS work-groups. H100, same
+# run, the tiles then chosen, split / not: resnet50's convs 1225 / 2403 us; the split won on
+# all 12 geometries it applied to (512->512 7x7 3x3: 35.6 / 184.0; 1024->256 14x14 1x1: 23.7 /
+# 47.0; 512->2048 7x7 1x1, the least: 21.3 / 26.2).
 SPLIT_BLOCKS, SPLIT_MIN_K, SPLIT_CHUNK, SPLIT_MAX = 132, 512, 128, 8
 # Output channels per group below this: the register-tiled kernel (a 32-channel tile idles).
 LM_MIN_OCG = 16

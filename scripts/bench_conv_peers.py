@@ -4,9 +4,9 @@ profiling events) against torch's F.conv2d (cuDNN, TF32 off); per model, a warm 
 against torchvision's eager model, with dyncli's kernel time per op type.
 
     python scripts/bench_conv_peers.py [--models resnet50,densenet121,squeezenet] [--sweep]
-        [--every 1] [--repeat 20] [--no-geoms] [--no-models] [--device P:D]
+        [--every 1] [--batch 1] [--repeat 20] [--no-geoms] [--no-models] [--device P:D] [--kind gpu]
 
-Geometries come from the onnx wheel's light models at 1x3x224x224 (scripts/bench_conv.py).
+Geometries come from the onnx wheel's light models at Bx3x224x224 (scripts/bench_conv.py).
 Per geometry: the engine's choice (shape-agnostic and static impl), the register-tiled kernel
 (cl/conv_tiled.cl) and, with --sweep, conv_lm with every tile of engine/ops/conv_gemm.py (K split
 as chosen) and the chosen tile unsplit; torch per call: eager back to back (launch-bound when
@@ -116,7 +116,7 @@ def bench_geoms(names, dev, a) -> None:
     print(f"\n== conv geometries: kernel us (dyncli: median of {a.repeat} OpenCL profiling events; "
           "torch: cuDNN TF32 off, eager per call / CUDA graph per call)")
     for name in names:
-        geoms = model_geometries(light_model_paths()[name])[::a.every]
+        geoms = model_geometries(light_model_paths()[name], (a.batch, 3, 224, 224))[::a.every]
         totals = defaultdict(float)
         for g, count in geoms:
             cols = []
@@ -219,6 +219,7 @@ def main():
     ap.add_argument("--models", default="resnet50,densenet121,squeezenet")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--every", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1, help="the geometries' batch (models: 1)")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--no-geoms", action="store_true")
     ap.add_argument("--no-models", action="store_true")

@@ -29,8 +29,10 @@ PW = 8          # output pixels along x per work-item (float8 accumulators)
 # (16, 8) 90 / 93. Rows (64->256 1x1, 256 14x14 3x3, 128 28x28 3x3, 512->1000 1x1, 256->512
 # 1x1 s2): (16, 8) 75, (8, 16) 62 (ragged rows and stride 2 lose), (8, 8) 49, (16, 4) 33;
 # 3x3 pad 1 at 56/28/14/7 and the 7x7 s2 stem: (16, 8) 72, (16, 16) 44, (8, 8) 27, (32, 8) 23.
-# GPU: not measured here (no GPU); 8 x 4 keeps 32 accumulators per work-item, work-groups of
-# 64-128 (_tiled_call): to be confirmed on the H100 with scripts/bench_conv.py.
+# GPU: convs of at least LM_MIN_OCG output channels per group run on cl/conv_gemm.cl instead
+# (H100, scripts/bench_conv_peers.py, 2026-11-25: resnet50's 53 convs summed 18198 us here with
+# (8, 4), 1132 us there); (8, 4), 32 accumulators per work-item in work-groups of 64-128
+# (_tiled_call), stays for 4..15 channels per group, which none of the measured models has.
 TILES = {"cpu": {"flat": (16, 16), "rows": (16, 8)}, "gpu": {"flat": (8, 4), "rows": (8, 4)}}
 # Fewer output channels per group than this (depthwise): the direct kernel (cl/conv.cl).
 TILED_MIN_OCG = 4

@@ -31,7 +31,8 @@ TILES = [((16, 16, 8, 8, 8), 2000),   # 128 x 128
 # all 12 geometries it applied to (512->512 7x7 3x3: 35.6 / 184.0; 1024->256 14x14 1x1: 23.7 /
 # 47.0; 512->2048 7x7 1x1, the least: 21.3 / 26.2).
 SPLIT_BLOCKS, SPLIT_MIN_K, SPLIT_CHUNK, SPLIT_MAX = 132, 512, 128, 8
-# Output channels per group below this: the register-tiled kernel (a 32-channel tile idles).
+# Output channels per group below this: the register-tiled kernel (a 32-channel tile would
+# idle half of it or more); not measured: the models measured have 16 or more, or depthwise.
 LM_MIN_OCG = 16
 
 

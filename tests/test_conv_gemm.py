@@ -98,15 +98,24 @@ def test_conv_lm_fused_bn_residual_relu(device, monkeypatch, split):
             assert inst.bound[-1].impl.name.startswith("conv_gemm:Conv+fused"), inst.bound[-1].impl.name
 
 
-def test_conv_lm_1d(device, monkeypatch):
-    """A 1-D conv ([N, C, L], a unit height) with stride, dilation and pads, split and not."""
+def test_conv_lm_1d_fused(device, monkeypatch):
+    """Relu(BN(Conv1d(x)) + cb), a 1-D conv ([N, C, L], a unit height) with stride, dilation
+    and pads: the [OC, 1] operands index the rank-3 output through conv_lm's epilogue and
+    conv_split_reduce's."""
     _use_kind(monkeypatch, "gpu", lm=True)
     C, OC, K = 20, 33, 3
-    w = RNG.standard_normal((OC, C, K)) / np.sqrt(C * K)
-    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[2], dilations=[2], pads=[2, 1])],
-               {"w": w}, x_dims=("n", "c", "l"))
+    inits = {"w": RNG.standard_normal((OC, C, K)) / np.sqrt(C * K), "s": RNG.standard_normal(OC),
+             "bb": RNG.standard_normal(OC), "m": RNG.standard_normal(OC),
+             "v": np.abs(RNG.standard_normal(OC)) + 0.5, "cb": RNG.standard_normal((OC, 1))}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2], dilations=[2], pads=[2, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
+             helper.make_node("Add", ["bn", "cb"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    m = _model(nodes, inits, x_dims=("n", "c", "l"))
     seq = [{"x": RNG.standard_normal((n, C, L)).astype(np.float32)} for n, L in [(1, 37), (2, 9)]]
     for split in (False, True):
         _force(monkeypatch, TILES[-1], split)
         inst = _run(m, seq, device, "dynamic")
-        assert inst.bound[0].call.kernel == "conv_lm"
+        assert [b.call.kernel for b in inst.bound] == \
+            (["conv_lm", "conv_split_reduce"] if split else ["conv_lm"])
+        assert inst.bound[-1].impl.name.startswith("conv_gemm:Conv+fused")

@@ -19,8 +19,12 @@ from engine.layout import Layout
 # tile everywhere: 128x128 1830, 64x128 1462, 64x64 1185, 32x64 1132, 32x32 1229 (cuDNN through
 # torch in the same run: 1800 eager, 1442 from a CUDA graph); squeezenet's late 1x1 and 3x3
 # layers the same way (256->48 13x13: 35.1 / 26.1 / 19.8 / 15.0 / 18.1). The bigger tiles are
-# kept for grids of many blocks (batches) by gemm_lm's figures (128x128 at 4096^3: 44.8 TF/s,
-# 64x128 92% of it), not measured on convs.
+# kept for grids of many blocks by gemm_lm's figures (128x128 at 4096^3: 44.8 TF/s, 64x128 92%
+# of it). At batch 8 (same script, --batch 8 --sweep, every 2nd resnet50 geometry) this table
+# still takes 32x64 everywhere: 2177 us (cuDNN 1920 eager, 1844 graph); the best tile per
+# geometry would give about 1830 (128x128 split for 256->256 14x14 3x3: 82.8 vs 117.7; 64x128
+# for the 7x7 stem: 72.3 vs 94.8; 32x64 for the 7x7 layers), with no rule on the grid's size
+# alone that picks them: left for a per-geometry cost model.
 TILES = [((16, 16, 8, 8, 8), 2000),   # 128 x 128
          ((16, 8, 8, 8, 16), 1000),   # 64 x 128
          ((16, 8, 4, 4, 16), 0),      # 32 x 64

@@ -50,6 +50,19 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #define T_COUNT(t) (T_DIM(t, 0) * T_DIM(t, 1) * T_DIM(t, 2) * T_DIM(t, 3) * T_DIM(t, 4) * T_DIM(t, 5))
 #define PARAM(i) (shape_info[NUM_TENSORS * TBLOCK + (i)])
 
+// Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
+// p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
+// vector is one 128-bit load.
+inline float4 ld4_lim(const __global float* p, int lim, int vec) {
+    if (vec && lim >= 4) return *(const __global float4*)p;
+    float4 v = (float4)(0.0f);
+    if (lim > 0) v.s0 = p[0];
+    if (lim > 1) v.s1 = p[1];
+    if (lim > 2) v.s2 = p[2];
+    if (lim > 3) v.s3 = p[3];
+    return v;
+}
+
 // An index out of range (engine/index_flags.py): the first work-item of the node to find one
 // records it in the node's slot [found, index column, index low bits, high bits], from which the
 // host refuses the inference; the kernel goes on with a clamped index (no access outside).

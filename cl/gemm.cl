@@ -69,19 +69,6 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #define C_OFF 0
 #endif
 
-// Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
-// p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
-// vector is one 128-bit load.
-inline float4 gemm_ld4(const __global float* p, int lim, int vec) {
-    if (vec && lim >= 4) return *(const __global float4*)p;
-    float4 v = (float4)(0.0f);
-    if (lim > 0) v.s0 = p[0];
-    if (lim > 1) v.s1 = p[1];
-    if (lim > 2) v.s2 = p[2];
-    if (lim > 3) v.s3 = p[3];
-    return v;
-}
-
 // Split-K (GPUs), for few rows and a long K: S work-items (or work-groups of gemm_lm with
 // LM_SPLIT) share the K loop of one output, each writing its partial sum into the internal
 // buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
@@ -115,7 +102,7 @@ KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float
         if (lim > 2) b.s2 = bp[2 * K];
         if (lim > 3) b.s3 = bp[3 * K];
 #else
-        const float4 b = gemm_ld4(B + b_off + k * N + c0, lim, vb);
+        const float4 b = ld4_lim(B + b_off + k * N + c0, lim, vb);
 #endif
 #pragma unroll
         for (int i = 0; i < SPLITK_ROWS; ++i) {
@@ -267,7 +254,7 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     for (int r = 0; r < (O * C / 4 + NT - 1) / NT; ++r) {                                      \
         const int e = r * NT + tid, o = e / (C / 4), c = (e % (C / 4)) * 4;                    \
         const int lim = (e < O * C / 4 && (o0) + o < (olim)) ? (clim) - (c0) - c : 0;           \
-        reg[r] = gemm_ld4(P + off + ((o0) + o) * (pitch) + (c0) + c, lim, vec);                \
+        reg[r] = ld4_lim(P + off + ((o0) + o) * (pitch) + (c0) + c, lim, vec);                \
     }
 // A's tile [BM rows][BK] at k0 into ra[], B's [BK][BN columns] into rb[], float4 along each
 // operand's contiguous dim
@@ -460,7 +447,7 @@ inline float4 gv_x4(const __global float* A, int o, int k, int M, int va) {
 #if TRANS_A
     return (float4)(A[o + k * M], A[o + (k + 1) * M], A[o + (k + 2) * M], A[o + (k + 3) * M]);
 #else
-    return gemm_ld4(A + o + k, 4, va);
+    return ld4_lim(A + o + k, 4, va);
 #endif
 }
 inline float gv_x1(const __global float* A, int o, int k, int M) {
@@ -537,7 +524,7 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
     for (int r = 0; r < GV_ROWS; ++r) acc[r] = (float4)(0.0f);
     // the loop twice, so that neither has a branch on the load kind
     if (vb) {
-        for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(gemm_ld4(bp + kq * N, lim, 1))
+        for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(ld4_lim(bp + kq * N, lim, 1))
     } else {
         for (int k = kb + 4 * ky; k + 4 <= ke; k += 4 * GV_KY * GV_U) GV_QUADS(gv_ldcol(bp + kq * N, lim, cs))
     }
@@ -595,7 +582,7 @@ KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
         float4 b[GV_U];
 #pragma unroll
         for (int u = 0; u < GV_U; ++u)
-            b[u] = GV_OK(u, 4 * GVT_WK) ? gemm_ld4(bp + k + u * 4 * GVT_WK, 4, vb) : (float4)(0.0f);
+            b[u] = GV_OK(u, 4 * GVT_WK) ? ld4_lim(bp + k + u * 4 * GVT_WK, 4, vb) : (float4)(0.0f);
 #pragma unroll
         for (int u = 0; u < GV_U; ++u) {
             if (!GV_OK(u, 4 * GVT_WK)) break;

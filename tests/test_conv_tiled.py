@@ -41,10 +41,14 @@ def feeds(C, hws):
     return [{"x": RNG.standard_normal((n, C, h, w)).astype(np.float32)} for n, h, w in hws]
 
 
-def _use_kind(monkeypatch, kind):
+def _use_kind(monkeypatch, kind, lm=False):
     """Make the conv's kernel calls with the CPU or the GPU tiles and work-groups (a choice of
-    kernel call only: both run on this device)."""
+    kernel call only: both run on this device). On GPUs the convs with many channels per group
+    run on cl/conv_gemm.cl (tests/test_conv_gemm.py); lm=False keeps every one on the kernels
+    tested here."""
     monkeypatch.setitem(device_mod._kind, "last", kind)
+    if not lm:
+        monkeypatch.setattr(conv_mod, "LM_MIN_OCG", 1 << 30)
 
 
 def _run(model, seq, device, impls):

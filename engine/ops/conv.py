@@ -1,6 +1,8 @@
-"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): a register-tiled implicit GEMM
-(cl/conv_tiled.cl) for convs with enough output channels per group, a direct register-blocked
-kernel (cl/conv.cl) for the others (depthwise, a few channels per group).
+"""Conv (2-D, NCHW; 1-D, NCL, runs as 2-D with a unit height): on GPUs an implicit GEMM on
+local-memory tiles (cl/conv_gemm.cl, engine/ops/conv_gemm.py) for convs with at least
+LM_MIN_OCG output channels per group; a register-tiled implicit GEMM (cl/conv_tiled.cl) for the
+others with enough output channels per group (every such conv on CPUs), a direct
+register-blocked kernel (cl/conv.cl) for the rest (depthwise, a few channels per group).
 
 Strides, dilations, the presence of a bias and the tiles are JIT constants (attributes and the
 weight's shape, constant for a model); the pads (computed from the input shape for auto_pad
@@ -15,6 +17,7 @@ from engine.kernels import KernelCall, StaticVariant, WeightsLayout
 from engine.layout import Layout
 from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError
+from engine.ops.conv_gemm import LM_MIN_OCG, lm_calls, lm_static
 
 PW = 8          # output pixels along x per work-item (float8 accumulators)
 
@@ -26,8 +29,10 @@ PW = 8          # output pixels along x per work-item (float8 accumulators)
 # (16, 8) 90 / 93. Rows (64->256 1x1, 256 14x14 3x3, 128 28x28 3x3, 512->1000 1x1, 256->512
 # 1x1 s2): (16, 8) 75, (8, 16) 62 (ragged rows and stride 2 lose), (8, 8) 49, (16, 4) 33;
 # 3x3 pad 1 at 56/28/14/7 and the 7x7 s2 stem: (16, 8) 72, (16, 16) 44, (8, 8) 27, (32, 8) 23.
-# GPU: not measured here (no GPU); 8 x 4 keeps 32 accumulators per work-item, work-groups of
-# 64-128 (_tiled_call): to be confirmed on the H100 with scripts/bench_conv.py.
+# GPU: convs of at least LM_MIN_OCG output channels per group run on cl/conv_gemm.cl instead
+# (H100, scripts/bench_conv_peers.py, 2026-11-25: resnet50's 53 convs summed 18198 us here with
+# (8, 4), 1132 us there); (8, 4), 32 accumulators per work-item in work-groups of 64-128
+# (_tiled_call), stays for 4..15 channels per group, which none of the measured models has.
 TILES = {"cpu": {"flat": (16, 16), "rows": (16, 8)}, "gpu": {"flat": (8, 4), "rows": (8, 4)}}
 # Fewer output channels per group than this (depthwise): the direct kernel (cl/conv.cl).
 TILED_MIN_OCG = 4
@@ -159,11 +164,18 @@ def _ocb(ocg: int) -> int:
     return 1
 
 
+def _lm_dims(g, has_bias: bool) -> dict:
+    return _dims_2d(g, (None,) * (3 + has_bias), weights=False)
+
+
 def _conv_kernels(node, ins, outs, deps, pw=PW):
     g = _conv_geometry(node, ins)
-    if g["OC"] // g["group"] >= TILED_MIN_OCG:
-        return [_tiled_call(g, len(ins) > 2 and ins[2] is not None, device_kind())]
     has_bias = len(ins) > 2 and ins[2] is not None
+    kind = device_kind()
+    if kind == "gpu" and g["OC"] // g["group"] >= LM_MIN_OCG:
+        return lm_calls(g, has_bias, _lm_dims(g, has_bias))
+    if g["OC"] // g["group"] >= TILED_MIN_OCG:
+        return [_tiled_call(g, has_bias, kind)]
     ocg = g["OC"] // g["group"]
     ocb = _ocb(ocg)
     bpg = (ocg + ocb - 1) // ocb
@@ -245,6 +257,9 @@ def _conv_static(node, ins, outs, deps, consts):
     unroll) and the pixel blocking fitted to the output width. Weights keep their layout."""
     g = _conv_geometry(node, ins)
     ocg = g["OC"] // g["group"]
+    has_bias = len(ins) > 2 and ins[2] is not None
+    if device_kind() == "gpu" and ocg >= LM_MIN_OCG:
+        return lm_static(g, has_bias, _lm_dims(g, has_bias), outs[0].shape)
     if ocg >= TILED_MIN_OCG:
         kind = device_kind()
         tm = conv_tiles(g, kind)[0]

@@ -135,17 +135,20 @@ def kv_into_attention(prog, insts) -> int:
     return taken
 
 
-def share_memos(insts) -> int:
-    """Give every node (its unfused subgraph's too) its class (engine/memo.py node_class):
-    nodes of one class share the memo tables of their layouts and dynamic kernel calls.
-    Returns the number of classes."""
-    classes = set()
+def share_memos(insts, memos) -> int:
+    """Give every node (its unfused subgraph's too) its class (engine/memo.py node_class, as a
+    small number: keys hash it every time): nodes of one class share the memo tables of their
+    layouts, dynamic kernel calls and shape_info. Returns the number of classes."""
+    ids: dict = {}
     for inst in insts:
         for i in inst.family():
-            if not i.node.host and not i.opdef.control:
-                i.shape_class = node_class(i.node, i.fusion, i.n_own, bool(i.kv_from))
-                classes.add(i.shape_class)
-    return len(classes - {None})
+            if i.node.host or i.opdef.control:
+                continue
+            cls = node_class(i.node, i.fusion, i.n_own, bool(i.kv_from))
+            if cls is not None:
+                i.shape_class = ids.setdefault(cls, len(ids))
+                i._layouts_memo, i._info_memo = memos.layouts, memos.info
+    return len(ids)
 
 
 def kv_append_ok(prog, node, past: str) -> bool:

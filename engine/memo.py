@@ -39,6 +39,7 @@ class SharedMemos:
     """The tables nodes of one class share (their keys begin with the class)."""
     layouts: Memo = field(default_factory=lambda: Memo(SHARED_SIZE))   # -> (out layouts, unfuse reason)
     calls: Memo = field(default_factory=lambda: Memo(SHARED_SIZE))     # -> dynamic impl's kernel calls
+    info: Memo = field(default_factory=lambda: Memo(SHARED_SIZE))      # (call, offsets) -> shape_info
 
 
 class _Unshared(Exception):

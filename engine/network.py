@@ -63,7 +63,7 @@ class Network:
         self.feedback = dict(feedback or {})
         self.kv_pasts = kv_appends(program, self.insts, self.feedback)
         kv_into_attention(program, self.insts)
-        share_memos(self.insts)           # a transformer's layers answer each other's shapes
+        share_memos(self.insts, self.rt.memos)   # a transformer's layers answer each other's shapes
         # inputs whose host values shape inference reads, kept from one inference to the next
         # (to tell a new value): a copy, so a caller refilling its array in place is seen
         self.by_value = value_inputs(self.insts, program.inputs)

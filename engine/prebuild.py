@@ -3,9 +3,10 @@
 A node's shape-agnostic impl is built the first time the node asks for it, in the flow's
 critical path, one program after another. Before the first inference's flow runs, this walks
 the program once on the input shapes of each new signature (pure shape inference: the nodes'
-`infer_layouts` and `kernel_calls`, the host impls of shape subgraphs, nothing written to the
-network's tensors or nodes' state), collects every (source, jit) the nodes will ask for, and
-starts their builds on a thread pool (pyopencl releases the GIL while the driver compiles).
+`layouts_for` and `dynamic_calls_for`, the host impls of shape subgraphs; nothing written to the
+network's tensors or nodes' state but their memo tables, whose answers the flow then finds),
+collects every (source, jit) the nodes will ask for, and starts their builds on a thread pool
+(pyopencl releases the GIL while the driver compiles).
 The flow then takes each finished program when its node asks (`ImplManager.dynamic`): the node
 still records its `update_impl build`, marked `prebuilt`, not in the critical path.
 The walk stops at the first shape that depends on device data (a dep computed on the device).
@@ -19,6 +20,7 @@ import numpy as np
 from engine.kernels import compile_program, dynamic_key
 from engine.layout import Layout, dtype_from_numpy
 from engine.host_eval import host_outputs
+from engine.memo import values_key
 
 
 def _walk(insts, tensors, feeds: dict) -> list:
@@ -58,9 +60,10 @@ def _walk_into(insts, tensors, feeds: dict, calls: list) -> None:
                 deps[i] = env[inst.inputs[i].name][1]
         if any(v is None for v in deps.values()):
             break                          # computed on the device: known only when it runs
-        outs, _ = inst.infer_layouts(ins, deps)
+        key = values_key(deps) if deps else ()
+        outs, _ = inst.layouts_for(ins, deps, key)    # remembered: the flow asks the same next
         if inst.kv_past is None and not inst.opdef.view:
-            calls += inst.kernel_calls(ins, outs, deps)[0]
+            calls += inst.dynamic_calls_for(ins, outs, deps, key)
         for t, l in zip(inst.outputs, outs):
             env[t.name] = (l, None)
 

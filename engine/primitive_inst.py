@@ -52,7 +52,8 @@ class PrimitiveInst:
         self._layouts_memo = Memo()    # (in layouts, deps) -> (out layouts, unfuse reason)
         self._calls_memo = Memo()      # (in, out layouts, deps) -> (kernel calls, static variant)
         self._info_memo = Memo(64)     # (call, tensor offsets) -> (call, shape_info)
-        # nodes of one class share the first two tables (engine/memo.py node_class; None: own)
+        # its class (engine/memo.py node_class; None: no class): nodes of one class share the
+        # memo tables (load_passes.share_memos), keyed by it
         self.shape_class = None
         self.deps_key: tuple = ()
         self.shape_changed = False
@@ -126,12 +127,8 @@ class PrimitiveInst:
         produced = own[0] if self.fusion.prologue else out_layouts[0]
         return out_layouts, fusion_valid(self.fusion, produced, extra, own)
 
-    def kernel_calls(self, ins, outs, deps) -> tuple:
-        """The dynamic impl's kernel calls for these shapes (fused ops applied), and the static
-        variant with its impl cache key (None, None when these shapes get none)."""
-        return (self.dynamic_calls(ins, outs, deps),) + self.static_for(ins, outs, deps)
-
     def dynamic_calls(self, ins, outs, deps) -> list:
+        """The dynamic impl's kernel calls for these shapes (fused ops applied)."""
         own = ins[:self.n_own] if self.fusion else ins
         dev = {"device": self.rt.impls.device_type} if self.opdef.per_device else {}
         if self.kv_from:
@@ -142,6 +139,7 @@ class PrimitiveInst:
         return calls
 
     def static_for(self, ins, outs, deps) -> tuple:
+        """The static variant of these shapes with its impl cache key (None, None: none)."""
         impls = self.rt.impls
         own = ins[:self.n_own] if self.fusion else ins
         v = impls.static_variant(self, own, outs, deps)
@@ -151,23 +149,29 @@ class PrimitiveInst:
             v = self._fused_static(v, ins[self.n_own:])
         return v, (impls.static_key(self.node.op, v, ins, outs) if v is not None else None)
 
+    def layouts_for(self, in_layouts, deps, deps_key: tuple) -> tuple[list, str]:
+        """infer_layouts, remembered (prebuild's walk asks too: the flow then finds its answers)."""
+        key = (self.shape_class, tuple(in_layouts), deps_key)
+        hit = self._layouts_memo.get(key)
+        return hit if hit is not None else self._layouts_memo.put(key, self.infer_layouts(in_layouts, deps))
+
+    def dynamic_calls_for(self, ins, outs, deps, deps_key: tuple) -> list:
+        """dynamic_calls, remembered in the class's table (None class: computed)."""
+        if self.shape_class is None:
+            return self.dynamic_calls(ins, outs, deps)
+        key = (self.shape_class, tuple(ins), tuple(outs), deps_key)
+        hit = self.rt.memos.calls.get(key)
+        return hit if hit is not None else self.rt.memos.calls.put(key, self.dynamic_calls(ins, outs, deps))
+
     def _layouts_for(self, in_layouts, deps) -> tuple[list, str]:
-        key = (self.shape_class, tuple(in_layouts), self.deps_key)
-        memo = self._layouts_memo if self.shape_class is None else self.rt.memos.layouts
-        hit = memo.get(key)
-        return hit if hit is not None else memo.put(key, self.infer_layouts(in_layouts, deps))
+        return self.layouts_for(in_layouts, deps, self.deps_key)
 
     def _calls_for(self, ins, outs, deps) -> tuple:
         key = (tuple(ins), tuple(outs), self.deps_key)
         hit = self._calls_memo.get(key)
         if hit is None:
-            shared = self.rt.memos.calls if self.shape_class is not None else None
-            calls = shared.get((self.shape_class,) + key) if shared is not None else None
-            if calls is None:
-                calls = self.dynamic_calls(ins, outs, deps)
-                if shared is not None:
-                    shared.put((self.shape_class,) + key, calls)
             # the static variant stays the node's own (its weights, its impl cache key)
+            calls = self.dynamic_calls_for(ins, outs, deps, self.deps_key)
             hit = self._calls_memo.put(key, (calls,) + self.static_for(ins, outs, deps))
         return hit
 

@@ -719,6 +719,10 @@ class PrimitiveInst:
         self.shape_changed = True          # the copies' offsets move every step
         # a new BoundKernel binds its arguments; a kept one re-binds only when a buffer changed
         self._bind(calls, [self._dynamic_impl(c) for c in calls])
+        if not calls:                      # the attention appends (or nothing is new)
+            self._written()
+            self._rec("execute", "skip", "in_place")
+            return
         self.set_arguments(False)
         self.enqueue()
 

@@ -222,8 +222,12 @@ def test_the_attention_appends_the_kv_caches(device, kind, fits, monkeypatch):
             unfused = bool(trace.of(it, "fusion", "unfuse"))
             assert unfused == (fits is not None and past["past_k"].shape[2] > fits)
             kernels = {e["node"]: e["kernels"] for e in trace.of(it, "execute", "enqueue")}
-            for e in kv:     # an append enqueues nothing; a copy, only the past's
-                assert kernels[e["node"]] == (0 if e["action"] == "append" or step == 0 else 1)
+            in_place = {e["node"] for e in trace.of(it, "execute", "skip") if e["reason"] == "in_place"}
+            for e in kv:     # an append enqueues nothing (the attention writes); a copy, the past's
+                if e["action"] == "append" or step == 0:
+                    assert e["node"] in in_place and e["node"] not in kernels
+                else:
+                    assert kernels[e["node"]] == 1
             assert kernels["Softmax_0_attention"] == (2 if unfused else 1)
 
 

@@ -23,9 +23,23 @@ from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
 # in local memory. Longer keys run the unfused subgraph (engine/attention_fusion.py: seq_too_long).
 MAX_L = 512
 MAX_D = 256
-# GPU (not yet measured on one: scripts/bench_norm.py on the H100 should decide these)
-ATT_WG = 64     # GPU: one work-group per block of query rows of one (b, h)
-ATT_ROWS = 8    # GPU: query rows per work-group at most (k and v are read once per block)
+# GPU: one work-group of ATT_WG lanes per block of query rows of one (b, h); at most ATT_ROWS
+# rows per block (k and v are read once per block). H100, kernel us (scripts/bench_attention.py,
+# 12 heads, head dims 64 / 32), work-group 64 -> 256 lanes: decode s 1 l 128 21.1 -> 16.3
+# / 15.7 -> 12.9, s 1 l 512 55.2 -> 33.6 / 32.7 -> 22.0; encoder s 128 (8 rows) 39.5 -> 27.7 /
+# 24.0 -> 18.1. Rows per block by s (query_rows): s 8 one row 15.8 (8 rows 22.0), s 32 two
+# 14.4 (eight 16.6), s 128 eight 27.7 (one 78.9).
+ATT_WG = 256
+ATT_ROWS = 8
+
+
+def query_rows(s: int) -> int:
+    """GPU query rows per work-group: a power of two near s / 16, 1 to ATT_ROWS (the figures
+    above: few rows leave lanes idle on long keys; many rows on a short query waste the block)."""
+    r = 1
+    while r < ATT_ROWS and r * 16 < s:
+        r *= 2
+    return r
 
 
 def _view(l: Layout, perm) -> tuple[tuple, tuple]:
@@ -92,7 +106,7 @@ def _kernels(node, ins, outs, deps, device="cpu", kv_append=False):
     g = geometry(node, ins)
     b, h = g["bh"]
     rows = b * h * g["S"]
-    per = min(ATT_ROWS, 1 << max(g["S"] - 1, 0).bit_length())   # a power of two, not past S
+    per = query_rows(g["S"])
     st = g["strides"]
     params = st[:12] + (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per) + st[12:]
     jit = (("MAX_L", MAX_L), ("MAX_D", MAX_D), ("IMPL_TAG", "attention"))

@@ -63,3 +63,45 @@ def test_split_along_the_first_axis_is_always_in_place(device):
     run_vs_ort(model, seq, device, rtol=1e-5, atol=1e-5, net=net)
     assert not [e for e in trace.events if e.get("node") == "split" and e["kind"] == "execute"
                 and e["action"] == "enqueue"]
+
+
+def _slices() -> onnx.ModelProto:
+    """Slices of x [a, b, c] by runtime starts/ends (inputs), read by an Add so each is used on
+    the device: y1 = x[s:e] (rows: contiguous), y2 = x[:, s:e] (contiguous when a is 1),
+    y3 = x[..., s:e] (contiguous when a and b are 1 or the cut is whole), y4 = x[s:e:2]."""
+    i64 = TensorProto.INT64
+    consts = [helper.make_tensor("ax0", i64, [1], [0]), helper.make_tensor("ax1", i64, [1], [1]),
+              helper.make_tensor("ax2", i64, [1], [2]), helper.make_tensor("two", i64, [1], [2]),
+              helper.make_tensor("one", F, [], [1.0])]
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "ax0"], ["y1"], name="rows"),
+             helper.make_node("Slice", ["x", "s", "e", "ax1"], ["y2"], name="mid"),
+             helper.make_node("Slice", ["x", "s", "e", "ax2"], ["y3"], name="last"),
+             helper.make_node("Slice", ["x", "s", "e", "ax0", "two"], ["y4"], name="stepped")]
+    outs = []
+    for k in range(1, 5):
+        nodes.append(helper.make_node("Add", [f"y{k}", "one"], [f"z{k}"], name=f"add{k}"))
+        outs.append(f"z{k}")
+    g = helper.make_graph(nodes, "slices", [helper.make_tensor_value_info("x", F, ["a", "b", "c"]),
+                                            helper.make_tensor_value_info("s", i64, [1]),
+                                            helper.make_tensor_value_info("e", i64, [1])],
+                          [helper.make_tensor_value_info(n, F, None) for n in outs], consts)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_slices_that_are_one_run_become_views(device, fast_path):
+    model = _slices()
+    rng = np.random.default_rng(4)
+    cases = [((4, 3, 5), 0, 3), ((1, 4, 5), 1, 2), ((1, 1, 6), 2, 5), ((3, 2, 4), 0, 9), ((1, 3, 4), 2, 3),
+             ((4, 3, 5), 2, 3)]
+    seq = [{"x": rng.standard_normal(shape).astype(np.float32), "s": np.array([s], np.int64),
+            "e": np.array([e], np.int64)} for shape, s, e in cases]
+    trace = MemoryTrace()
+    net = Network(build_program(model), device, trace=trace, fast_path=fast_path)
+    run_vs_ort(model, seq, device, rtol=1e-6, atol=1e-6, net=net)
+    crops = [{e["node"] for e in trace.events if e.get("iter") == i and e["kind"] == "execute"
+              and e["reason"] == "in_place_crop"} for i in range(len(cases))]
+    assert crops[0] >= {"rows"} and "stepped" not in crops[0]        # rows 0-2; 0 and 2
+    assert crops[1] >= {"rows", "mid"}                                # a = 1: a row block of b
+    assert crops[2] >= {"rows", "mid", "last"}                        # a = b = 1
+    assert "mid" not in crops[0] and "last" not in crops[0]

@@ -234,7 +234,21 @@ def _slice_is_identity(node, ins, outs, deps) -> bool:
     return tuple(out) == tuple(ins[0].shape) and not any(start) and all(x == 1 for x in step)
 
 
-@register("Slice", checked=13, f16=True, kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity, shape_deps=(1, 2, 3, 4), host_ok=True)
+def _slice_in_place(node, ins, outs, deps):
+    """The slice's offset when it is one contiguous run of the input: every dim before its first
+    dim over 1 is 1, every dim after that one whole, unit steps where a dim is over 1 (a decode
+    step's row of a position table, a KV window along the outermost axis)."""
+    start, step, out = _slice_params(node, ins, deps)
+    shape = ins[0].shape
+    k = next((i for i, o in enumerate(out) if o > 1), len(out) - 1)
+    if any(o != d for o, d in zip(out[k + 1:], shape[k + 1:])) or \
+            any(st != 1 for st, o in zip(step, out) if o > 1):
+        return None
+    return (sum(a * b for a, b in zip(start, contiguous_strides(shape))),)
+
+
+@register("Slice", checked=13, f16=True, kernels=_slice_kernels, padded_ok=True, runtime_skip=_slice_is_identity,
+          in_place_crop=_slice_in_place, shape_deps=(1, 2, 3, 4), host_ok=True)
 def _slice(node, ins, deps):
     return [Layout(_slice_params(node, ins, deps)[2], ins[0].dtype)]
 

@@ -32,6 +32,7 @@ from engine.layout import Layout, dtype_from_onnx
 from engine.model_file import check_graph, load_model
 from engine.ops import OPS
 from engine.ops.registry import ONNX_DOMAINS, domains, op_key
+from engine.static_dims import fold_static_dims
 from engine.subgraphs import attach_outer, subgraphs_of
 from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops
 
@@ -153,6 +154,10 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
                    warnings=notes)
     link(prog)
     _check_outputs(prog)
+    if fold_static_dims(model, prog):     # the shape math over them folds too
+        prog.nodes, more = _fold_constants(prog.nodes, prog.constants)
+        prog.folded += more
+        link(prog)
     _mark_shape_subgraphs(prog)
     _decompose(prog)
     if insert_f16_casts(prog, model, expanded.dtypes):

@@ -158,17 +158,27 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
 }
 
 // Register-blocked GEMM, no local memory (CPUs: PoCL serialises work-group barriers). A
-// work-item computes TM rows x TN columns (TN: vector width 4, 8 or 16), one vector load of B
-// per k. Shape-agnostic builds take any N (the last partial vector is loaded per element);
-// static builds bake M, N, K in. B_BLOCKED: B was reordered (update_weights) to
-// [ceil(N/TN)][K][TN], zero-padded, so each k is one contiguous vector load. Fake alignment: the build's PARAM(0)
-// is M rounded up; the real M comes at run time (RT_PARAM(0)); rows >= M read a clamped row and
-// are never stored.
+// work-item computes TM rows x TN columns: NV = TN / VW vectors of VW lanes (VW = 16, or TN
+// when smaller), one vector load of B per vector and k. Shape-agnostic builds take any N (the
+// last partial tile is loaded per element); static builds bake M, N, K in. B_BLOCKED: B was
+// reordered (update_weights) to [ceil(N/TN)][K][TN], zero-padded, so each k reads TN
+// contiguous floats. Fake alignment: the build's PARAM(0) is M rounded up; the real M comes
+// at run time (RT_PARAM(0)); rows >= M read a clamped row and are never stored.
 #ifdef TN
 #define RB_CAT_(a, b) a##b
 #define RB_CAT(a, b) RB_CAT_(a, b)
-#define BV RB_CAT(float, TN)
-#define BLOAD(p) RB_CAT(vload, TN)(0, p)
+#if TN >= 16
+#define VW 16
+#else
+#define VW TN
+#endif
+#define NV (TN / VW)
+#define BV RB_CAT(float, VW)
+// A VW-lane vector at 4-byte alignment: dereferenced, one unaligned vector load or store.
+// PoCL 3.0 calls vloadN/vstoreN out of line, and every call spills the accumulators (no vector
+// register survives a call): 128x384x384 took 684 us with vload16, 137 us with this (8x16).
+typedef BV __attribute__((aligned(4))) BVU;
+#define BLOAD(p) (*(const __global BVU*)(p))
 
 KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 {
@@ -187,46 +197,57 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
         ap[i] = A + a_off + r * K;
 #endif
     }
-    BV acc[TM];
+    BV acc[TM][NV];
 #pragma unroll
-    for (int i = 0; i < TM; ++i) acc[i] = (BV)(0.0f);
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < NV; ++j) acc[i][j] = (BV)(0.0f);
 #if B_BLOCKED
     const __global float* bp = B + b_off + (n0 / TN) * K * TN;
 #endif
-    const int nfull = n0 + TN <= N;
+    const int nl = min(TN, N - n0);
     for (int k = 0; k < K; ++k) {
+        BV bv[NV];
 #if B_BLOCKED
-        const BV bv = BLOAD(bp + k * TN);
-#elif TRANS_B
-        BV bv = (BV)(0.0f);
 #pragma unroll
-        for (int l = 0; l < TN; ++l)
-            if (n0 + l < N) ((float*)&bv)[l] = B[b_off + (n0 + l) * K + k];
+        for (int j = 0; j < NV; ++j) bv[j] = BLOAD(bp + k * TN + j * VW);
 #else
-        BV bv;
-        if (nfull) {
-            bv = BLOAD(B + b_off + k * N + n0);
-        } else {   // the last columns of a shape-agnostic build (N % TN != 0)
-            bv = (BV)(0.0f);
-            for (int l = 0; l < N - n0; ++l) ((float*)&bv)[l] = B[b_off + k * N + n0 + l];
+#if !TRANS_B
+        if (nl == TN) {
+#pragma unroll
+            for (int j = 0; j < NV; ++j) bv[j] = BLOAD(B + b_off + k * N + n0 + j * VW);
+        } else   // the last columns of a shape-agnostic build (N % TN != 0)
+#endif
+        {   // B [N, K] (TRANS_B) or a partial tile: per element, zeros past N
+            float t[TN];
+#pragma unroll
+            for (int l = 0; l < TN; ++l)
+#if TRANS_B
+                t[l] = l < nl ? B[b_off + (n0 + l) * K + k] : 0.0f;
+#else
+                t[l] = l < nl ? B[b_off + k * N + n0 + l] : 0.0f;
+#endif
+#pragma unroll
+            for (int j = 0; j < NV; ++j) bv[j] = *(const BVU*)(t + j * VW);
         }
 #endif
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
 #if TRANS_A
-            const float a = ap[i][k * M];
+            const BV a = (BV)(ap[i][k * M]);
 #else
-            const float a = ap[i][k];
+            const BV a = (BV)(ap[i][k]);
 #endif
-            acc[i] = VMAD(TN, (BV)(a), bv, acc[i]);
+#pragma unroll
+            for (int j = 0; j < NV; ++j) acc[i][j] = VMAD(VW, a, bv[j], acc[i][j]);
         }
     }
-    const int nl = min(TN, N - n0);
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + i;
         if (row >= M) break;
         float t[TN];
-        RB_CAT(vstore, TN)(acc[i], 0, t);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) *(BVU*)(t + j * VW) = acc[i][j];
         const int o0 = y_off - T_OFF(Y_T) + row * N + n0;
         for (int l = 0; l < nl; ++l)
             Y[y_off + row * N + n0 + l] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l), o0 + l);

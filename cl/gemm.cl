@@ -158,20 +158,16 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
 }
 
 // Register-blocked GEMM, no local memory (CPUs: PoCL serialises work-group barriers). A
-// work-item computes TM rows x TN columns: NV = TN / VW vectors of VW lanes (VW = 16, or TN
-// when smaller), one vector load of B per vector and k. Shape-agnostic builds take any N (the
-// last partial tile is loaded per element); static builds bake M, N, K in. B_BLOCKED: B was
-// reordered (update_weights) to [ceil(N/TN)][K][TN], zero-padded, so each k reads TN
-// contiguous floats. Fake alignment: the build's PARAM(0) is M rounded up; the real M comes
+// work-item computes TM rows x TN columns: NV = TN / VW vectors of VW (FUSED_VW) lanes, one
+// vector load of B per vector and k; a full tile applies its epilogue and fused ops by vectors.
+// Shape-agnostic builds take any N (the last partial tile is loaded and stored per element);
+// static builds bake M, N, K in. B_BLOCKED: B was reordered (update_weights) to
+// [ceil(N/TN)][K][TN], zero-padded, so each k reads TN contiguous floats. Fake alignment: the build's PARAM(0) is M rounded up; the real M comes
 // at run time (RT_PARAM(0)); rows >= M read a clamped row and are never stored.
 #ifdef TN
 #define RB_CAT_(a, b) a##b
 #define RB_CAT(a, b) RB_CAT_(a, b)
-#if TN >= 16
-#define VW 16
-#else
-#define VW TN
-#endif
+#define VW FUSED_VW
 #define NV (TN / VW)
 #define BV RB_CAT(float, VW)
 // A VW-lane vector at 4-byte alignment: dereferenced, one unaligned vector load or store.
@@ -179,6 +175,14 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
 // register survives a call): 128x384x384 took 684 us with vload16, 137 us with this (8x16).
 typedef BV __attribute__((aligned(4))) BVU;
 #define BLOAD(p) (*(const __global BVU*)(p))
+// gemm_epilogue of VW consecutive outputs idx.. of one row
+inline BV gemm_vepilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off, BV acc, int idx) {
+    BV y = ALPHA * acc;
+#if HAS_BIAS
+    y += BETA * bcast_vload(si, Y_T, 2, C + c_off, idx);
+#endif
+    return y;
+}
 
 KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 {
@@ -190,7 +194,7 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     const __global float* ap[TM];
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const int r = min(m0 + i, M - 1);
+        const int r = m0 + i < M ? m0 + i : M - 1;   // not min(): PoCL calls it out of line
 #if TRANS_A
         ap[i] = A + a_off + r;
 #else
@@ -205,7 +209,7 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #if B_BLOCKED
     const __global float* bp = B + b_off + (n0 / TN) * K * TN;
 #endif
-    const int nl = min(TN, N - n0);
+    const int nl = N - n0 < TN ? N - n0 : TN;
     for (int k = 0; k < K; ++k) {
         BV bv[NV];
 #if B_BLOCKED
@@ -242,15 +246,26 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
             for (int j = 0; j < NV; ++j) acc[i][j] = VMAD(VW, a, bv[j], acc[i][j]);
         }
     }
+#pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + i;
         if (row >= M) break;
+        const int o0 = y_off - T_OFF(Y_T) + row * N + n0;
+        __global float* y = Y + y_off + row * N + n0;
+#if HAS_FUSED_VOPS
+        if (nl == TN) {
+#pragma unroll
+            for (int j = 0; j < NV; ++j)
+                *(__global BVU*)(y + j * VW) =
+                    FUSED_VOPS(gemm_vepilogue(shape_info, C_ARG, C_OFF, acc[i][j], o0 + j * VW), o0 + j * VW);
+            continue;
+        }
+#endif
         float t[TN];
 #pragma unroll
         for (int j = 0; j < NV; ++j) *(BVU*)(t + j * VW) = acc[i][j];
-        const int o0 = y_off - T_OFF(Y_T) + row * N + n0;
         for (int l = 0; l < nl; ++l)
-            Y[y_off + row * N + n0 + l] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l), o0 + l);
+            y[l] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l), o0 + l);
     }
 }
 #endif

@@ -340,7 +340,8 @@ class PrimitiveInst:
         c = calls[k]
         first = len(c.args)
         extra = tuple(("in", self.n_own + j) for j in range(len(self.fusion.extra)))
-        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first),
+        vector = any(key == "FUSED_VW" for key, _ in c.jit)   # a kernel that stores by vectors
+        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first, vector),
                               c.args + extra, c.params, c.gws, c.lws, c.dims)
         return calls
 

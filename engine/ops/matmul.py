@@ -89,7 +89,7 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
     if bias is not None:
         dims[2] = bias
     if dev == "cpu":
-        jit += (("TM", CPU_TM), ("TN", CPU_TN), ("B_BLOCKED", 0))
+        jit += (("TM", CPU_TM), ("TN", CPU_TN), ("FUSED_VW", min(CPU_TN, 16)), ("B_BLOCKED", 0))
         return KernelCall("gemm", "gemm_rb", jit, args, params=(M, N, K, nb),
                           gws=(-(-max(N, 1) // CPU_TN), -(-max(M, 1) // CPU_TM), max(nb, 1)),
                           dims=dims)
@@ -248,7 +248,7 @@ def _matmul_kernels(node, ins, outs, deps, device="gpu"):
     return gemm_kernels(_matmul_call(node, ins, device), device)
 
 
-TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
+TILE_KEYS = ("TM", "TN", "FUSED_VW", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
 
 
 def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVariant | None:
@@ -292,7 +292,7 @@ def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVari
         tn = next((t for t in (CPU_TN, 8, 4) if N % t == 0), None)
         if tn is None:
             return None
-    jit = base + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
+    jit = base + (("TM", tm), ("TN", tn), ("FUSED_VW", min(tn, 16)), ("B_BLOCKED", int(weights is not None)))
     new = KernelCall("gemm", "gemm_rb", jit, call.args, params=(M, N, K, nb),
                      gws=((N + tn - 1) // tn, (m_al + tm - 1) // tm, max(nb, 1)), lws=None, dims=dims)
     return StaticVariant(new, table, (m_al, N, K, nb),

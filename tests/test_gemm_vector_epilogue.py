@@ -23,6 +23,7 @@ SHAPES = [(1, 13, 48), (2, 5, 33), (1, 8, 32), (1, 1, 7), (3, 12, 16), (1, 9, 48
 def _chain_model(N, chain):
     """x[b, s, K] @ W[K, N] + bias, then `chain`: "gelu" (BERT's erf GELU: / sqrt 2, Erf, + 1,
     *, * 0.5), "act" (Relu, Sigmoid * residual r[b, s, N], Tanh * per-row scale c[b, s, 1]),
+    "res" (+ residual r[b, s, N]: BERT's output projections; static impls take it too),
     "pow" (Pow by a scalar: no vector spelling)."""
     rng = np.random.default_rng(N)
     inits = [numpy_helper.from_array((rng.standard_normal((K, N)) / 4).astype(np.float32), "w"),
@@ -43,6 +44,9 @@ def _chain_model(N, chain):
                   node("Mul", ["s0", "r"], ["s1"]), node("Tanh", ["s1"], ["t0"]),
                   node("Mul", ["t0", "c"], ["y"])]
         ins += [("r", ["b", "s", N]), ("c", ["b", "s", 1])]
+    elif chain == "res":
+        nodes += [node("Add", ["hb", "r"], ["y"])]
+        ins += [("r", ["b", "s", N])]
     else:
         nodes += [node("Pow", ["hb", "two"], ["y"])]
     return _model(nodes, ins, [("y", ["b", "s", N])], inits)
@@ -50,15 +54,16 @@ def _chain_model(N, chain):
 
 def _feeds(rng, b, s, N, chain):
     f = {"x": rng.standard_normal((b, s, K)).astype(np.float32)}
-    if chain == "act":
+    if chain in ("act", "res"):
         f["r"] = rng.standard_normal((b, s, N)).astype(np.float32)
+    if chain == "act":
         f["c"] = rng.standard_normal((b, s, 1)).astype(np.float32)
     return f
 
 
 @pytest.mark.parametrize("tile", [(8, 16), (12, 32)])
 @pytest.mark.parametrize("impls", ["dynamic", "static"])
-@pytest.mark.parametrize("chain", ["gelu", "act", "pow"])
+@pytest.mark.parametrize("chain", ["gelu", "act", "res", "pow"])
 def test_vector_epilogue_matches_ort(device, monkeypatch, static_gemms, tile, impls, chain):
     monkeypatch.setattr(mm, "CPU_TM", tile[0])
     monkeypatch.setattr(mm, "CPU_TN", tile[1])
@@ -70,6 +75,8 @@ def test_vector_epilogue_matches_ort(device, monkeypatch, static_gemms, tile, im
         run_vs_ort(model, feeds, rtol=2e-4, atol=2e-5, net=net)
         inst = net.insts[0]
         assert inst.fusion is not None and len(inst.bound) == 1
+        if chain != "act":     # the per-row column keeps the dynamic impl (static: rows baked)
+            assert inst.bound[0].impl.kind == impls
         jit = dict(inst.bound[0].call.jit)
         assert ("FUSED_VOPS_BODY" in jit) == (chain != "pow")
         assert "erf_v(" in jit.get("FUSED_VOPS_BODY", "erf_v(") or chain != "gelu"

@@ -65,8 +65,7 @@ def _feeds(rng, b, s, N, chain):
 @pytest.mark.parametrize("impls", ["dynamic", "static"])
 @pytest.mark.parametrize("chain", ["gelu", "act", "res", "pow"])
 def test_vector_epilogue_matches_ort(device, monkeypatch, static_gemms, tile, impls, chain):
-    monkeypatch.setattr(mm, "CPU_TM", tile[0])
-    monkeypatch.setattr(mm, "CPU_TN", tile[1])
+    monkeypatch.setattr(mm, "cpu_tile", lambda M, static=False: tile)
     rng = np.random.default_rng(7)
     for N in sorted({n for _, _, n in SHAPES}):
         model = _chain_model(N, chain)

@@ -210,6 +210,8 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     const __global float* bp = B + b_off + (n0 / TN) * K * TN;
 #endif
     const int nl = N - n0 < TN ? N - n0 : TN;
+    // unrolled by 4: BERT's GEMMs (12x32 tiles, PoCL) 7.97 -> 7.47 ms, same process
+#pragma unroll 4
     for (int k = 0; k < K; ++k) {
         BV bv[NV];
 #if B_BLOCKED

@@ -29,6 +29,15 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #define KERNEL(name) __kernel void name
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)   // paste after expanding: CAT(float, 8) -> float8
+// floatN at 4-byte alignment (FLOATU(8): float8_u): dereferenced, one unaligned vector load or
+// store. CPU kernels use them for vloadN / vstoreN, which PoCL 3.0 calls out of line, and no
+// vector register survives a call (gemm_rb 128x384x384: 684 us with vload16, 137 us without).
+typedef float4 __attribute__((aligned(4))) float4_u;
+typedef float8 __attribute__((aligned(4))) float8_u;
+typedef float16 __attribute__((aligned(4))) float16_u;
+#define FLOATU(n) CAT(CAT(float, n), _u)
+#define VLOADU(n, p) (*(const __global FLOATU(n)*)(p))
+#define VSTOREU(n, v, p) (*(__global FLOATU(n)*)(p) = (v))
 // VMAD(w, a, b, c): mad(a, b, c) of w-lane vectors. At w = 16 (512 bits) it is spelled a * b + c
 // (contracted by the compiler): PoCL's LLVM 14 cannot select mad or fma of 512-bit vectors for
 // AVX-512 CPUs ("Cannot select: i64 = fadd" in _cl_madDv16_f, AMD Zen 4) and aborts the process.
@@ -184,7 +193,7 @@ inline float fused_ops(float v0, int o, int4 c4, SHAPE_INFO_PTR si FUSED_PARAMS)
 #define FVI CAT(int, FUSED_VW)
 #define AS_FVT CAT(as_float, FUSED_VW)
 #define AS_FVI CAT(as_int, FUSED_VW)
-typedef FVT __attribute__((aligned(4))) FVTU;   // a vector at 4-byte alignment (cl/gemm.cl's BVU)
+#define FVTU FLOATU(FUSED_VW)
 // exp_f32 of each lane: 2^i from the bits of z + 1.5 * 2^23 (its low bits hold rint(z))
 __attribute__((always_inline)) inline FVT exp_v(FVT y) {
     FVT z = y * 1.4426950409f;

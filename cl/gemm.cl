@@ -170,11 +170,8 @@ KERNEL(gemm_splitk_reduce)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global const 
 #define VW FUSED_VW
 #define NV (TN / VW)
 #define BV RB_CAT(float, VW)
-// A VW-lane vector at 4-byte alignment: dereferenced, one unaligned vector load or store.
-// PoCL 3.0 calls vloadN/vstoreN out of line, and every call spills the accumulators (no vector
-// register survives a call): 128x384x384 took 684 us with vload16, 137 us with this (8x16).
-typedef BV __attribute__((aligned(4))) BVU;
-#define BLOAD(p) (*(const __global BVU*)(p))
+#define BVU FLOATU(VW)      // not vloadN (cl/common.cl): 128x384x384 8x16 684 -> 137 us
+#define BLOAD(p) VLOADU(VW, p)
 // gemm_epilogue of VW consecutive outputs idx.. of one row
 inline BV gemm_vepilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off, BV acc, int idx) {
     BV y = ALPHA * acc;

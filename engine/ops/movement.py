@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.kernels import KernelCall, MAX_RANK, StaticVariant
+from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout, bits_type, cl_type, type_jit
 from engine.ops.registry import register
 from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
@@ -144,12 +144,30 @@ def _dropout_mask(node, ins, deps):
 
 
 # ---- strided copies ----------------------------------------------------------------------
-def _transpose_kernels(node, ins, outs, deps):
+# CPU Transposes copy by rows of the innermost dim from COPY_ROWS_MIN elements a row
+# (cl/movement.cl copy_rows). PoCL, BERT (MiniLM) 2 layers, q's heads split in each layer
+# ([1, s, 12, 32]: rows of 32), summed kernel time, same process alternating, load ~3: seq 128
+# 1.70 ms by elements, 0.060 by rows (a static build by elements: 1.02, by rows: 0.048); seq 32
+# 0.420 / 0.016 ms. Shape-agnostic impls only: a static build would add little.
+COPY_ROWS_MIN = 8
+
+
+def by_rows(call: KernelCall) -> KernelCall:
+    """copy_call's call as copy_rows when its rows (the region's last dim) are long enough."""
+    w = call.dims[1][-1] if call.dims[1] else 1
+    if w < COPY_ROWS_MIN:
+        return call
+    count = int(np.prod(call.dims[1]))
+    return replace(call, kernel="copy_rows", jit=call.jit + (("COPY_ROWS", 1),), gws=(max(count // w, 1),))
+
+
+def _transpose_kernels(node, ins, outs, deps, device="gpu"):
     src = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(src)))[::-1])
     st = contiguous_strides(ins[0].phys)
-    return [copy_call(node, ins[0].dtype, outs[0].shape, [st[p] for p in perm], 0,
-                      contiguous_strides(outs[0].shape), 0)]
+    call = copy_call(node, ins[0].dtype, outs[0].shape, [st[p] for p in perm], 0,
+                     contiguous_strides(outs[0].shape), 0)
+    return [by_rows(call) if device == "cpu" else call]
 
 
 def _transpose_keeps_order(node, ins, outs, deps) -> bool:
@@ -164,24 +182,8 @@ def _same_shape(node, ins, outs, deps) -> bool:
     return tuple(ins[0].shape) == tuple(outs[0].shape)
 
 
-# Static Transposes (CPUs, from TRANSPOSE_STATIC_MIN elements): the dims and strides baked in,
-# copy_strided's six divisions per element become multiplies. PoCL, BERT (MiniLM) 2 layers seq
-# 128, the heads split of q in each layer ([1, 128, 12, 32]: 49152 elements), same process
-# alternating, load ~2: 1.59 ms dynamic, 1.00 ms static. Smaller ones keep the
-# shape-agnostic impl (a switch costs a build and a pass through the flow, MatMul's rule).
-TRANSPOSE_STATIC_MIN = 1 << 12
-
-
-def _transpose_static(node, ins, outs, deps, consts):
-    if outs[0].count < TRANSPOSE_STATIC_MIN:
-        return None
-    call = _transpose_kernels(node, ins, outs, deps)[0]
-    return StaticVariant(call, {}, call.params, "x".join(map(str, outs[0].shape)))
-
-
 @register("Transpose", checked=25, f16=True, kernels=_transpose_kernels, padded_ok=True,
-          runtime_skip=_transpose_keeps_order, host_ok=True, static=_transpose_static,
-          static_on=frozenset({"cpu"}))
+          runtime_skip=_transpose_keeps_order, host_ok=True, per_device=True)
 def _transpose(node, ins, deps):
     s = ins[0].shape
     perm = node.attrs.get("perm", list(range(len(s)))[::-1])

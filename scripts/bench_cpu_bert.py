@@ -4,13 +4,17 @@
 onnxruntime's CPU EP in the same process, alternating.
 
     python scripts/bench_cpu_bert.py [--seq 128 32] [--rounds 7] [--runs 5] [--device P:D]
-                                     [--layers 6] [--model FILE] [--profile]
+                                     [--layers 6] [--model FILE] [--profile] [--ort-spin]
 
 Each round runs dyncli `--runs` times, then onnxruntime `--runs` times (warm, same inputs),
 and keeps each one's median; the rounds' medians give the figure (median, min..max) and the
 ratio per round. The load average before and after is printed: CPU ratios only count on an
-idle machine (issue 21, "How to measure"). --profile adds dyncli's kernel time per kernel name
-and work size (OpenCL profiling events, one inference) and its time by part (Network.time_ms).
+idle machine (issue 21, "How to measure"). onnxruntime's worker threads spin after each run
+by default, on the cores dyncli's next runs need (PoCL's threads share the process): seq 32
+took 9.7 ms here that way and 6 ms in a process of its own, so the session is made with
+spinning off unless --ort-spin.
+--profile adds dyncli's kernel time per kernel name and work size (OpenCL profiling events,
+one inference) and its time by part (Network.time_ms).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ sys.path.insert(0, ROOT)
 
 from engine import Network, build_program, select_device  # noqa: E402
 from engine.device import describe  # noqa: E402
-from tests.conftest import ort_session  # noqa: E402
+from dyncli.check import ort_session  # noqa: E402
 from tests.models import bert_encoder  # noqa: E402
 
 
@@ -69,13 +73,22 @@ def kernel_profile(model, dev, feeds) -> list:
     return sorted(((ms, n, k, g) for (k, g), (ms, n) in agg.items()), reverse=True), dict(net.time_ms)
 
 
-def bench_seq(model, dev, seq: int, rounds: int, runs: int) -> dict:
+def ort_cpu_session(model, spin: bool):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort_session(model, opts)[0]
+
+
+def bench_seq(model, dev, seq: int, rounds: int, runs: int, spin: bool = False) -> dict:
     rng = np.random.default_rng(seq)
     feeds = {"input_ids": rng.integers(0, 30000, (1, seq)).astype(np.int64),
              "attention_mask": np.ones((1, seq), np.int64)}
     # static impls built before timing (async builds would land inside the first rounds)
     net = Network(build_program(model), dev, async_compile=False)
-    sess = ort_session(model)
+    sess = ort_cpu_session(model, spin)
     for _ in range(3):
         out = net.infer(feeds)
         ref = sess.run(None, feeds)
@@ -97,13 +110,15 @@ def main():
     ap.add_argument("--model", help="an ONNX file with BERT's inputs (default: bert_encoder())")
     ap.add_argument("--device")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--ort-spin", action="store_true", help="onnxruntime's threads spin (its default)")
     a = ap.parse_args()
     dev = select_device(a.device)
     model = onnx.load(a.model) if a.model else bert_encoder(layers=a.layers)
     print(f"device: {describe(dev)}; load average before: {os.getloadavg()}")
-    print(f"{a.rounds} rounds of {a.runs} runs each, alternating; ms: median of the rounds (min..max)")
+    print(f"{a.rounds} rounds of {a.runs} runs each, alternating; ms: median of the rounds (min..max); "
+          f"onnxruntime's threads {'spin' if a.ort_spin else 'do not spin'}")
     for seq in a.seq:
-        r = bench_seq(model, dev, seq, a.rounds, a.runs)
+        r = bench_seq(model, dev, seq, a.rounds, a.runs, a.ort_spin)
         ratios = [x / y for x, y in zip(r["dyncli"], r["ort"])]
         print(f"seq {seq:4d}: dyncli {_spread(r['dyncli'])}  onnxruntime {_spread(r['ort'])}  "
               f"ratio {_spread(ratios)}  max abs diff {r['err']:.1e}", flush=True)

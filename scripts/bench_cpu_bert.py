@@ -4,15 +4,17 @@
 onnxruntime's CPU EP in the same process, alternating.
 
     python scripts/bench_cpu_bert.py [--seq 128 32] [--rounds 7] [--runs 5] [--device P:D]
-                                     [--layers 6] [--model FILE] [--profile] [--ort-spin]
+                                     [--layers 6] [--model FILE] [--profile] [--ort-no-spin]
 
 Each round runs dyncli `--runs` times, then onnxruntime `--runs` times (warm, same inputs),
 and keeps each one's median; the rounds' medians give the figure (median, min..max) and the
 ratio per round. The load average before and after is printed: CPU ratios only count on an
-idle machine (issue 21, "How to measure"). onnxruntime's worker threads spin after each run
-by default, on the cores dyncli's next runs need (PoCL's threads share the process): seq 32
-took 9.7 ms here that way and 6 ms in a process of its own, so the session is made with
-spinning off unless --ort-spin.
+idle machine (issue 21, "How to measure"). Each side's timed runs follow WARM_MS of untimed
+ones: after the other side's turn (onnxruntime's threads spin a while after each run, its
+default, on the cores PoCL's threads need) or any idle spell the cores run slow for a while
+(dyncli seq 32 after a 0.2 s pause: 11.8, 9.9, 8.8, 8.1, 8.0, 8.0, 6.8, then 5.0-5.4 ms a run;
+onnxruntime keeps them busy itself by spinning). --ort-no-spin turns its spinning off (its own
+seq 32 then took 5.4 ms instead of 3.7).
 --profile adds dyncli's kernel time per kernel name and work size (OpenCL profiling events,
 one inference) and its time by part (Network.time_ms).
 """
@@ -37,7 +39,13 @@ from dyncli.check import ort_session  # noqa: E402
 from tests.models import bert_encoder  # noqa: E402
 
 
+WARM_MS = 150      # untimed runs before each side's timed ones (see above)
+
+
 def _timed_ms(fn, runs: int) -> float:
+    t_end = time.perf_counter() + WARM_MS / 1e3
+    while time.perf_counter() < t_end:
+        fn()
     ts = []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -82,7 +90,7 @@ def ort_cpu_session(model, spin: bool):
     return ort_session(model, opts)[0]
 
 
-def bench_seq(model, dev, seq: int, rounds: int, runs: int, spin: bool = False) -> dict:
+def bench_seq(model, dev, seq: int, rounds: int, runs: int, spin: bool = True) -> dict:
     rng = np.random.default_rng(seq)
     feeds = {"input_ids": rng.integers(0, 30000, (1, seq)).astype(np.int64),
              "attention_mask": np.ones((1, seq), np.int64)}
@@ -110,15 +118,15 @@ def main():
     ap.add_argument("--model", help="an ONNX file with BERT's inputs (default: bert_encoder())")
     ap.add_argument("--device")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--ort-spin", action="store_true", help="onnxruntime's threads spin (its default)")
+    ap.add_argument("--ort-no-spin", action="store_true", help="onnxruntime's threads do not spin")
     a = ap.parse_args()
     dev = select_device(a.device)
     model = onnx.load(a.model) if a.model else bert_encoder(layers=a.layers)
     print(f"device: {describe(dev)}; load average before: {os.getloadavg()}")
     print(f"{a.rounds} rounds of {a.runs} runs each, alternating; ms: median of the rounds (min..max); "
-          f"onnxruntime's threads {'spin' if a.ort_spin else 'do not spin'}")
+          f"onnxruntime's threads {'do not spin' if a.ort_no_spin else 'spin'}")
     for seq in a.seq:
-        r = bench_seq(model, dev, seq, a.rounds, a.runs, a.ort_spin)
+        r = bench_seq(model, dev, seq, a.rounds, a.runs, not a.ort_no_spin)
         ratios = [x / y for x, y in zip(r["dyncli"], r["ort"])]
         print(f"seq {seq:4d}: dyncli {_spread(r['dyncli'])}  onnxruntime {_spread(r['ort'])}  "
               f"ratio {_spread(ratios)}  max abs diff {r['err']:.1e}", flush=True)

@@ -35,8 +35,9 @@ GPU_TILES = [((16, 16, 8, 8, 8), 1000),    # 128x128
              ((16, 16, 4, 4, 16), 300),    # 64x64
              ((16, 8, 4, 4, 16), 300),     # 32x64
              ((8, 8, 4, 4, 32), 0)]        # 32x32
-# CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers): a work-item computes
-# TM rows x TN columns, TN / 16 vector loads of B along N per k (16 lanes; TN < 16: one of TN).
+# CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers), its grid rows first: a
+# work-item computes TM rows x TN columns, TN / 16 vector loads of B along N per k (16 lanes;
+# TN < 16: one of TN).
 # PoCL, 2 shared cores (AVX-512), static impls (B reordered to [N/TN][K][TN]), the same process,
 # alternating, load average 1.1-1.8:
 # - BERT (MiniLM) 2 layers, summed GEMM kernel time, seq 128 / 32 (ms): 8x16 10.35 / 3.71,
@@ -102,7 +103,7 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
         tm, tn = cpu_tile(M)
         jit += (("TM", tm), ("TN", tn), ("FUSED_VW", min(tn, 16)), ("B_BLOCKED", 0))
         return KernelCall("gemm", "gemm_rb", jit, args, params=(M, N, K, nb),
-                          gws=(-(-max(N, 1) // tn), -(-max(M, 1) // tm), max(nb, 1)), dims=dims)
+                          gws=(-(-max(M, 1) // tm), -(-max(N, 1) // tn), max(nb, 1)), dims=dims)
     wgx, wgy, rm, rn, bk = gpu_tile(M, N, nb, K)
     jit += (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk))
     return KernelCall("gemm", "gemm_lm", jit, args, params=(M, N, K, nb),
@@ -304,7 +305,7 @@ def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVari
             return None
     jit = base + (("TM", tm), ("TN", tn), ("FUSED_VW", min(tn, 16)), ("B_BLOCKED", int(weights is not None)))
     new = KernelCall("gemm", "gemm_rb", jit, call.args, params=(M, N, K, nb),
-                     gws=((N + tn - 1) // tn, (m_al + tm - 1) // tm, max(nb, 1)), lws=None, dims=dims)
+                     gws=((m_al + tm - 1) // tm, (N + tn - 1) // tn, max(nb, 1)), lws=None, dims=dims)
     return StaticVariant(new, table, (m_al, N, K, nb),
                          f"M{m_al}xN{N}xK{K} rb{tm}x{tn}" + (" blk" if weights else ""), weights)
 

@@ -144,19 +144,16 @@ def _dropout_mask(node, ins, deps):
 
 
 # ---- strided copies ----------------------------------------------------------------------
-# CPU Transposes copy by rows of the innermost dim from COPY_ROWS_MIN elements a row
-# (cl/movement.cl copy_rows). PoCL, BERT (MiniLM) 2 layers, q's heads split in each layer
-# ([1, s, 12, 32]: rows of 32), summed kernel time, same process alternating, load ~3: seq 128
-# 1.70 ms by elements, 0.060 by rows (a static build by elements: 1.02, by rows: 0.048); seq 32
-# 0.420 / 0.016 ms. Shape-agnostic impls only: a static build would add little.
-COPY_ROWS_MIN = 8
-
-
+# CPU Transposes copy by rows of the innermost dim (cl/movement.cl copy_rows), whatever its
+# length: a row of one element costs what copy_strided's element does, and one kernel for
+# every shape keeps a decode loop's k^T (rows: the past length) from switching impls as it
+# grows. PoCL, BERT (MiniLM) 2 layers, q's heads split in each layer ([1, s, 12, 32]: rows of
+# 32), summed kernel time, same process alternating, load ~3: seq 128 1.70 ms by elements,
+# 0.060 by rows (a static build by elements: 1.02, by rows: 0.048); seq 32 0.420 / 0.016 ms.
+# Shape-agnostic impls only: a static build would add little.
 def by_rows(call: KernelCall) -> KernelCall:
-    """copy_call's call as copy_rows when its rows (the region's last dim) are long enough."""
-    w = call.dims[1][-1] if call.dims[1] else 1
-    if w < COPY_ROWS_MIN:
-        return call
+    """copy_call's call as copy_rows: a work-item per row of the region's last dim."""
+    w = max(call.dims[1][-1], 1) if call.dims[1] else 1
     count = int(np.prod(call.dims[1]))
     return replace(call, kernel="copy_rows", jit=call.jit + (("COPY_ROWS", 1),), gws=(max(count // w, 1),))
 

@@ -29,6 +29,15 @@ __constant int shape_info[] = SHAPE_INFO_INIT;
 #define KERNEL(name) __kernel void name
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)   // paste after expanding: CAT(float, 8) -> float8
+// floatN at 4-byte alignment (FLOATU(8): float8_u): dereferenced, one unaligned vector load or
+// store. CPU kernels use them for vloadN / vstoreN, which PoCL 3.0 calls out of line, and no
+// vector register survives a call (gemm_rb 128x384x384: 684 us with vload16, 137 us without).
+typedef float4 __attribute__((aligned(4))) float4_u;
+typedef float8 __attribute__((aligned(4))) float8_u;
+typedef float16 __attribute__((aligned(4))) float16_u;
+#define FLOATU(n) CAT(CAT(float, n), _u)
+#define VLOADU(n, p) (*(const __global FLOATU(n)*)(p))
+#define VSTOREU(n, v, p) (*(__global FLOATU(n)*)(p) = (v))
 // VMAD(w, a, b, c): mad(a, b, c) of w-lane vectors. At w = 16 (512 bits) it is spelled a * b + c
 // (contracted by the compiler): PoCL's LLVM 14 cannot select mad or fma of 512-bit vectors for
 // AVX-512 CPUs ("Cannot select: i64 = fadd" in _cl_madDv16_f, AMD Zen 4) and aborts the process.
@@ -74,20 +83,35 @@ inline void flag_index(__global int* slot, long idx, int column) {
     }
 }
 
-// Offset of output element `o` (linear, no offset) in tensor `in_t` broadcast to tensor `out_t`.
-inline int bcast_off(SHAPE_INFO_PTR si, int out_t, int in_t, int o) {
-    // without a division for the common operands of fused epilogues: a scalar, the output's
-    // own shape, a vector along the last dim (a bias). The general walk divides twice per dim:
-    // 4 such operands per value (a GELU chain) made a fused 128x1536x384 MatMul 25x slower.
+// How tensor `in_t` broadcasts to tensor `out_t`, for the common operands of fused epilogues:
+// BCAST_SCALAR (one element), BCAST_SAME (the output's own shape), BCAST_ROW (a vector along the
+// last dim of both, e.g. a bias), else BCAST_ANY.
+#define BCAST_SCALAR 0
+#define BCAST_SAME 1
+#define BCAST_ROW 2
+#define BCAST_ANY 3
+inline int bcast_kind(SHAPE_INFO_PTR si, int out_t, int in_t) {
     int cnt = 1, same = 1;
     for (int d = 0; d < MAX_RANK; ++d) {
         const int m = si[in_t * TBLOCK + 1 + d];
         cnt *= m;
         same &= m == si[out_t * TBLOCK + 1 + d];
     }
-    if (cnt == 1) return 0;
-    if (same) return o;
-    if (cnt == si[in_t * TBLOCK + MAX_RANK] && cnt == si[out_t * TBLOCK + MAX_RANK]) return o % cnt;
+    if (cnt == 1) return BCAST_SCALAR;
+    if (same) return BCAST_SAME;
+    if (cnt == si[in_t * TBLOCK + MAX_RANK] && cnt == si[out_t * TBLOCK + MAX_RANK]) return BCAST_ROW;
+    return BCAST_ANY;
+}
+
+// Offset of output element `o` (linear, no offset) in tensor `in_t` broadcast to tensor `out_t`.
+inline int bcast_off(SHAPE_INFO_PTR si, int out_t, int in_t, int o) {
+    // without a division for the common operands of fused epilogues: a scalar, the output's
+    // own shape, a vector along the last dim (a bias). The general walk divides twice per dim:
+    // 4 such operands per value (a GELU chain) made a fused 128x1536x384 MatMul 25x slower.
+    const int kind = bcast_kind(si, out_t, in_t);
+    if (kind == BCAST_SCALAR) return 0;
+    if (kind == BCAST_SAME) return o;
+    if (kind == BCAST_ROW) return o % si[in_t * TBLOCK + MAX_RANK];
     int off = 0, s = 1;
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         const int n = si[out_t * TBLOCK + 1 + d], m = si[in_t * TBLOCK + 1 + d];
@@ -104,23 +128,27 @@ inline int bcast_off(SHAPE_INFO_PTR si, int out_t, int in_t, int o) {
 // below 0.5 (relative error < 2e-8); above, 1 - exp(-x^2) times a degree-5 polynomial in
 // 1 / (1 + p |x|) (Abramowitz & Stegun 7.1.26, absolute error < 1.5e-7), exp(y) = 2^i * 2^f
 // with 2^f (|f| <= 1/2) from its degree-7 Taylor polynomial.
+#define EXP2_FRAC(f) (1.0f + (f) * (1.0f + (f) * (0.5f + (f) * (0.1666666667f + (f) * (0.0416666667f \
+                      + (f) * (0.0083333333f + (f) * (0.0013888889f + (f) * 0.0001984127f)))))))
+#define ERF_SMALL(x, z) ((x) * (1.1283791671f + (z) * (-0.3761263890f + (z) * (0.1128379167f \
+                         + (z) * (-0.0268661706f + (z) * (0.0052239776f + (z) * (-0.0008548327f \
+                         + (z) * 0.0001205533f)))))))
+#define ERF_TAIL(t) ((t) * (0.254829592f + (t) * (-0.284496736f + (t) * (1.421413741f \
+                     + (t) * (-1.453152027f + (t) * 1.061405429f)))))
 inline float exp_f32(float y) {
     const float z = clamp(y * 1.4426950409f, -126.0f, 127.0f);
     const float i = rint(z), f = (z - i) * 0.6931471806f;
-    const float p = 1.0f + f * (1.0f + f * (0.5f + f * (0.1666666667f + f * (0.0416666667f
-                    + f * (0.0083333333f + f * (0.0013888889f + f * 0.0001984127f))))));
+    const float p = EXP2_FRAC(f);
     return p * as_float(((int)i + 127) << 23);
 }
 inline float erf_f32(float x) {
     const float ax = fabs(x);
     if (ax < 0.5f) {
         const float z = x * x;
-        return x * (1.1283791671f + z * (-0.3761263890f + z * (0.1128379167f + z * (-0.0268661706f
-                   + z * (0.0052239776f + z * (-0.0008548327f + z * 0.0001205533f))))));
+        return ERF_SMALL(x, z);
     }
     const float t = 1.0f / (1.0f + 0.3275911f * ax);
-    const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f
-                       + t * (-1.453152027f + t * 1.061405429f))));
+    const float poly = ERF_TAIL(t);
     return copysign(1.0f - poly * exp_f32(-ax * ax), x);
 }
 
@@ -164,6 +192,58 @@ inline float fused_ops(float v0, int o, int4 c4, SHAPE_INFO_PTR si FUSED_PARAMS)
 #define HAS_FUSED_OPS 0
 #define FUSED_OPS(v, o) (v)
 #define FUSED_ARGS
+#endif
+
+// Vector epilogues (CPUs: gemm_rb defines FUSED_VW, its vector width): FUSED_VOPS(v, o) applies
+// the fused ops to FUSED_VW consecutive outputs o.. of one row at once where the engine could
+// write the chain over vectors (FUSED_VOPS_BODY, engine/fused_ops.py; HAS_FUSED_VOPS), else the
+// kernel stores lane by lane through FUSED_OPS. PoCL runs a scalar chain as written, one value
+// at a time (no vectoriser ran on it). No library call in exp_v / erf_v: PoCL 3.0 calls even
+// fabs, rint and clamp out of line, and no vector register survives a call (the accumulators
+// of the other rows spill).
+#ifdef FUSED_VW
+#define FVT CAT(float, FUSED_VW)
+#define FVI CAT(int, FUSED_VW)
+#define AS_FVT CAT(as_float, FUSED_VW)
+#define AS_FVI CAT(as_int, FUSED_VW)
+#define FVTU FLOATU(FUSED_VW)
+// exp_f32 of each lane: 2^i from the bits of z + 1.5 * 2^23 (its low bits hold rint(z))
+__attribute__((always_inline)) inline FVT exp_v(FVT y) {
+    FVT z = y * 1.4426950409f;
+    z = z > (FVT)(-126.0f) ? z : (FVT)(-126.0f);     // clamp, NaN to -126 as clamp does
+    z = z < (FVT)(127.0f) ? z : (FVT)(127.0f);
+    const FVT r = z + 12582912.0f, i = r - 12582912.0f, f = (z - i) * 0.6931471806f;
+    return EXP2_FRAC(f) * AS_FVT((AS_FVI(r) - 0x4B400000 + 127) << 23);
+}
+// erf_f32 of each lane, both branches computed and selected
+__attribute__((always_inline)) inline FVT erf_v(FVT x) {
+    const FVI sign = AS_FVI(x) & (FVI)(0x80000000);
+    const FVT ax = AS_FVT(AS_FVI(x) & (FVI)(0x7fffffff)), z = x * x;
+    const FVT t = 1.0f / (1.0f + 0.3275911f * ax);
+    const FVT big = AS_FVT((AS_FVI(1.0f - ERF_TAIL(t) * exp_v(-ax * ax)) & (FVI)(0x7fffffff)) | sign);
+    return ax < (FVT)(0.5f) ? ERF_SMALL(x, z) : big;
+}
+// The values of tensor in_t (broadcast to out_t) at outputs o .. o + FUSED_VW - 1 of one row.
+__attribute__((always_inline)) inline FVT bcast_vload(SHAPE_INFO_PTR si, int out_t, int in_t,
+                                                      const __global float* F, int o) {
+    const int kind = bcast_kind(si, out_t, in_t);
+    if (kind == BCAST_SCALAR) return (FVT)(F[0]);
+    if (kind == BCAST_SAME) return *(const __global FVTU*)(F + o);
+    if (kind == BCAST_ROW) return *(const __global FVTU*)(F + o % si[in_t * TBLOCK + MAX_RANK]);
+    float t[FUSED_VW];
+    for (int l = 0; l < FUSED_VW; ++l) t[l] = F[bcast_off(si, out_t, in_t, o + l)];
+    return *(const FVTU*)t;
+}
+#ifdef FUSED_VOPS_BODY
+__attribute__((always_inline)) inline FVT fused_vops(FVT v0, int o, SHAPE_INFO_PTR si FUSED_PARAMS) {
+    FUSED_VOPS_BODY
+}
+#define FUSED_VOPS(v, o) fused_vops((v), (o), shape_info FUSED_CALL)
+#define HAS_FUSED_VOPS 1
+#else
+#define FUSED_VOPS(v, o) (v)
+#define HAS_FUSED_VOPS (!HAS_FUSED_OPS)   // a chain with no vector body goes lane by lane
+#endif
 #endif
 
 // Prologue ops (engine/fusion.py prologue fusion, e.g. attention's scores * scale + mask feeding

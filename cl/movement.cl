@@ -25,3 +25,28 @@ KERNEL(copy_strided)(OPTIONAL_SHAPE_INFO_ARG __global const T* src, __global T* 
     }
     COPY_STORE(o, s);
 }
+
+// copy_strided by rows (CPUs, COPY_ROWS): a work-item copies one row of the innermost dim of
+// tensor 1, its W elements at source stride PARAM(5) and destination stride PARAM(12): one
+// index decomposition per row, not per element (PoCL runs the divisions one value at a time).
+#if COPY_ROWS
+#ifdef CONVERT
+KERNEL(copy_rows)(OPTIONAL_SHAPE_INFO_ARG __global const TS* src, __global TD* dst)
+#else
+KERNEL(copy_rows)(OPTIONAL_SHAPE_INFO_ARG __global const T* src, __global T* dst)
+#endif
+{
+    const int gid = get_global_id(0), W = T_DIM(1, MAX_RANK - 1);
+    if (gid >= T_COUNT(1) / W) return;
+    int rem = gid, s = T_OFF(0) + PARAM(6), o = T_OFF(1) + PARAM(13);
+    for (int d = MAX_RANK - 2; d >= 0; --d) {
+        const int n = T_DIM(1, d);
+        const int i = rem % n;
+        rem /= n;
+        s += i * PARAM(d);
+        o += i * PARAM(7 + d);
+    }
+    const int ss = PARAM(5), ds = PARAM(12);
+    for (int j = 0; j < W; ++j) COPY_STORE(o + j * ds, s + j * ss);
+}
+#endif

@@ -65,14 +65,14 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
 #endif
         const int A8 = A & ~7;
         float8 m8 = -INFINITY;
-        for (int a = 0; a < A8; a += 8) m8 = fmax(m8, vload8(0, xr + a));
+        for (int a = 0; a < A8; a += 8) m8 = fmax(m8, VLOADU(8, xr + a));
         float m = fmax(fmax(fmax(m8.s0, m8.s1), fmax(m8.s2, m8.s3)),
                        fmax(fmax(m8.s4, m8.s5), fmax(m8.s6, m8.s7)));
         for (int a = A8; a < A; ++a) m = fmax(m, xr[a]);
         float8 s8 = 0.0f;
         for (int a = 0; a < A8; a += 8) {
-            const float8 e = exp(vload8(0, xr + a) - m);
-            vstore8(e, 0, y + a);
+            const float8 e = exp(VLOADU(8, xr + a) - m);
+            VSTOREU(8, e, y + a);
             s8 += e;
         }
         float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
@@ -82,7 +82,7 @@ KERNEL(softmax)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global float*
             s += e;
         }
         const float inv = 1.0f / s;
-        for (int a = 0; a < A8; a += 8) vstore8(vload8(0, y + a) * inv, 0, y + a);
+        for (int a = 0; a < A8; a += 8) VSTOREU(8, VLOADU(8, y + a) * inv, y + a);
         for (int a = A8; a < A; ++a) y[a] *= inv;
         return;
     }
@@ -203,13 +203,13 @@ KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
     // (scripts/bench_norm.py): scalar 1339 us, float4 400 us, float8 210 us.
     const int D8 = D & ~7;
     float8 sum8 = 0.0f;
-    for (int j = 0; j < D8; j += 8) sum8 += vload8(0, xr + j);
+    for (int j = 0; j < D8; j += 8) sum8 += VLOADU(8, xr + j);
     float sum = sum8.s0 + sum8.s1 + sum8.s2 + sum8.s3 + sum8.s4 + sum8.s5 + sum8.s6 + sum8.s7;
     for (int j = D8; j < D; ++j) sum += xr[j];
     const float mean = sum / (float)D;
     float8 sq8 = 0.0f;
     for (int j = 0; j < D8; j += 8) {
-        const float8 d = vload8(0, xr + j) - mean;
+        const float8 d = VLOADU(8, xr + j) - mean;
         sq8 += d * d;
     }
     float sq = sq8.s0 + sq8.s1 + sq8.s2 + sq8.s3 + sq8.s4 + sq8.s5 + sq8.s6 + sq8.s7;
@@ -221,11 +221,11 @@ KERNEL(layer_norm)(OPTIONAL_SHAPE_INFO_ARG __global const float* X, __global con
     if (sc == D && (!HAS_BIAS || bc == D)) {
         for (int j = 0; j < D8; j += 8) {
 #if HAS_BIAS
-            const float8 bj = vload8(0, b + j);
+            const float8 bj = VLOADU(8, b + j);
 #else
             const float8 bj = 0.0f;
 #endif
-            vstore8((vload8(0, xr + j) - mean) * inv * vload8(0, s + j) + bj, 0, y + j);
+            VSTOREU(8, (VLOADU(8, xr + j) - mean) * inv * VLOADU(8, s + j) + bj, y + j);
         }
         for (int j = D8; j < D; ++j) y[j] = (xr[j] - mean) * inv * LN_SCALE(j) + LN_BIAS(j);
     } else {

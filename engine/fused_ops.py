@@ -40,21 +40,24 @@ class Fusion:
         return "subgraph" if self.subgraph else "prologue" if self.prologue else "epilogue"
 
 
-def fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
+def fused_jit(f: Fusion, ref_t: int, first_extra_t: int, vector: bool = False) -> tuple:
     """JIT constants that define the hook of `f` for a kernel whose extra inputs start at tensor
     argument `first_extra_t` (see cl/common.cl). Epilogue: FUSED_OPS on the value stored to
     tensor argument `ref_t`, operands indexed by broadcasting against it. Prologue: PROLOGUE_OPS
     on values read from tensor argument `ref_t`, operands at the row offsets `ro[j] + pa * rs[j]`
     the kernel computed once per row (PROLOGUE_ROW: no broadcast arithmetic per read).
+    `vector`: the kernel stores by vectors (FUSED_VW, CPU GEMMs): FUSED_VOPS_BODY too, the
+    chain over vectors, where each op's expression is written for vectors as well.
     Kept on the fusion: a decode step asks again for every new length."""
     memo = f.__dict__.setdefault("_jit", {})
-    hit = memo.get((ref_t, first_extra_t))
+    key = (ref_t, first_extra_t, vector)
+    hit = memo.get(key)
     if hit is None:
-        hit = memo[(ref_t, first_extra_t)] = _fused_jit(f, ref_t, first_extra_t)
+        hit = memo[key] = _fused_jit(f, ref_t, first_extra_t, vector)
     return hit
 
 
-def _fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
+def _fused_jit(f: Fusion, ref_t: int, first_extra_t: int, vector: bool) -> tuple:
     lines = []
     for k, op in enumerate(f.ops, start=1):
         vals = []
@@ -76,10 +79,39 @@ def _fused_jit(f: Fusion, ref_t: int, first_extra_t: int) -> tuple:
     call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
     hook = "PROLOGUE" if f.prologue else "FUSED"
     jit = ((f"{hook}_OPS_BODY", " ".join(lines)), (f"{hook}_PARAMS", params), (f"{hook}_CALL", call))
+    body = _vector_body(f, ref_t, first_extra_t) if vector and not f.prologue else None
+    if body is not None:
+        jit += (("FUSED_VOPS_BODY", body),)
     if f.prologue:
         jit += (("PROLOGUE_REF", ref_t), ("PROLOGUE_FIRST", first_extra_t),
                 ("PROLOGUE_NUM", len(f.extra)))
     return jit
+
+
+# Scalar expressions that are no vector expression as written: casts to a scalar type (Pow's
+# (float)a), and erf_f32, which has a vector twin (cl/common.cl erf_v). Arithmetic, the
+# ternary (a lane-wise select on vectors) and OpenCL's math builtins hold for vectors as they are.
+_SCALAR_ONLY = re.compile(r"\((float|int|half|double|long|uint)\)|\bisnan\b|\bconvert_")
+_VECTOR_TWINS = {"erf_f32(": "erf_v("}
+
+
+def _vector_body(f: Fusion, ref_t: int, first_extra_t: int) -> str | None:
+    """FUSED_VOPS_BODY of epilogue `f` over FVT vectors (cl/common.cl), None when an op's
+    expression does not hold for vectors."""
+    lines = []
+    for k, op in enumerate(f.ops, start=1):
+        expr = re.sub(r"\bTOUT\b", "FVT", op.expr)
+        for scalar, vec in _VECTOR_TWINS.items():
+            expr = expr.replace(scalar, vec)
+        if _SCALAR_ONLY.search(expr):
+            return None
+        vals = [f"v{x}" if kind == "v" else
+                f"bcast_vload(si, {ref_t}, {first_extra_t + f.extra.index(x)}, F{f.extra.index(x)}, o)"
+                for kind, x in op.operands]
+        decl = " ".join(f"const FVT {n} = {v};" for n, v in zip("abc", vals))
+        lines.append(f"FVT v{k}; {{ {decl} v{k} = {expr}; }}")
+    lines.append(f"return v{len(f.ops)};")
+    return " ".join(lines)
 
 
 def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:

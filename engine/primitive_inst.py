@@ -13,6 +13,8 @@ runtime services (engine/runtime.py), never the network.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine.bound_kernel import BoundKernel
@@ -375,17 +377,26 @@ class PrimitiveInst:
         c = calls[k]
         first = len(c.args)
         extra = tuple(("in", self.n_own + j) for j in range(len(self.fusion.extra)))
-        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first),
+        vector = any(key == "FUSED_VW" for key, _ in c.jit)   # a kernel that stores by vectors
+        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first, vector),
                               c.args + extra, c.params, c.gws, c.lws, c.dims)
         return calls
 
     def _fused_static(self, v, extra_layouts):
         """The static variant with the fused ops. Static GEMM tables may fold batch dims into
         rows and round rows up (fake alignment), so there the fused inputs must vary along the
-        last dim only (a bias); otherwise these shapes keep the dynamic impl."""
-        if self.node.op in ("MatMul", "Gemm") and any(
-                l.count != (l.shape[-1] if l.rank else 1) for l in extra_layouts):
-            return None
+        last dim only (a bias), or have the output's own shape (a residual: the table gives it
+        the output's baked dims, so it is read at the output's offsets, rows past the real ones
+        never read); otherwise these shapes keep the dynamic impl."""
+        first = len(v.call.args)
+        if self.node.op in ("MatMul", "Gemm"):
+            y_pos = first - 1
+            y_count = math.prod(v.call.dims[y_pos])
+            for j, l in enumerate(extra_layouts):
+                if l.count == y_count and l.count > 1 and l.shape[-1] == v.call.dims[y_pos][-1]:
+                    v.table_dims[first + j] = v.table_dims[y_pos]
+                elif l.count != (l.shape[-1] if l.rank else 1):
+                    return None
         v.call = self._with_fused_ops([v.call])[0]
         return v
 

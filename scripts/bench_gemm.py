@@ -53,7 +53,7 @@ SWEEP_GPU = [(16, 16, 8, 8, 8), (16, 16, 8, 8, 16), (16, 16, 8, 8, 32), (32, 8, 
              (32, 4, 4, 4, 16), (16, 4, 4, 4, 32), (8, 8, 4, 4, 16), (8, 8, 4, 4, 32),
              (16, 4, 4, 8, 32), (8, 4, 4, 4, 32)]
 # (TM, TN) of gemm_rb
-SWEEP_CPU = [(4, 8), (8, 8), (4, 16), (6, 16), (8, 16), (2, 16), (12, 16)]
+SWEEP_CPU = [(4, 8), (8, 8), (4, 16), (8, 16), (12, 16), (8, 32), (12, 32), (14, 32), (6, 48), (4, 64)]
 
 
 def parse_shape(s: str) -> tuple:
@@ -79,15 +79,15 @@ def tile(t):
     if t is None:
         yield
         return
-    old = mm.gpu_tile, mm.CPU_TM, mm.CPU_TN
+    old = mm.gpu_tile, mm.cpu_tile
     if len(t) == 5:
         mm.gpu_tile = lambda M, N, nb, K=0: tuple(t)
     else:
-        mm.CPU_TM, mm.CPU_TN = t
+        mm.cpu_tile = lambda M, static=False: tuple(t)
     try:
         yield
     finally:
-        mm.gpu_tile, mm.CPU_TM, mm.CPU_TN = old
+        mm.gpu_tile, mm.cpu_tile = old
 
 
 def kernel_times(net, inst, repeat: int) -> list[float]:

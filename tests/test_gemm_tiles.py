@@ -45,7 +45,7 @@ def matmul_feeds(rng, M, N, K):
 
 
 # (M, N, K): 1, tile - 1, tile, tile + 1 of the 32x32 / 32x64 / 64x64 GPU tiles and of the
-# 8x16 CPU tile, primes; (40, 70, 1100) is a small grid with a long K (gemm_lm split-K on
+# 8x16 and 12x32 CPU tiles, primes; (40, 70, 1100) is a small grid with a long K (gemm_lm split-K on
 # GPUs), (1, 1, 1), (1, 50, 600) and (3, 130, 513) are GEMVs (the GEMV kernel on GPUs).
 SEQ = [(1, 1, 1), (31, 63, 15), (32, 64, 16), (33, 65, 17), (97, 131, 37), (7, 16, 8), (64, 128, 33),
        (65, 17, 131), (40, 70, 1100), (1, 50, 600), (3, 130, 513), (97, 131, 37)]

@@ -35,15 +35,26 @@ GPU_TILES = [((16, 16, 8, 8, 8), 1000),    # 128x128
              ((16, 16, 4, 4, 16), 300),    # 64x64
              ((16, 8, 4, 4, 16), 300),     # 32x64
              ((8, 8, 4, 4, 32), 0)]        # 32x32
-# CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers): a work-item computes
-# CPU_TM rows x CPU_TN columns, one CPU_TN-wide vector load of B along N per k. PoCL, 2 shared
-# cores (AVX-512), dynamic impl, us for (TM, TN) = (4, 8) / (8, 8) / (4, 16) / (6, 16) /
-# (8, 16) / (12, 16): 128x384x384 584 / 461 / 308 / 247 / 245 / 224; 128x384x1536 2331 /
-# 1753 / 1492 / 1093 / 984 / 892; 32x384x384 146 / 115 / 80 / 65 / 60 / 61; 12x128x128x32
-# 301 / 252 / 135 / 150 / 123 / 116. 8x16 (~150 GFLOP/s; the old 16x16 local-memory tile
-# 3-20): 12 rows waste more of small M. Static builds (B reordered to [N/16][K][16]) reach
-# 200-280 GFLOP/s.
-CPU_TM, CPU_TN = 8, 16
+# CPU: cl/gemm.cl gemm_rb, no local memory (PoCL serialises barriers), its grid rows first: a
+# work-item computes TM rows x TN columns, TN / 16 vector loads of B along N per k (16 lanes;
+# TN < 16: one of TN).
+# PoCL, 2 shared cores (AVX-512), static impls (B reordered to [N/TN][K][TN]), the same process,
+# alternating, load average 1.1-1.8:
+# - BERT (MiniLM) 2 layers, summed GEMM kernel time, seq 128 / 32 (ms): 8x16 10.35 / 3.71,
+#   12x32 8.77 / 3.34, 8x32 9.34 / 3.40, 12x16 9.60 / 3.70, 6x32 10.81, 4x64 11.91;
+#   128x384x384 alone (us, min of 15): 8x16 149, 12x32 131, 8x32 130, 14x32 136, 4x64 132;
+# - static impls of up to 8 rows take one 8-row block (same TN: the same reordered weights as
+#   the larger row counts): 8x384x1536 8x32 56.3 us, 12x32 63.4, 8x16 53.6; 1x768x3072 8x32
+#   230, 12x32 247, 8x16 195, 4x32 327. Shape-agnostic impls keep one tile for every M.
+# (Before B was loaded as a plain vector dereference, vload16 calls made 8x16 the best at
+# 3-5x these times, cl/gemm.cl.)
+CPU_TILE = (12, 32)          # (TM, TN)
+CPU_SMALL_M = 8              # static impls of at most this many rows: TM = CPU_SMALL_M
+
+
+def cpu_tile(M: int, static: bool = False) -> tuple:
+    """(TM, TN) of gemm_rb for M rows (the table above)."""
+    return (CPU_SMALL_M, CPU_TILE[1]) if static and M <= CPU_SMALL_M else CPU_TILE
 
 
 # Tall-skinny (N <= 64, many rows, long K): 128x64 blocks, K split to fill the SMs. H100
@@ -89,10 +100,10 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
     if bias is not None:
         dims[2] = bias
     if dev == "cpu":
-        jit += (("TM", CPU_TM), ("TN", CPU_TN), ("B_BLOCKED", 0))
+        tm, tn = cpu_tile(M)
+        jit += (("TM", tm), ("TN", tn), ("FUSED_VW", min(tn, 16)), ("B_BLOCKED", 0))
         return KernelCall("gemm", "gemm_rb", jit, args, params=(M, N, K, nb),
-                          gws=(-(-max(N, 1) // CPU_TN), -(-max(M, 1) // CPU_TM), max(nb, 1)),
-                          dims=dims)
+                          gws=(-(-max(M, 1) // tm), -(-max(N, 1) // tn), max(nb, 1)), dims=dims)
     wgx, wgy, rm, rn, bk = gpu_tile(M, N, nb, K)
     jit += (("WGX", wgx), ("WGY", wgy), ("RM", rm), ("RN", rn), ("BK", bk))
     return KernelCall("gemm", "gemm_lm", jit, args, params=(M, N, K, nb),
@@ -248,7 +259,7 @@ def _matmul_kernels(node, ins, outs, deps, device="gpu"):
     return gemm_kernels(_matmul_call(node, ins, device), device)
 
 
-TILE_KEYS = ("TM", "TN", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
+TILE_KEYS = ("TM", "TN", "FUSED_VW", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
 
 
 def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVariant | None:
@@ -282,19 +293,19 @@ def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVari
                          lws=(wgx, wgy, 1), dims=dims)
         return StaticVariant(new, table, (m_al, N, K, nb),
                              f"M{m_al}xN{N}xK{K} lm{wgy * rm}x{wgx * rn}")
-    tm = CPU_TM
+    tm, tile_n = cpu_tile(M, static=True)
     weights = None
     if b_const and len(b_dims) == 2:
-        tn = CPU_TN if N >= CPU_TN else 4
+        tn = tile_n if N >= 16 else 4      # zero-padded past N
         weights = WeightsLayout(f"gemm_b_blk{tn}", ((N + tn - 1) // tn, K, tn),
                                 (("TN", tn), ("TRANS_B", tb)), (K, N), compatible=(N == tn and not tb))
     else:
-        tn = next((t for t in (CPU_TN, 8, 4) if N % t == 0), None)
+        tn = next((t for t in (tile_n, 16, 8, 4) if N % t == 0), None)
         if tn is None:
             return None
-    jit = base + (("TM", tm), ("TN", tn), ("B_BLOCKED", int(weights is not None)))
+    jit = base + (("TM", tm), ("TN", tn), ("FUSED_VW", min(tn, 16)), ("B_BLOCKED", int(weights is not None)))
     new = KernelCall("gemm", "gemm_rb", jit, call.args, params=(M, N, K, nb),
-                     gws=((N + tn - 1) // tn, (m_al + tm - 1) // tm, max(nb, 1)), lws=None, dims=dims)
+                     gws=((m_al + tm - 1) // tm, (N + tn - 1) // tn, max(nb, 1)), lws=None, dims=dims)
     return StaticVariant(new, table, (m_al, N, K, nb),
                          f"M{m_al}xN{N}xK{K} rb{tm}x{tn}" + (" blk" if weights else ""), weights)
 

@@ -246,7 +246,7 @@ def bench(
     from dyncli.bench_decode import bench_decode
     from dyncli.check import OnnxRuntimeRefused
     from dyncli.render import bench_tables, decode_tables, kernel_table
-    from dyncli.runner import UsageError
+    from dyncli.runner import UsageError, error_text
     from engine.device import DeviceError
     try:
         if kernel:
@@ -275,6 +275,10 @@ def bench(
         if state["debug"]:
             raise
         fail(str(e))
+    except Exception as e:  # noqa: BLE001 - an inference that cannot run its shapes: one line, as run
+        if state["debug"]:
+            raise
+        fail(error_text(e))
     if as_json:
         print(json.dumps(res, indent=1))
     else:

@@ -410,3 +410,20 @@ def test_progress_reports_each_inference_with_its_shapes(tmp_path):
     assert res.status == "ok" and calls == [(1, 2, "2x32"), (2, 2, "5x32")]
     assert progress_shapes({"input_ids": (1, 8), "attention_mask": (1, 8)}) == "1x8"
     assert progress_shapes({"a": (1, 8), "b": (2,)}) == "a:1x8 b:2"
+
+
+def test_bench_an_inference_that_cannot_run_is_one_line(tmp_path):
+    """`dyncli bench --feedback` past a decoder's position table: one line naming the node, exit
+    2, as `dyncli run` says it (no traceback)."""
+    from tests.models import gpt2_decoder_step
+    model = tmp_path / "step.onnx"
+    onnx.save(gpt2_decoder_step(max_pos=8), model)
+    past = [1, 2, 0, 16]
+    steps = [{"input_ids": [1, 1], "attention_mask": [1, t + 1], **{f"past_{k}_{i}": past for i in range(2)
+                                                                       for k in ("key", "value")}}
+             for t in range(12)]
+    (tmp_path / "decode.json").write_text(json.dumps(steps))
+    spec = ",".join(f"present_{k}_{i}:past_{k}_{i}" for i in range(2) for k in ("key", "value"))
+    r = invoke("bench", model, "--shapes-file", tmp_path / "decode.json", "--feedback", spec,
+               "--warmup", "0", "--repeat", "1")
+    assert one_line_error(r).startswith("error: node ")

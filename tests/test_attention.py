@@ -160,18 +160,25 @@ def test_encoder_attention_is_one_kernel(device, vocab):
         assert [e["counters"]["kernels"] for e in trace.events if e["kind"] == "infer_end"] == [want] * 3
 
 
-@pytest.mark.parametrize("kind", ["cpu", "gpu"])
-def test_kv_decoder_reads_the_padded_cache_in_place(device, kind):
-    """Mul by a constant scale, K and V from KV-cache concats fed back on the device: the
-    attention reads the padded buffers (room along the sequence axis) with their strides."""
-    from tests.conftest import assert_close, ort_session
+def _kv_net(device, kind):
+    """kv_decoder_step with its KV caches fed back: (network, its trace, onnxruntime's session,
+    the output names)."""
+    from tests.conftest import ort_session
     model = kv_decoder_step()
     trace = MemoryTrace()
     net = Network(build_program(model), device, trace=trace, impls="dynamic",
                   feedback={"present_k": "past_k", "present_v": "past_v"})
     net.impls.device_type = kind
     sess = ort_session(model)
-    names = [o.name for o in sess.get_outputs()]
+    return net, trace, sess, [o.name for o in sess.get_outputs()]
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_kv_decoder_reads_the_padded_cache_in_place(device, kind):
+    """Mul by a constant scale, K and V from KV-cache concats fed back on the device: the
+    attention reads the padded buffers (room along the sequence axis) with their strides."""
+    from tests.conftest import assert_close
+    net, trace, sess, names = _kv_net(device, kind)
     rng = np.random.default_rng(6)
     past = {n: np.zeros((1, 2, 0, 16), np.float32) for n in ("past_k", "past_v")}
     for step in range(12):
@@ -196,16 +203,10 @@ def test_the_attention_appends_the_kv_caches(device, kind, fits, monkeypatch):
     `fits` (the attention kernel taking at most that many keys), longer steps run the unfused
     subgraph, which reads the caches whole: the attention copies the new entries in first. Two
     sequences (the second restarts from an empty past, not fed back), against onnxruntime."""
-    from tests.conftest import assert_close, ort_session
+    from tests.conftest import assert_close
     if fits is not None:
         monkeypatch.setattr("engine.attention_fusion.MAX_L", fits)
-    model = kv_decoder_step()
-    trace = MemoryTrace()
-    net = Network(build_program(model), device, trace=trace, impls="dynamic",
-                  feedback={"present_k": "past_k", "present_v": "past_v"})
-    net.impls.device_type = kind
-    sess = ort_session(model)
-    names = [o.name for o in sess.get_outputs()]
+    net, trace, sess, names = _kv_net(device, kind)
     rng = np.random.default_rng(7)
     it = -1
     for seq in range(2):

@@ -20,6 +20,7 @@ from engine.impl_cache import IMPL_MODES, ImplCache, give_back_freed_heap, stati
 from engine.kernels import (Impl, ImplParams, StaticVariant, compile_program, dynamic_key, impl_name,
                             program_bytes)
 from engine.memory import Tensor
+from engine.ops.matmul import M_ALIGN
 from engine.prebuild import start_builds
 from engine.weights import reorder_call, run_reorder
 
@@ -36,6 +37,15 @@ CPU_STATIC_MIN_MACS = 1 << 20
 def _macs(v: StaticVariant) -> int:
     m, n, k, nb = v.table_params[:4]
     return m * n * k * max(nb, 1)
+
+
+def _matmul_macs_bound(ins, outs) -> int:
+    """At least the _macs of any static variant of a MatMul of these shapes (its rows are
+    rounded up to M_ALIGN), so that a variant surely below the threshold is not made first (a
+    decode step's small GEMMs ask for new shapes every token)."""
+    a = ins[0].shape
+    m, k = (a[-2] if len(a) > 1 else 1), (a[-1] if a else 1)
+    return outs[0].count // max(m, 1) * (m + M_ALIGN) * k
 
 
 class ImplManager:
@@ -174,6 +184,8 @@ class ImplManager:
         if fn is None or self.mode == "dynamic" or \
                 (self.mode == "auto" and not static_worth(self.device_type, inst.node.op)):
             return None
+        if self.mode == "auto" and inst.node.op == "MatMul" and _matmul_macs_bound(ins, outs) < self.static_min_macs:
+            return None    # below the threshold whatever the rows' alignment: not worth building
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
         dev = {"device": self.device_type} if inst.opdef.per_device else {}
         v = fn(inst.node, ins, outs, deps, consts, **dev)

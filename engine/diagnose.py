@@ -87,7 +87,10 @@ def cannot_run(node, shapes, why: str, cls=InferenceError) -> InferenceError:
 
 
 def _failure(inst, buffers, shapes, nums, exc: Exception, cls=InferenceError) -> InferenceError:
-    why = limit_of(inst, buffers, shapes, nums) or (str(exc).splitlines() or ["failed"])[0]
+    own = (str(exc).splitlines() or ["failed"])[0]
+    # an index past a table's end (a position past a decoder's table): numpy's words name the
+    # index, the axis and the size; a dim of the constant it reads may be another axis's
+    why = own if isinstance(exc, IndexError) else limit_of(inst, buffers, shapes, nums) or own
     return cannot_run(inst.node, shapes, why, cls)
 
 

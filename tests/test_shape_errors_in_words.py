@@ -27,7 +27,7 @@ def _run(model, shapes):
     return lines[0]
 
 
-@pytest.mark.parametrize("case", ["broadcast", "reshape", "past_int64"])
+@pytest.mark.parametrize("case", ["broadcast", "reshape", "past_int64", "position_past_table"])
 def test_shape_the_model_cannot_take_is_one_line_exit_2(case, tmp_path):
     f = TensorProto.FLOAT
     if case == "broadcast":    # a device node's shape inference refuses: Add with a 128 constant
@@ -42,6 +42,14 @@ def test_shape_the_model_cannot_take_is_one_line_exit_2(case, tmp_path):
         want = ("node rs (Reshape) cannot run on input shapes [6, 2]: cannot reshape 6 elements "
                 "to [-1, 4]: 6 is not a multiple of 4")
         shapes = "6"
+    elif case == "position_past_table":   # a host Gather of a position past a [4, 3] table
+        m = _save(tmp_path / "m.onnx", [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+                                        helper.make_node("Gather", ["s", "zero"], ["n"], name="len", axis=0),
+                                        helper.make_node("Gather", ["pos", "n"], ["y"], name="row", axis=0)],
+                  [("x", f, ["n"])], {"zero": np.array(0, np.int64), "pos": np.ones((4, 3), np.int64)})
+        want = ("node row (Gather) cannot run on input shapes [4x3, scalar]: index 4 is out of bounds "
+                "for axis 0 with size 4")
+        shapes = "4"
     else:                      # shape math past int64 on the host: numpy would wrap it silently
         m = _save(tmp_path / "m.onnx", [helper.make_node("Shape", ["x"], ["s"], name="shape"),
                                         helper.make_node("Mul", ["s", "k"], ["t"], name="mul"),

@@ -160,8 +160,8 @@ def _match(prog, sm) -> dict | None:
 
 def check(node, own) -> str:
     """Why the attention kernel cannot run these shapes ('' when it can)."""
-    if any(l is None or l.dtype != "f32" for l in own):
-        return "dtype"
+    if any(l is None or l.dtype != "f32" for l in own[:3]):
+        return "dtype"      # (the prologue's operands: fusion_valid below, by their types)
     if not ranks_ok(node, own):
         return "rank"
     if node.attrs["axis"] not in (-1, own[0].rank - 1):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from engine.layout import cl_type
 from engine.ops.common import BroadcastError, broadcast
 
 
@@ -31,6 +32,9 @@ class Fusion:
     # in `ops` (run as the unfused subgraph); check(own input layouts) -> unfuse reason or ''
     subgraph: bool = False
     check: object = None
+    # extra inputs that are not float32 (a Where's bool condition in an attention mask chain):
+    # name -> dtype; the kernel reads them through pointers of their type, as floats
+    types: dict = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [f.node.name for f in self.ops]
@@ -68,12 +72,12 @@ def _fused_jit(f: Fusion, ref_t: int, first_extra_t: int, vector: bool) -> tuple
                 j = f.extra.index(x)
                 at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
                     f"FUSED_OFF(si, {ref_t}, {first_extra_t + j}, o)"
-                vals.append(f"F{j}[{at}]")
+                vals.append(f"(float)F{j}[{at}]" if x in f.types else f"F{j}[{at}]")
         decl = " ".join(f"const float {n} = {v};" for n, v in zip("abc", vals))
         expr = re.sub(r"\bTOUT\b", "float", op.expr)
         lines.append(f"float v{k}; {{ {decl} v{k} = {expr}; }}")
     lines.append(f"return v{len(f.ops)};")
-    params = "".join(f", __global const float* F{j}" for j in range(len(f.extra)))
+    params = "".join(f", __global const {cl_type(f.types.get(x, 'f32'))}* F{j}" for j, x in enumerate(f.extra))
     # offsets are added where the kernel calls FUSED_OPS: T_OFF reads the runtime shape_info
     # in both dynamic and static builds (cl/common.cl)
     call = "".join(f", F{j} + T_OFF({first_extra_t + j})" for j in range(len(f.extra)))
@@ -97,7 +101,9 @@ _VECTOR_TWINS = {"erf_f32(": "erf_v("}
 
 def _vector_body(f: Fusion, ref_t: int, first_extra_t: int) -> str | None:
     """FUSED_VOPS_BODY of epilogue `f` over FVT vectors (cl/common.cl), None when an op's
-    expression does not hold for vectors."""
+    expression does not hold for vectors or an operand is no float32 tensor."""
+    if f.types:
+        return None
     lines = []
     for k, op in enumerate(f.ops, start=1):
         expr = re.sub(r"\bTOUT\b", "FVT", op.expr)
@@ -125,8 +131,9 @@ def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:
     if produced.dtype != "f32":
         return "dtype"
     for op in f.ops:
-        others = [layouts[x] for kind, x in op.operands if kind == "t"]
-        if any(l is None or l.dtype != "f32" for l in others):
+        names = [x for kind, x in op.operands if kind == "t"]
+        others = [layouts[x] for x in names]
+        if any(l is None or l.dtype != f.types.get(x, "f32") for x, l in zip(names, others)):
             return "dtype"
         try:
             out = broadcast(shape, *[l.shape for l in others])

@@ -120,6 +120,8 @@ def _grow(prog, p) -> Fusion:
                 if len([o for o in u.outputs if o]) != 1:
                     continue
                 ins = [i for i in u.inputs if i]
+                if u.op == "Where":
+                    continue      # its bool condition: only in a Softmax's prologue (a mask)
                 if u.op == "BatchNormalization":
                     if ins[0] not in values or not all(i in prog.constants for i in ins[1:5]) \
                             or p.op != "Conv":
@@ -193,6 +195,7 @@ def _fuse_prologues(prog) -> int:
         for n in chain:
             _append(f, step, n, _fuse_expr(n), _operands(step, n.inputs))
             n.fused_into = c
+        f.types = {n.inputs[0]: "bool" for n in chain if n.op == "Where"}   # ONNX: always bool
         c.fusion = f
         fused += len(chain)
     return fused
@@ -214,14 +217,17 @@ def _prologue_chain(prog, c) -> tuple[list, str]:
                 {id(u) for u in prog.users.get(cur, [])} != {id(user)}:
             break
         ins = [i for i in n.inputs if i]
-        if len(ins) != 2 or any(prog.constants[i].dtype != np.float32
-                                for i in ins if i in prog.constants):
-            break   # not binary; or e.g. Pow with an int exponent: the kernel reads f32 operands only
+        # binary; or a Where (a mask chain: Where(masked, finfo.min, scores)), its bool
+        # condition read through its own type
+        where = n.op == "Where" and len(ins) == 3 and ins[0] not in prog.constants
+        if not (len(ins) == 2 or where) or any(prog.constants[i].dtype != np.float32
+                                               for i in ins[where:] if i in prog.constants):
+            break   # e.g. Pow with an int exponent: the kernel reads f32 operands only
         chain.insert(0, n)
         # a Softmax's data is the scores (a MatMul's output), even when the mask is computed
         # later in the graph (the TorchScript exporter's Add(scores, Where(mask, 0, -inf)))
-        cur, user = max(ins, key=lambda i: (c.op == "Softmax" and _op_of(prog, i) == "MatMul",
-                                            _data_rank(prog, i))), n
+        cur, user = max(ins[where:], key=lambda i: (c.op == "Softmax" and _op_of(prog, i) == "MatMul",
+                                                    _data_rank(prog, i))), n
     return chain, cur
 
 

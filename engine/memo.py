@@ -66,7 +66,7 @@ def fusion_key(f) -> tuple | None:
         return ("subgraph", tuple(op.node.op for op in f.ops))
     at = {name: k for k, name in enumerate(f.extra)}
     return (f.prologue, tuple((op.expr, tuple((kind, x if kind == "v" else at[x]) for kind, x in op.operands))
-                              for op in f.ops))
+                              for op in f.ops), tuple(sorted((at[x], t) for x, t in f.types.items())))
 
 
 def _value_key(v):

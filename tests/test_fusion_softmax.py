@@ -214,3 +214,55 @@ def test_prologue_without_extra_operands(device):
     rng = np.random.default_rng(11)
     run_vs_ort(model, [{"x": rng.standard_normal((b, 5)).astype(np.float32)} for b in (2, 3)],
                device)
+
+
+def _where_masked(keep_first: bool):
+    """softmax(Where(m, scores * 0.25, -3.4e38)) @ v (keep_first) or softmax(Where(m, -3.4e38,
+    scores * 0.25)) @ v (m says what is masked): the mask chain of HF GPT-2 exports, with a bool
+    condition m [mb, 1, s, l] that broadcasts against the scores."""
+    F, B = TensorProto.FLOAT, TensorProto.BOOL
+    low = helper.make_tensor("low", F, [], [float(np.finfo(np.float32).min)])
+    quarter = helper.make_tensor("quarter", F, [], [0.25])
+    ins = ["m", "sc", "low"] if keep_first else ["m", "low", "sc"]
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "quarter"], ["sc"]),
+             helper.make_node("Where", ins, ["w"]),
+             helper.make_node("Softmax", ["w"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "where_mask",
+                          [vi("q", F, ["b", H, "s", DH]), vi("k", F, ["b", H, "l", DH]),
+                           vi("v", F, ["b", H, "l", DH]), vi("m", B, ["mb", 1, "ms", "l"])],
+                          [vi("y", F, None)], [low, quarter])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("keep_first", [True, False])
+def test_a_where_mask_runs_in_the_attention(device, keep_first):
+    """Where(bool mask, scores, finfo.min) joins the Softmax's prologue (its condition read as
+    bool) and the attention becomes one kernel, on both kernel variants; a mask whose batch grows
+    the scores unfuses for that inference. Against onnxruntime."""
+    from engine.fusion import fusion_map
+    model = _where_masked(keep_first)
+    prog = build_program(model)
+    att = [v for v in fusion_map(prog).values() if v["position"] == "subgraph"]
+    assert len(att) == 1
+    rng = np.random.default_rng(3)
+    shapes = [(1, 1, 5, 1, 1), (2, 3, 7, 2, 3), (1, 4, 4, 1, 1), (1, 2, 9, 3, 2)]   # b, s, l, mb, ms
+    seq = []
+    for b, s, l, mb, ms in shapes:
+        f = _feeds(rng, b, s, l, (1,))
+        f.pop("mask")
+        m = rng.random((mb, 1, ms, l)) > 0.3
+        m[..., 0] = True if keep_first else False       # a row keeps at least one key
+        f["m"] = m
+        seq.append(f)
+    for kind in ("cpu", "gpu"):
+        trace = MemoryTrace()
+        net = Network(prog, device, trace=trace, impls="dynamic")
+        net.impls.device_type = kind
+        run_vs_ort(model, seq, device, rtol=2e-4, atol=2e-5, net=net)
+        for i, (b, s, l, mb, ms) in enumerate(shapes):
+            unfused = bool(trace.of(i, "fusion", "unfuse"))
+            assert unfused == (mb > b), (kind, i)

@@ -78,7 +78,10 @@ def _equal(node, ins, deps):
     return [Layout(broadcast(ins[0].shape, ins[1].shape), "bool")]
 
 
-@register("Where", checked=16, kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True, f16=True)
+# fuse_expr: a Where of an attention mask chain runs in the Softmax's prologue (engine/fusion.py;
+# its condition arrives as 0 or 1)
+@register("Where", checked=16, kernels=_kernels_from(lambda n, i, o: "a ? b : c"), host_ok=True, f16=True,
+          fuse_expr="(a != 0.0f) ? b : c")
 def _where(node, ins, deps):
     if ins[0].dtype != "bool":
         raise ShapeInferenceError("Where condition must be bool")

@@ -199,8 +199,12 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     const __global float* bp = B + b_off + (n0 / TN) * K * TN;
 #endif
     const int nl = N - n0 < TN ? N - n0 : TN;
-    // unrolled by 4: BERT's GEMMs (12x32 tiles, PoCL) 7.97 -> 7.47 ms, same process
+    // unrolled by 4: BERT's GEMMs (12x32 tiles, PoCL) 7.97 -> 7.47 ms, same process; static
+    // builds only: PoCL generates the code at the first launch, in the inference's path, and
+    // the unrolled shape-agnostic kernel took it 1.6-4.9 s (README's encoder, empty caches)
+#ifdef SHAPE_INFO_INIT
 #pragma unroll 4
+#endif
     for (int k = 0; k < K; ++k) {
         BV bv[NV];
 #if B_BLOCKED

@@ -7,6 +7,9 @@ token). The first pass builds kernels and buffers (cold); --warmup more passes a
 --repeat timed passes give the per-step latency (mean, median, p90), kernels per step, how the
 fast path served the steps (partial replays: only the nodes the KV length reaches run the flow)
 and where a step's time went (infer_end's time_ms), with the host time per kernel next to it.
+The last step is then run again on its own --same-runs times, its fed-back inputs as host
+values (`repeated`): a step that repeats a shape, next to the decode's steps that each bring a
+new KV length.
 --compare onnxruntime runs the same decode in onnxruntime, the presents fed back on the host.
 Kept free of Typer/Rich: the CLI renders the returned dict.
 """
@@ -34,10 +37,14 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
     total = len(seq) * (1 + opts.warmup + opts.repeat)
     done = [0]
 
+    last: dict = {}      # the last step's inputs, its fed-back ones read to the host
+
     def one_pass(what: str) -> list:
         steps = []
         for i, f in enumerate(feeds):
             f = f if i == 0 else {k: v for k, v in f.items() if k not in back}
+            if i == len(feeds) - 1:
+                last.update(f, **{inp: net.queue.read_to_host(net.tensors[out]) for inp, out in back.items()})
             t0 = time.perf_counter()
             net.infer(f, fed_back=back if i else None, outputs=read)
             ms = (time.perf_counter() - t0) * 1e3
@@ -56,10 +63,24 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
     out = {"model": opts.model, "mode": "decode", "device": describe(device), "feedback": feedback,
            "steps": len(seq), "impls": opts.impls, "predictor": opts.predictor,
            "fast_path": opts.fast_path, "first_inference_ms": cold[0]["ms"],
-           "cold": _summary(cold[1:]), "decode": _summary(timed)}
+           "cold": _summary(cold[1:]), "decode": _summary(timed),
+           "repeated": _repeated(prog, device, opts, last)}
     if "onnxruntime" in opts.compare:
         out["peers"] = {"onnxruntime": _ort_decode(model, feeds, feedback, opts.repeat)}
     return out
+
+
+def _repeated(prog, device, opts: BenchOptions, step: dict) -> dict:
+    """The last step alone, repeated (no feedback): warm runs of one shape, after 5 untimed ones
+    (a CPU device's cores run slow for a while after the decode's end)."""
+    net = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, predictor=opts.predictor)
+    lat = []
+    for k in range(5 + max(opts.same_runs, 2)):
+        t0 = time.perf_counter()
+        net.infer(step)
+        if k >= 5:
+            lat.append((time.perf_counter() - t0) * 1e3)
+    return {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat), "runs": len(lat)}
 
 
 def _summary(steps: list) -> dict:

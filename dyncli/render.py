@@ -312,6 +312,10 @@ def decode_tables(r: dict, width: int = 80) -> list:
     s.add_column("what")
     s.add_column("value", justify="right", no_wrap=True)
     s.add_row("first inference (prompt, builds)", f"{r['first_inference_ms']:.1f} ms")
+    rep = r.get("repeated")
+    if rep:
+        s.add_row("last step repeated alone (no feedback)",
+                  f"median {rep['median_ms']:.3f} ms (decode step x{d['median_ms'] / rep['median_ms']:.2f})")
     if d["host_us_per_kernel"] is not None:
         s.add_row("host us per kernel, timed steps", f"{d['host_us_per_kernel']:.1f}")
     for name, p in r.get("peers", {}).items():

@@ -137,6 +137,8 @@ def test_bench_decode_loop_json():
     assert d["steps"] == 24 and d["kernels_mean"] > 0 and d["partial"] >= 20
     assert set(d["time_ms"]) >= {"flow", "enqueue", "device_wait"} and d["host_us_per_kernel"] > 0
     assert res["peers"]["onnxruntime"]["mean_ms"] > 0
+    rep = res["repeated"]         # the last step alone, repeated: its shape, its inputs
+    assert rep["runs"] >= 2 and rep["mean_ms"] > 0 and rep["median_ms"] > 0
 
 
 def test_bench_decode_needs_a_decode():

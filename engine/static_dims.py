@@ -53,9 +53,12 @@ def _static_dims(model: onnx.ModelProto) -> dict:
     """tensor -> [dim or None] by ONNX inference; large initializers enter as typed inputs (their
     values are never needed for dims, and copying them would cost the load)."""
     g = model.graph
-    small = [t for t in g.initializer if len(t.raw_data) <= SMALL and not t.external_data]
-    big = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-           for t in g.initializer if t not in small]
+    small, big = [], []
+    for t in g.initializer:      # ByteSize: raw_data or the typed fields (float_data, ...)
+        if t.ByteSize() <= SMALL and not t.external_data:
+            small.append(t)
+        else:
+            big.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     lean = helper.make_graph(g.node, g.name, list(g.input) + big, g.output, small, value_info=g.value_info)
     m = helper.make_model(lean, opset_imports=model.opset_import, ir_version=model.ir_version)
     try:

@@ -59,6 +59,23 @@ typedef float16 __attribute__((aligned(4))) float16_u;
 #define T_COUNT(t) (T_DIM(t, 0) * T_DIM(t, 1) * T_DIM(t, 2) * T_DIM(t, 3) * T_DIM(t, 4) * T_DIM(t, 5))
 #define PARAM(i) (shape_info[NUM_TENSORS * TBLOCK + (i)])
 
+// The products of one local tile (gemm_lm and conv_lm): RM x RN accumulators per work-item,
+// acc[RM][RN / 4] as float4 columns, over the BK rows of A's tile As4 (pitch LPA, rows
+// i * WGY + ty) and B's tile Bs4 (pitch LPB, columns j * WGX + tx).
+#define TILE_PRODUCTS(As4, Bs4) \
+    _Pragma("unroll") for (int k = 0; k < BK; ++k) { \
+        float4 a[RM / 4], b[RN / 4]; \
+        _Pragma("unroll") for (int i = 0; i < RM / 4; ++i) a[i] = As4[(k * LPA) / 4 + i * WGY + ty]; \
+        _Pragma("unroll") for (int j = 0; j < RN / 4; ++j) b[j] = Bs4[(k * LPB) / 4 + j * WGX + tx]; \
+        _Pragma("unroll") for (int i = 0; i < RM / 4; ++i) \
+            _Pragma("unroll") for (int j = 0; j < RN / 4; ++j) { \
+                acc[i * 4 + 0][j] = mad((float4)(a[i].s0), b[j], acc[i * 4 + 0][j]); \
+                acc[i * 4 + 1][j] = mad((float4)(a[i].s1), b[j], acc[i * 4 + 1][j]); \
+                acc[i * 4 + 2][j] = mad((float4)(a[i].s2), b[j], acc[i * 4 + 2][j]); \
+                acc[i * 4 + 3][j] = mad((float4)(a[i].s3), b[j], acc[i * 4 + 3][j]); \
+            } \
+    }
+
 // Loads 4 consecutive floats from p, the first `lim` of them in bounds (zeros past them). `vec`:
 // p is 16-byte aligned (the operand's offset and row pitch are multiples of 4), so a full
 // vector is one 128-bit load.

@@ -394,23 +394,7 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #pragma unroll
             GEMM_LOAD_B(k0 + BK)
         }
-#pragma unroll
-        for (int k = 0; k < BK; ++k) {
-            float4 a[RM / 4], b[RN / 4];
-#pragma unroll
-            for (int i = 0; i < RM / 4; ++i) a[i] = As4[(k * LPA) / 4 + i * WGY + ty];
-#pragma unroll
-            for (int j = 0; j < RN / 4; ++j) b[j] = Bs4[(k * LPB) / 4 + j * WGX + tx];
-#pragma unroll
-            for (int i = 0; i < RM / 4; ++i)
-#pragma unroll
-                for (int j = 0; j < RN / 4; ++j) {
-                    acc[i * 4 + 0][j] = mad((float4)(a[i].s0), b[j], acc[i * 4 + 0][j]);
-                    acc[i * 4 + 1][j] = mad((float4)(a[i].s1), b[j], acc[i * 4 + 1][j]);
-                    acc[i * 4 + 2][j] = mad((float4)(a[i].s2), b[j], acc[i * 4 + 2][j]);
-                    acc[i * 4 + 3][j] = mad((float4)(a[i].s3), b[j], acc[i * 4 + 3][j]);
-                }
-        }
+        TILE_PRODUCTS(As4, Bs4)
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #pragma unroll

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from engine.ops import conv_gemm
-from tests.test_conv_tiled import RNG, _model, _run, _use_kind, conv_model, feeds
+from tests.test_conv_tiled import RNG, _model, _run, _use_kind, bn_residual_relu, conv_model, feeds
 
 TILES = [t for t, _ in conv_gemm.TILES]
 
@@ -84,16 +84,7 @@ def test_conv_lm_fused_bn_residual_relu(device, monkeypatch, split):
     _force(monkeypatch, TILES[-1], split)
     C = 48
     for k, pads in (((1, 1), [0, 0, 0, 0]), ((3, 3), [1, 1, 1, 1])):
-        inits = {"w": RNG.standard_normal((C, C, *k)) / np.sqrt(C * k[0] * k[1]),
-                 "s": RNG.standard_normal(C), "bb": RNG.standard_normal(C),
-                 "m": RNG.standard_normal(C), "v": np.abs(RNG.standard_normal(C)) + 0.5,
-                 "half": np.array(0.5)}
-        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=pads),
-                 helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
-                 helper.make_node("Mul", ["bn", "half"], ["h"]),
-                 helper.make_node("Add", ["h", "x"], ["a"]),
-                 helper.make_node("Relu", ["a"], ["y"])]
-        m = _model(nodes, inits)
+        m = bn_residual_relu(C, k, pads)
         for impls, seq in (("dynamic", [(1, 11, 13), (2, 8, 8)]), ("static", [(1, 5, 19)])):
             inst = _run(m, feeds(C, seq), device, impls)
             assert inst.node.fusion is not None and len(inst.node.fusion.ops) == 4

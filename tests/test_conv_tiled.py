@@ -103,6 +103,20 @@ def test_conv_tiles(device, monkeypatch, kind, case):
             assert (inst.weights_override is not None) == blocked
 
 
+def bn_residual_relu(C: int, k: tuple, pads: list):
+    """Relu(BN(Conv(x)) * 0.5 + x), C channels in and out, kernel k."""
+    inits = {"w": RNG.standard_normal((C, C, *k)) / np.sqrt(C * k[0] * k[1]),
+             "s": RNG.standard_normal(C), "bb": RNG.standard_normal(C),
+             "m": RNG.standard_normal(C), "v": np.abs(RNG.standard_normal(C)) + 0.5,
+             "half": np.array(0.5)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=pads),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
+             helper.make_node("Mul", ["bn", "half"], ["h"]),
+             helper.make_node("Add", ["h", "x"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    return _model(nodes, inits)
+
+
 @pytest.mark.parametrize("kind,impls", [("cpu", "dynamic"), ("cpu", "static"), ("gpu", "static")])
 def test_conv_fused_bn_residual_relu(device, monkeypatch, kind, impls):
     """Relu(BN(Conv(x)) * 0.5 + x): per-channel, scalar and full-shape operands in the epilogue,
@@ -110,16 +124,7 @@ def test_conv_fused_bn_residual_relu(device, monkeypatch, kind, impls):
     _use_kind(monkeypatch, kind)
     C = 17
     for k, pads in (((1, 1), [0, 0, 0, 0]), ((3, 3), [1, 1, 1, 1])):
-        inits = {"w": RNG.standard_normal((C, C, *k)) / np.sqrt(C * k[0] * k[1]),
-                 "s": RNG.standard_normal(C), "bb": RNG.standard_normal(C),
-                 "m": RNG.standard_normal(C), "v": np.abs(RNG.standard_normal(C)) + 0.5,
-                 "half": np.array(0.5)}
-        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=pads),
-                 helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
-                 helper.make_node("Mul", ["bn", "half"], ["h"]),
-                 helper.make_node("Add", ["h", "x"], ["a"]),
-                 helper.make_node("Relu", ["a"], ["y"])]
-        m = _model(nodes, inits)
+        m = bn_residual_relu(C, k, pads)
         inst = _run(m, feeds(C, [(1, 11, 13), (2, 8, 8), (1, 5, 19)]), device, impls)
         assert inst.node.fusion is not None and len(inst.node.fusion.ops) == 4
         assert inst.bound[0].impl.name.startswith("conv_tiled:Conv+fused"), inst.bound[0].impl.name

@@ -146,8 +146,7 @@ def share_memos(insts, memos) -> int:
                 continue
             cls = node_class(i.node, i.fusion, i.n_own, bool(i.kv_from))
             if cls is not None:
-                i.shape_class = ids.setdefault(cls, len(ids))
-                i._layouts_memo, i._info_memo = memos.layouts, memos.info
+                i.join_class(ids.setdefault(cls, len(ids)), memos)
     return len(ids)
 
 

@@ -90,6 +90,12 @@ class PrimitiveInst:
         self.index_flag: Tensor | None = None   # an index op's slot of the index flags
 
     # ---- helpers ------------------------------------------------------------------------
+    def join_class(self, shape_class: int, memos) -> None:
+        """Nodes of one class share the memo tables of their layouts and shape_info (and of
+        their dynamic kernel calls: dynamic_calls_for), keyed by the class."""
+        self.shape_class = shape_class
+        self._layouts_memo, self._info_memo = memos.layouts, memos.info
+
     def family(self) -> list["PrimitiveInst"]:
         """This inst and every inst of its unfused subgraph, nested ones too (a fused
         attention's fallback Softmax has an unfused prologue of its own)."""
@@ -637,19 +643,24 @@ class PrimitiveInst:
     def run_view(self, reason: str = "view") -> None:
         """The output is the input's buffer under the output's layout: nothing to enqueue."""
         src, dst = self.inputs[0], self.outputs[0]
-        buffers = self.rt.buffers
-        if src.buf is None and src.layout.count:
-            buffers.upload(src)
-        if reason != "view" and dst.capacity:   # its own buffer is not needed while skipped
-            buffers.release(dst)
-            dst.state = BufferState()
-        dst.buf, dst.offset = src.buf, src.offset
+        self._as_slice(dst, src)
         # a host copy the input had is this output's value under the output's shape
         dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
         dst.version = src.version
         dst.dev_version = src.dev_version
         self._rec("realloc", "view")
         self._rec("execute", "skip", reason)
+
+    def _as_slice(self, t: Tensor, src: Tensor, at: int = 0) -> None:
+        """`t` is the run of `src`'s buffer from element `at` (a view, a runtime skip, an
+        in-place crop): a buffer of its own is not needed while it is."""
+        buffers = self.rt.buffers
+        if src.buf is None and src.layout.count:
+            buffers.upload(src)
+        if t.capacity:
+            buffers.release(t)
+            t.state = BufferState()
+        t.buf, t.offset = src.buf, src.offset + at
 
     def run_runtime_skip(self) -> None:
         """runtime_skip.md: for these shapes the output is the input unchanged (a Transpose of
@@ -670,14 +681,8 @@ class PrimitiveInst:
     def run_in_place_crop(self) -> None:
         """The plugin's runtime in-place crop: each output is its run of the input's buffer
         (a Split of a decode step's fused QKV projection): nothing to enqueue."""
-        src, buffers = self.inputs[0], self.rt.buffers
-        if src.buf is None:
-            buffers.upload(src)
         for t, at in zip(self.outputs, self.crop_at):
-            if t.capacity:                # its own buffer is not needed while it is a slice
-                buffers.release(t)
-                t.state = BufferState()
-            t.buf, t.offset = src.buf, src.offset + at
+            self._as_slice(t, self.inputs[0], at)
         self._written()
         self._rec("realloc", "view")
         self._rec("execute", "skip", "in_place_crop")

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from collections import Counter
 
-_COUNTER_KEYS: dict = {}   # (kind, action, reason) -> the counter names it increments
 # fields of a decision that are summed into a counter of their own
 _SUMMED = {("realloc", "alloc"): ("bytes", "bytes_allocated"),
            ("execute", "enqueue"): ("kernels", "kernels")}
 _SUMMED_KIND = {"update_shape": ("device_reads", "device_reads"),
                 "kv_cache": ("bytes_copied", "kv_bytes_copied")}
+# (kind, action, reason) -> (the counter names it increments, (field, counter) summed or None):
+# made once per kind of decision, so a decision costs one lookup (the flow makes a few hundred
+# per new signature)
+_COUNTS: dict = {}
+
+
+def _counts_of(kind: str, action: str, reason: str) -> tuple:
+    keys = (f"{kind}.{action}",) + ((f"{kind}.{action}.{reason}",) if reason else ())
+    spec = _COUNTS[(kind, action, reason)] = (keys, _SUMMED.get((kind, action)) or _SUMMED_KIND.get(kind))
+    return spec
 
 
 class InputNode:
@@ -46,20 +55,16 @@ class Decisions:
 
     def record(self, kind: str, action: str, reason: str = "", node=None, **fields) -> None:
         count(self.counters, kind, action, reason, fields)
+        name = node.name if node else ""
         if self.log is not None:
-            self.log.append((node.name if node else "", kind, action, reason, fields))
-        self.trace.event(kind, node.name if node else "", node.op if node else "", action, reason,
-                         **fields)
+            self.log.append((name, kind, action, reason, fields))
+        self.trace.event(kind, name, node.op if node else "", action, reason, **fields)
 
 
 def count(c: Counter, kind: str, action: str, reason: str, fields: dict) -> None:
     """What one decision adds to an inference's counters."""
-    keys = _COUNTER_KEYS.get((kind, action, reason))
-    if keys is None:
-        keys = _COUNTER_KEYS[(kind, action, reason)] = \
-            (f"{kind}.{action}",) + ((f"{kind}.{action}.{reason}",) if reason else ())
+    keys, summed = _COUNTS.get((kind, action, reason)) or _counts_of(kind, action, reason)
     for k in keys:
         c[k] += 1
-    summed = _SUMMED.get((kind, action)) or _SUMMED_KIND.get(kind)
     if summed is not None:
         c[summed[1]] += fields.get(summed[0], 0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyopencl as cl
 
 from engine.diagnose import DeviceMemoryError, nbytes_text, too_large
@@ -122,14 +123,21 @@ class MemoryPool:
 
     def live_lower_bound(self) -> int:
         """The largest sum of bytes of tensors live at one step of this inference: no
-        allocator can hold less (views and in-place concat inputs occupy nothing of their own)."""
-        edges = []
-        for name, nbytes in self._live.items():
-            first, last = self.lifetimes.get(name, (0, END))
-            edges.append((first, 0, nbytes))       # born before the deaths of the same step
-            edges.append((last, 1, -nbytes))
-        cur = best = 0
-        for _, _, d in sorted(edges):
-            cur += d
-            best = max(best, cur)
-        return best
+        allocator can hold less (views and in-place concat inputs occupy nothing of their own).
+        A sweep over births (first step) and deaths (after the last step), in numpy: every
+        inference reports it, and a Python sweep cost 0.3 ms of a decode step."""
+        live = self._live
+        if not live:
+            return 0
+        span = self.lifetimes.get
+        n = len(live)
+        ends = np.fromiter((x for name in live for x in span(name, (0, END))), np.int64, 2 * n)
+        # births of a step before its deaths; the max of the running sum is reached at the end
+        # of a step's births whatever their order
+        keys = ends * 2
+        keys[1::2] += 1
+        sizes = np.fromiter(live.values(), np.int64, n)
+        deltas = np.empty(2 * n, np.int64)
+        deltas[0::2], deltas[1::2] = sizes, -sizes
+        run = np.cumsum(deltas[np.argsort(keys, kind="stable")])
+        return max(0, int(run.max()))

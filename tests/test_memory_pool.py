@@ -1,10 +1,12 @@
 """The memory pool: dead tensors' buffers handed to later nodes, checked against
 onnxruntime over shape sequences that grow and shrink (a wrong hand-over corrupts a value)."""
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import Network, build_program
 from engine.load_passes import tensor_lifetimes
-from engine.memory_pool import END
+from engine.memory_pool import END, MemoryPool
 from tests.conftest import run_traced
 from tests.models import encoder_block, small_cnn
 
@@ -59,3 +61,23 @@ def test_pool_on_a_cnn_with_changing_resolution(device):
            for n, h in [(1, 32), (2, 24), (1, 40), (1, 12), (2, 32)]]
     net, trace = run_traced(small_cnn(), seq, device, 2e-4, 2e-5)
     assert any(e["action"] == "from_pool" for e in trace.events if e["kind"] == "realloc")
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(spans=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 5000)),
+                      max_size=30),
+       unknown=st.lists(st.integers(0, 5000), max_size=3))
+def test_the_live_lower_bound_is_the_peak_of_a_sweep(spans, unknown):
+    """live_lower_bound (numpy) against a plain sweep of births and deaths, births of a step
+    counted before its deaths; a tensor without a lifetime lives for the whole inference."""
+    life = {f"t{k}": sorted(s[:2]) for k, s in enumerate(spans)}
+    pool = MemoryPool(life, set(life))
+    pool.begin_inference()
+    for k, s in enumerate(spans):
+        pool.note_live(f"t{k}", s[2])
+    for k, n in enumerate(unknown):
+        pool.note_live(f"u{k}", n)
+    spans_all = [(*life[f"t{k}"], s[2]) for k, s in enumerate(spans)] + [(0, END, n) for n in unknown]
+    peak = max([0] + [sum(n for a, b, n in spans_all if a <= step <= b)
+                      for step in {a for a, _, _ in spans_all}])
+    assert pool.live_lower_bound() == peak

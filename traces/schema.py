@@ -23,7 +23,7 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "counters": (dict,), "latency_ms": _NUM, "compile_ms": _NUM, "of_iter": (int,),
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
-               "upto": (int,), "clean_nodes": (list,), "time_ms": (dict,)}
+               "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -189,7 +189,7 @@ KINDS: dict[str, dict] = {
     "plan": {
         "actions": {"replay", "partial"},
         "reasons": {"same_signature", "transition", "diverged"},
-        "fields": ("of_iter", "kernels", "upto"),
+        "fields": ("of_iter", "kernels", "upto", "steady"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
                "the inference `of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
@@ -202,7 +202,9 @@ KINDS: dict[str, dict] = {
                "usual) and every other node repeated what it did in `of_iter` (`kernels` of them): "
                "the reader copies `of_iter`'s events of the first `upto` names of its "
                "`clean_nodes`. `diverged`: a tensor those nodes read changed after all, and the "
-               "nodes from there on ran the flow. Off with `--no-fast-path`.",
+               "nodes from there on ran the flow. `steady`: how many of the nodes that ran took "
+               "a steady step (engine/fast_path/steady.py: the flow's path compiled for a class "
+               "of nodes whose shapes only moved; the same events). Off with `--no-fast-path`.",
     },
     "infer_end": {
         "actions": {""},

@@ -28,13 +28,14 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.decisions import count
+from engine.fast_path import steady
 from engine.fast_path.plans import value_reads
 
 # decisions of a node that only repeats what it did (kind, action) -> reasons (None: any)
 _CLEAN = {("update_shape", "skip"): {"shape_unchanged", "static_output", "shape_of_unchanged",
                                      "shape_of_subgraph_unchanged"},
           ("set_args", "skip"): None, ("execute", "enqueue"): None, ("realloc", "view"): None,
-          ("execute", "skip"): {"view", "runtime_skip"}, ("fusion", "unfuse"): None}
+          ("execute", "skip"): {"view", "runtime_skip", "in_place_crop"}, ("fusion", "unfuse"): None}
 
 # a recorded inference whose clean nodes are fewer than this share is not worth a plan
 MIN_CLEAN_SHARE = 0.5
@@ -59,9 +60,11 @@ def _clean_events(events) -> bool:
 
 
 def _hands_on_host(inst) -> bool:
-    """A view (or runtime skip) of a host value hands the value on without a device read: its
-    readers see a new value even when no layout changed, so it runs the flow each time."""
-    return not inst.node.host and (inst.opdef.view or inst.skip_now) and bool(inst.inputs) and \
+    """A view (or runtime skip, or in-place crop) of a host value hands the value on without a
+    device read: its readers see a new value even when no layout changed, so it runs the flow
+    each time."""
+    return not inst.node.host and (inst.opdef.view or inst.skip_now or inst.crop_at is not None) and \
+        bool(inst.inputs) and \
         inst.inputs[0] is not None and inst.inputs[0].host is not None
 
 
@@ -147,16 +150,24 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
         checks = [(t, t.layout, t.buf, t.offset, t.host if inst.node.host else None,
                    any(clean[r] and _reads_value(insts[r], t) for r in attr.readers.get(t.name, ())))
                   for t in inst.outputs if any(clean[r] for r in attr.readers.get(t.name, ()))]
-        steps.append((DIRTY, inst, checks))
+        steps.append((DIRTY, inst, checks, steady.applier(inst)))
     steps = [(SEG, s[1], dict(s[2]), s[3], s[4], s[5], s[6]) if s[0] == SEG else s for s in steps]
     return PartialPlan(of_iter=of_iter, changed=changed, fed=fed, steps=steps, clean_nodes=names,
                        kernels=sum(len(s[1]) for s in steps if s[0] == SEG))
 
 
-def run(plan: PartialPlan, queue, counters: Counter, buffers) -> int | None:
-    """Run the dirty nodes' flow between the clean blocks. Returns None when every block
-    repeated, else how many of `plan.clean_nodes` had their decisions repeated before a
-    boundary tensor differed from the base's (every node after it then ran the flow)."""
+def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun") -> int | None:
+    """Run the dirty nodes between the clean blocks (a dirty node's steady step, steady.py,
+    where it holds; else its flow). Returns None when every block repeated, else how many of
+    `plan.clean_nodes` had their decisions repeated before a boundary tensor differed from
+    the base's (every node after it then ran the flow)."""
+    try:
+        return _run(plan, queue, counters, buffers, fast)
+    finally:
+        fast.finish()
+
+
+def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | None:
     applied = 0
     steps, memory = plan.steps, buffers.memory
     for at, step in enumerate(steps):
@@ -173,8 +184,9 @@ def run(plan: PartialPlan, queue, counters: Counter, buffers) -> int | None:
                 t.host = None
             applied = names
             continue
-        inst, checks = step[1], step[2]
-        inst.execute()
+        inst, checks, compiled = step[1], step[2], step[3]
+        if compiled is None or not compiled(inst, fast):
+            inst.execute()
         for t, layout, buf, offset, host, by_value in checks:
             # a new host value (a host node keeps its array while the value repeats) that a
             # clean node reads as a value (shape inference, a host impl) is a new input to it

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 
 from engine.device_queue import Observer
-from engine.fast_path import partial
+from engine.fast_path import partial, steady
 from engine.fast_path.plans import Plan, blocker, input_array, resource_free, signature
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
@@ -47,6 +47,7 @@ class FastPath(Observer):
         self.attribution = partial.Attribution(insts)
         self.current: partial.PartialPlan | None = None
         self._partial: partial.PartialPlan | None = None   # the one this inference runs
+        self._steady: steady.SteadyRun | None = None       # its dirty nodes' steady steps
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
@@ -132,8 +133,10 @@ class FastPath(Observer):
             self.decisions.log = []
 
     def run_partial(self) -> int | None:
-        """The nodes' part of the inference begun with a partial plan (partial.run)."""
-        return partial.run(self._partial, self.queue, self.decisions.counters, self.buffers)
+        """The nodes' part of the inference begun with a partial plan (partial.run), its
+        dirty nodes' steady steps (steady.py) where they hold."""
+        self._steady = steady.SteadyRun(self.decisions)
+        return partial.run(self._partial, self.queue, self.decisions.counters, self.buffers, self._steady)
 
     def end_flow(self, counters: Counter, iteration: int, upto: int | None = None) -> dict:
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
@@ -145,7 +148,8 @@ class FastPath(Observer):
             counters["plan.partial"] = 1
             self.decisions.trace.event("plan", "", "", "partial", "diverged" if upto is not None else "",
                                        of_iter=p.of_iter, kernels=p.kernels,
-                                       upto=len(p.clean_nodes) if upto is None else upto)
+                                       upto=len(p.clean_nodes) if upto is None else upto,
+                                       steady=self._steady.members)
         clean = self._record(counters, iteration, upto is not None)
         return {} if clean is None else {"plan_base": True, "clean_nodes": clean} if clean else \
             {"plan_base": True}

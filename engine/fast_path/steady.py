@@ -1,0 +1,239 @@
+"""Steady steps: the flow of a partial plan's dirty nodes, compiled for the path they take when
+a new signature only moves a dim (a decode step's KV length), class by class.
+
+A dirty node of a decode step takes the same path every step: a KV-cache concat appends within
+its room (kv_cache.md), an attention keeps its shape-agnostic kernel and rewrites its
+shape_info (dynamic_impl.md). What differs from step to step is numbers (layouts, the
+shape_info block, the work sizes, the predictor's history), and the layers of a model ask the
+same questions of the same shapes. So the answers are computed once per class of nodes
+(engine/memo.py node_class) and input layouts in a step (a `Template`), with the flow's own
+pure functions, and every member of the class applies them: a few assignments, its own
+predictor call, its own shape_info block. Decisions are counted in bulk at the end of the step
+and written to the trace only when something reads them.
+
+Before a steady step changes anything it checks every condition under which
+`PrimitiveInst.execute` would take that path (the shapes moved, no device read, the fusion
+holds, no special step, the same kernels kept, the cache fed back its own buffer and still
+within its room); when one does not hold it returns False and the node runs the flow. Past the
+point where the path may still branch on resources (realloc_if_needed) it calls the flow's own
+methods. So its decisions and outputs are the flow's: tests/test_steady_steps.py compares them,
+the fast path on and off, over decode loops.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from engine.decisions import NullTrace, count
+from engine.layout import Layout
+from engine.memo import values_key
+from engine.ops.common import norm_axis
+
+
+def applier(inst):
+    """The steady step of a dirty node of a partial plan, or None when its flow has no compiled
+    path (host nodes, views, crops, runtime skips, in-place concats, static variants: the flow)."""
+    op = inst.opdef
+    if inst.node.host or inst.concat_user is not None or inst.in_place_producers is not None \
+            or op.view or op.dynamic_output:
+        return None
+    if inst.kv_past is not None:
+        return kv_append if inst.append_by is not None and op.runtime_skip is None \
+            and op.in_place_crop is None else None
+    if op.static is not None or ((op.runtime_skip or op.in_place_crop) and not inst.fusion):
+        return None
+    return kernel_step
+
+
+class Template:
+    """What a class of nodes does for one set of input layouts in this step."""
+    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys", "sizes",
+                 "shape", "axis", "padded", "nbytes", "bits")
+
+
+class SteadyRun:
+    """The steady steps of one partial run: the class templates of this step, and the
+    decisions made, counted at `finish` (one Counter update per path, not per decision)."""
+
+    def __init__(self, decisions):
+        self.decisions = decisions
+        trace = decisions.trace
+        # events are written only where a trace or the decision log reads them
+        self.emit = decisions.log is not None or not isinstance(trace, NullTrace)
+        self.templates: dict = {}
+        self.paths: Counter = Counter()      # path events -> members that took it
+        self.members = 0                     # dirty nodes that took a steady step
+        self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
+
+    def event(self, inst, kind, action, reason="", **fields) -> None:
+        name = inst.node.name
+        d = self.decisions
+        if d.log is not None:
+            d.log.append((name, kind, action, reason, fields))
+        d.trace.event(kind, name, inst.node.op, action, reason, **fields)
+
+    def finish(self) -> None:
+        c = self.decisions.counters
+        for events, n in self.paths.items():
+            self.members += n
+            once = Counter()
+            for kind, action, reason in events:
+                count(once, kind, action, reason, {})
+            for k, v in once.items():
+                c[k] += v * n
+        c.update(self.summed)
+        self.paths.clear()
+        self.summed.clear()
+
+
+def _moved(inst) -> tuple | None:
+    """The node's input layouts when they moved since its last execution (update_shape would
+    infer, reason shape_changed) and no shape dep needs a device read; None otherwise."""
+    if inst.shape_done_by_other or inst.in_layouts is None or inst.in_place_now:
+        return None
+    in_layouts = [t.layout if t is not None else None for t in inst.inputs]
+    if in_layouts == inst.in_layouts:
+        return None
+    for i in inst.opdef.shape_deps:
+        t = inst.inputs[i] if i < len(inst.inputs) else None
+        if t is not None and t.layout is not None and t.host is None:
+            return None
+    return in_layouts
+
+
+def _shapes(tpl: Template, in_layouts, out_layouts) -> None:
+    tpl.out_layouts = out_layouts
+    tpl.in_shapes = [l.shape if l else None for l in in_layouts]
+    tpl.out_shapes = [l.shape for l in out_layouts]
+
+
+def _infer(run: SteadyRun, inst, tpl: Template, in_layouts, deps, deps_key) -> None:
+    """update_shape's effects and decision for moved input layouts (no device read)."""
+    inst.shape_changed, inst.deps, inst.deps_key, inst.in_layouts = True, deps, deps_key, in_layouts
+    inst.unfuse_reason = ""          # the fusion holds (checked)
+    for t, l in zip(inst.outputs, tpl.out_layouts):
+        t.layout = l
+    if run.emit:
+        run.event(inst, "update_shape", "infer", "shape_changed", device_reads=0,
+                  in_shapes=tpl.in_shapes, out_shapes=tpl.out_shapes)
+
+
+_KERNEL_PATH = (("update_shape", "infer", "shape_changed"),)
+_KEEP = ("update_impl", "keep", "dynamic")
+
+
+def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
+    tpl = Template()
+    out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
+    tpl.ok = not unfuse and any(l.count for l in out_layouts)
+    _shapes(tpl, in_layouts, out_layouts)
+    if tpl.ok:
+        calls = inst.dynamic_calls_for(in_layouts, out_layouts, deps, deps_key)
+        tpl.calls = calls
+        tpl.keys = [(c.source, c.jit, len(c.args)) for c in calls]
+        tpl.ok = not any(c.internal for c in calls)
+    return tpl
+
+
+def kernel_step(inst, run: SteadyRun) -> bool:
+    """execute() of a device node whose input layouts moved and that keeps its shape-agnostic
+    kernels (its op has no static variant): update_shape infer, update_impl keep, then the
+    flow's realloc_if_needed, set_arguments and enqueue."""
+    in_layouts = _moved(inst)
+    if in_layouts is None or inst.skip_now or inst.internal_layouts:
+        return False
+    if inst.opdef.shape_deps:
+        deps, _, _ = inst._deps()    # no device read (checked); a value change is a shape change too
+        deps_key = values_key(deps) if deps else ()
+    else:
+        deps, deps_key = {}, ()
+    key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None
+    tpl = run.templates.get(key) if key is not None else None
+    if tpl is None:
+        tpl = _kernel_template(inst, in_layouts, deps, deps_key)
+        if key is not None:
+            run.templates[key] = tpl
+    bound = inst.bound
+    if not tpl.ok or len(tpl.calls) != len(bound):
+        return False
+    impls = inst.dynamic_impls
+    kept = []
+    for call, k, b in zip(tpl.calls, tpl.keys, bound):
+        impl = impls.get(k)
+        if impl is None or b.impl is not impl or b.call.kernel != call.kernel:
+            return False
+        kept.append(impl)
+    # the flow's path from here on: no more branches before realloc_if_needed
+    _infer(run, inst, tpl, in_layouts, deps, deps_key)
+    if run.emit:
+        for impl in kept:
+            run.event(inst, *_KEEP, impl=impl.name, impl_kind="dynamic")
+    run.paths[_KERNEL_PATH + (_KEEP,) * len(kept)] += 1
+    inst.pending, inst.want_weights = None, None
+    for call, b in zip(tpl.calls, bound):
+        b.retarget(call)
+    inst.set_arguments(inst.realloc_if_needed())
+    inst.enqueue()
+    return True
+
+
+_KV_PATH = (("update_shape", "infer", "shape_changed"), ("realloc", "reuse", ""),
+            ("kv_cache", "append", ""), ("execute", "skip", "in_place"))
+
+
+def _kv_template(inst, in_layouts, held) -> Template:
+    tpl = Template()
+    out_layouts, unfuse = inst.layouts_for(in_layouts, {}, ())
+    _shapes(tpl, in_layouts, out_layouts)
+    l = out_layouts[0]
+    shape = l.shape
+    axis = norm_axis(inst.node.attrs["axis"], len(shape))
+    tpl.ok = not unfuse and len(held) == len(shape) and shape[axis] <= held[axis] and \
+        all(h == n for i, (h, n) in enumerate(zip(held, shape)) if i != axis)
+    tpl.shape, tpl.axis, tpl.nbytes, tpl.bits = shape, axis, l.nbytes, l.itemsize * 8
+    # one layout object for every member: next step their pasts compare by identity
+    tpl.padded = Layout(shape, l.dtype, pad=held if held != shape else None)
+    return tpl
+
+
+def kv_append(inst, run: SteadyRun) -> bool:
+    """execute() of a KV-cache concat whose attention writes the new entries, fed back its own
+    buffer and still within its room: update_shape infer, the predictor's call, realloc reuse,
+    kv_cache append, nothing enqueued (PrimitiveInst.run_kv_append's first branch)."""
+    in_layouts = _moved(inst)
+    if in_layouts is None or inst.bound:
+        return False
+    past, new = inst.inputs
+    out = inst.outputs[0]
+    held = inst.kv_pad if out.buf is not None else None
+    if held is None or past.buf is not out.buf or past.offset != out.offset or past.layout.phys != held:
+        return False
+    key = (inst.shape_class, tuple(in_layouts), held) if inst.shape_class is not None else None
+    tpl = run.templates.get(key) if key is not None else None
+    if tpl is None:
+        tpl = _kv_template(inst, in_layouts, held)
+        if key is not None:
+            run.templates[key] = tpl
+    if not tpl.ok:
+        return False
+    _infer(run, inst, tpl, in_layouts, {}, ())
+    buffers = inst.rt.buffers
+    buffers.realloc_decision(out, tpl.shape, tpl.bits)   # the predictor sees every step
+    if run.emit:
+        run.event(inst, "realloc", "reuse", bytes=tpl.nbytes, capacity=out.capacity,
+                  shape=tpl.shape, dtype=tpl.padded.dtype)
+    out.layout = tpl.padded
+    buffers.memory.note_live(out.name, tpl.nbytes)
+    copied = new.layout.nbytes
+    if run.emit:
+        run.event(inst, "kv_cache", "append", bytes_copied=copied, capacity=held[tpl.axis],
+                  length=tpl.shape[tpl.axis], by=inst.append_by.node.name)
+    inst.internal_layouts = ()
+    out.version += 1                 # _written
+    out.dev_version = out.version
+    out.host = None
+    if run.emit:
+        run.event(inst, "execute", "skip", "in_place")
+    run.paths[_KV_PATH] += 1
+    run.summed["kv_bytes_copied"] += copied
+    run.summed["device_reads"] += 0
+    return True

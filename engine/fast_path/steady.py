@@ -60,7 +60,7 @@ class SteadyRun:
         # events are written only where a trace or the decision log reads them
         self.emit = decisions.log is not None or not isinstance(trace, NullTrace)
         self.templates: dict = {}
-        self.paths: Counter = Counter()      # path events -> members that took it
+        self.paths: Counter = Counter()      # a path's events -> how often they were made
         self.members = 0                     # dirty nodes that took a steady step
         self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
 
@@ -74,7 +74,6 @@ class SteadyRun:
     def finish(self) -> None:
         c = self.decisions.counters
         for events, n in self.paths.items():
-            self.members += n
             once = Counter()
             for kind, action, reason in events:
                 count(once, kind, action, reason, {})
@@ -136,8 +135,8 @@ def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
 
 def kernel_step(inst, run: SteadyRun) -> bool:
     """execute() of a device node whose input layouts moved and that keeps its shape-agnostic
-    kernels (its op has no static variant): update_shape infer, update_impl keep, then the
-    flow's realloc_if_needed, set_arguments and enqueue."""
+    kernels (its op has no static variant): update_shape infer, update_impl keep, the flow's
+    realloc_if_needed, then set_arguments (the flow's when a buffer changed) and enqueue."""
     in_layouts = _moved(inst)
     if in_layouts is None or inst.skip_now or inst.internal_layouts:
         return False
@@ -169,11 +168,50 @@ def kernel_step(inst, run: SteadyRun) -> bool:
             run.event(inst, *_KEEP, impl=impl.name, impl_kind="dynamic")
     run.paths[_KERNEL_PATH + (_KEEP,) * len(kept)] += 1
     inst.pending, inst.want_weights = None, None
+    same = [b.tensors is not None and b.call.args == call.args for call, b in zip(tpl.calls, bound)]
     for call, b in zip(tpl.calls, bound):
         b.retarget(call)
-    inst.set_arguments(inst.realloc_if_needed())
-    inst.enqueue()
+    inst.internal_layouts = ()
+    if inst.realloc_if_needed():
+        inst.set_arguments(True)
+    else:
+        _set_arguments(inst, run, same)
+    queue = inst.rt.queue
+    for b in bound:
+        queue.launch(b.kernel, b.gws, b.lws, b)
+    inst._written()
+    if run.emit:
+        run.event(inst, "execute", "enqueue", kernels=len(bound))
+    run.paths[_ENQUEUE] += 1
+    run.summed["kernels"] += len(bound)
+    run.members += 1
     return True
+
+
+_ENQUEUE = (("execute", "enqueue", ""),)
+_SET_ARGS = {True: (("set_args", "set", ""),), False: (("set_args", "skip", ""),)}
+
+
+def _set_arguments(inst, run: SteadyRun, same: list) -> None:
+    """PrimitiveInst.set_arguments after a shape change that kept the impl and the buffers: the
+    argument tensors are the ones bound (`same`: the call's arguments did not change), the
+    shape_info block is new, the arguments are set again only where a buffer is another."""
+    device_buffer = inst.rt.buffers.device_buffer
+    did_set = False
+    for b, kept in zip(inst.bound, same):
+        if not kept:
+            b.tensors = [inst._arg_tensor(kind, i) for kind, i in b.call.args]
+        tensors = b.tensors
+        offsets = tuple(t.offset for t in tensors)
+        inst._write_shape_info(b, inst._shape_info_for(b.call, tensors, offsets), offsets)
+        bufs = [b.slot.buf] + [device_buffer(t) for t in tensors]
+        if b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
+            b.kernel.set_args(*bufs)
+            b.arg_ids = bufs
+            did_set = True
+    if run.emit:
+        run.event(inst, "set_args", "set" if did_set else "skip")
+    run.paths[_SET_ARGS[did_set]] += 1
 
 
 _KV_PATH = (("update_shape", "infer", "shape_changed"), ("realloc", "reuse", ""),
@@ -236,4 +274,5 @@ def kv_append(inst, run: SteadyRun) -> bool:
     run.paths[_KV_PATH] += 1
     run.summed["kv_bytes_copied"] += copied
     run.summed["device_reads"] += 0
+    run.members += 1
     return True

@@ -471,7 +471,7 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 // and the kernel multiplies its normalised rows, never written: each work-group first takes the
 // R rows' mean and 1 / stddev over K (two passes from cache, cl/norm.cl layer_norm's formula;
 // JIT EPS), then reads A as (x - mean) * rstd * gamma + beta. Gamma and [beta] (K floats,
-// GV_LN_BIAS) are the kernel's last tensors, from GV_LN_T.
+// GV_LN_BIAS) are the kernel's last tensors, from GV_LN_T. gemv only (MatMul's B [K, N]).
 #ifndef GV_LN
 #define GV_LN 0
 #endif
@@ -481,11 +481,7 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 #else
 #define GV_LN_ARGS , __global const float* LG
 #endif
-#ifdef GV_WX
 #define GV_WG (GV_WX * GV_KY)
-#else
-#define GV_WG (GVT_WK * GVT_NC)
-#endif
 // the sum of v over the work-group's GV_WG work-items (a row per component)
 inline float4 gv_wg_sum(__local float4* red, int lid, float4 v) {
     red[lid] = v;
@@ -673,10 +669,9 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS GV_LN_ARGS)
 // k = kb + 4 * (x + j * GVT_WK)); the lanes' sums meet in local memory.
 #ifdef GVT_WK
 __attribute__((reqd_work_group_size(GVT_WK, GVT_NC, 1)))
-KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS GV_LN_ARGS)
+KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
 {
     GV_SETUP
-    GV_LN_SETUP
     const int lk = get_local_id(0), nc = get_local_id(1), n = get_group_id(0) * GVT_NC + nc;
     const int vb = ((b_off | K) & 3) == 0;
     const __global float* bp = B + b_off + min(n, N - 1) * K;
@@ -694,7 +689,7 @@ KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS GV_LN_ARGS)
         for (int u = 0; u < GV_U; ++u) {
             if (!GV_OK(u, 4 * GVT_WK)) break;
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; ++r) acc[r] += dot(GV_A4(r, k + u * 4 * GVT_WK), b[u]);
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] += dot(gv_x4(A, ao[r], k + u * 4 * GVT_WK, M, va), b[u]);
         }
     }
     const int kp = ke - ((ke - kb) & 3);   // the last rows, not a whole quad: that quad's lane
@@ -702,7 +697,7 @@ KERNEL(gemv_t)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS GV_LN_ARGS)
         for (int k = kp; k < ke; ++k) {
             const float b = bp[k];
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad(GV_A1(r, k), b, acc[r]);
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad(gv_x1(A, ao[r], k, M), b, acc[r]);
         }
     }
 

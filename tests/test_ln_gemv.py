@@ -20,15 +20,16 @@ LAYERS = 2
 FUSED = 2 * LAYERS + 1          # ln_1 -> c_attn, ln_2 -> c_fc per layer, ln_f -> lm_head
 
 
-def _ln_matmul(K, N, epilogue="none", gamma=None, axis=-1):
+def _ln_matmul(K, N, epilogue="none", gamma=None, axis=-1, beta=True):
     """y = [epilogue](LayerNormalization(x) @ W), x [b, m, K]: "none"; "bias_gelu" (bias + tanh
     GELU, GPT-2's c_fc); "residual" (bias, then + r [b, m, N]). `gamma`: the shape of gamma and
-    beta ([K] by default)."""
+    beta ([K] by default); `beta`: whether the LayerNormalization has one."""
     b = _Builder(17, K + N)
     w = b.weight("w", (K, N), K)
     g = b.init("gamma", (1 + 0.1 * b.rng.standard_normal(gamma or K)).astype(np.float32))
-    beta = b.init("beta", (0.1 * b.rng.standard_normal(gamma or K)).astype(np.float32))
-    h = b.op("LayerNormalization", ["x", g, beta], name="LN", axis=axis, epsilon=1e-5)
+    ln_ins = ["x", g] + ([b.init("beta", (0.1 * b.rng.standard_normal(gamma or K)).astype(np.float32))]
+                         if beta else [])
+    h = b.op("LayerNormalization", ln_ins, name="LN", axis=axis, epsilon=1e-3)
     y = b.op("MatMul", [h, w], name="MatMul")
     ins = [helper.make_tensor_value_info("x", FLOAT, ["b", "m", K])]
     if epilogue != "none":
@@ -131,6 +132,19 @@ def test_fused_with_forced_tiles(device, tile, monkeypatch):
     split = tile[3] > 0
     for i in range(len(rows)):
         assert not _unfused(trace, i) and _enqueued(trace, i) == {"MatMul_0_ln": 2 if split else 1}
+
+
+@pytest.mark.parametrize("epilogue", ["none", "residual"])
+def test_fused_without_beta(device, epilogue):
+    """A LayerNormalization without B (the epilogue's operands then follow an empty input)."""
+    model = _ln_matmul(99, 40, epilogue, beta=False)
+    net, trace = _net(model, device, "gpu")
+    rng = np.random.default_rng(6)
+    rows = [(1, 1), (1, 4), (1, 6)]
+    run_vs_ort(model, [_feeds(rng, bs, m, 99, 40, epilogue == "residual") for bs, m in rows], device,
+               rtol=2e-4, atol=5e-5, net=net)
+    assert [len(_unfused(trace, i)) for i in range(3)] == [0, 0, 1]
+    assert _enqueued(trace, 0) == {"MatMul_0_ln": 1}
 
 
 @pytest.mark.parametrize("case,reason", [("axis", "norm_not_last_axis"), ("gamma", "norm_scale_broadcast")])

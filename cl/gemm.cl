@@ -467,6 +467,79 @@ KERNEL(gemm_lm)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
     }                                                                                   \
     const int b_off = T_OFF(1), va = GV_VA;
 
+// LayerNorm prologue (GV_LN, engine/ln_gemv_fusion.py): A is a LayerNormalization's input X
+// and the kernel multiplies its normalised rows, never written: each work-group first takes the
+// R rows' mean and 1 / stddev over K (two passes from cache, cl/norm.cl layer_norm's formula;
+// JIT EPS), then reads A as (x - mean) * rstd * gamma + beta. Gamma and [beta] (K floats,
+// GV_LN_BIAS) are the kernel's last tensors, from GV_LN_T. gemv only (MatMul's B [K, N]).
+#ifndef GV_LN
+#define GV_LN 0
+#endif
+#if GV_LN
+#if GV_LN_BIAS
+#define GV_LN_ARGS , __global const float* LG, __global const float* LB
+#else
+#define GV_LN_ARGS , __global const float* LG
+#endif
+#define GV_WG (GV_WX * GV_KY)
+// the sum of v over the work-group's GV_WG work-items (a row per component)
+inline float4 gv_wg_sum(__local float4* red, int lid, float4 v) {
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < 32) {
+        for (int j = lid + 32; j < GV_WG; j += 32) v += red[j];
+        red[lid] = v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 s = (float4)(0.0f);
+    for (int j = 0; j < min(32, GV_WG); ++j) s += red[j];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return s;
+}
+inline float gv_lane(float4 v, int r) { return r == 0 ? v.s0 : r == 1 ? v.s1 : r == 2 ? v.s2 : v.s3; }
+#define GV_PACK(p) (float4)(p[0], p[min(1, GV_ROWS - 1)], p[min(2, GV_ROWS - 1)], p[min(3, GV_ROWS - 1)])
+#define GV_LN_SETUP                                                                     \
+    __local float4 ln_red[GV_WG];                                                       \
+    float ln_mean[GV_ROWS], ln_rstd[GV_ROWS];                                           \
+    {                                                                                   \
+        const int lid = get_local_id(1) * get_local_size(0) + get_local_id(0);          \
+        float p[GV_ROWS];                                                               \
+        for (int r = 0; r < GV_ROWS; ++r) p[r] = 0.0f;                                  \
+        for (int k = lid; k < K; k += GV_WG)                                            \
+            for (int r = 0; r < GV_ROWS; ++r) p[r] += gv_x1(A, ao[r], k, M);            \
+        const float4 sum = gv_wg_sum(ln_red, lid, GV_PACK(p));                          \
+        for (int r = 0; r < GV_ROWS; ++r) {                                             \
+            ln_mean[r] = gv_lane(sum, r) / (float)K;                                    \
+            p[r] = 0.0f;                                                                \
+        }                                                                               \
+        for (int k = lid; k < K; k += GV_WG)                                            \
+            for (int r = 0; r < GV_ROWS; ++r) {                                         \
+                const float d = gv_x1(A, ao[r], k, M) - ln_mean[r];                     \
+                p[r] += d * d;                                                          \
+            }                                                                           \
+        const float4 sq = gv_wg_sum(ln_red, lid, GV_PACK(p));                           \
+        for (int r = 0; r < GV_ROWS; ++r) ln_rstd[r] = rsqrt(gv_lane(sq, r) / (float)K + EPS); \
+    }                                                                                   \
+    const int lg = T_OFF(GV_LN_T), lb = GV_LN_B_OFF, vg = ((lg | lb) & 3) == 0;
+#if GV_LN_BIAS
+#define GV_LN_B_OFF T_OFF(GV_LN_T + 1)
+#define GV_LN_B4(k) ld4_lim(LB + lb + (k), 4, vg)
+#define GV_LN_B1(k) LB[lb + (k)]
+#else
+#define GV_LN_B_OFF 0
+#define GV_LN_B4(k) (float4)(0.0f)
+#define GV_LN_B1(k) 0.0f
+#endif
+// row r of A at k..k+3 (GV_A4) and at k (GV_A1), normalised
+#define GV_A4(r, k) ((gv_x4(A, ao[r], (k), M, va) - ln_mean[r]) * ln_rstd[r] * ld4_lim(LG + lg + (k), 4, vg) + GV_LN_B4(k))
+#define GV_A1(r, k) ((gv_x1(A, ao[r], (k), M) - ln_mean[r]) * ln_rstd[r] * LG[lg + (k)] + GV_LN_B1(k))
+#else
+#define GV_LN_ARGS
+#define GV_LN_SETUP
+#define GV_A4(r, k) gv_x4(A, ao[r], (k), M, va)
+#define GV_A1(r, k) gv_x1(A, ao[r], (k), M)
+#endif
+
 // Whether quad u of a step (quads `step` rows apart from k) is a whole quad of the split.
 #define GV_OK(u, step) ((u) == 0 || k + (u) * (step) + 4 <= ke)
 
@@ -529,16 +602,17 @@ inline float4 gv_ldcol(const __global float* p, int lim, int cs) {
         _Pragma("unroll") for (int u = 0; u < GV_U; ++u) {                              \
             if (!GV_OK(u, 4 * GV_KY)) break;                                            \
             _Pragma("unroll") for (int r = 0; r < GV_ROWS; ++r) {                       \
-                const float4 x = gv_x4(A, ao[r], k + u * 4 * GV_KY, M, va);             \
+                const float4 x = GV_A4(r, k + u * 4 * GV_KY);             \
                 acc[r] = mad((float4)(x.s0), b[u * 4], mad((float4)(x.s1), b[u * 4 + 1], \
                          mad((float4)(x.s2), b[u * 4 + 2], mad((float4)(x.s3), b[u * 4 + 3], acc[r])))); \
             }                                                                           \
         }                                                                               \
     }
 __attribute__((reqd_work_group_size(GV_WX, GV_KY, 1)))
-KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
+KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS GV_LN_ARGS)
 {
     GV_SETUP
+    GV_LN_SETUP
     const int lx = get_local_id(0), ky = get_local_id(1);
     const int vb = ((b_off | N) & 3) == 0;
     const int g0 = get_group_id(0) * GV_WX * 4;
@@ -562,7 +636,7 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS)
         for (int k = kp; k < ke; ++k) {
             const float4 b = gv_ldcol(bp + k * N, lim, cs);
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad((float4)(gv_x1(A, ao[r], k, M)), b, acc[r]);
+            for (int r = 0; r < GV_ROWS; ++r) acc[r] = mad((float4)(GV_A1(r, k)), b, acc[r]);
         }
     }
 

@@ -39,7 +39,7 @@ def fuse_attention(prog) -> int:
                     last.proto, last.opset)
         replaced = sorted(m["nodes"], key=lambda n: n.index)   # the unfused subgraph's order
         node.fusion = Fusion(ops=[FusedOp(n, "", []) for n in replaced], out=m["out"],
-                             subgraph=True, check=lambda own, n=node: check(n, own))
+                             subgraph=True, check=lambda own, device, n=node: check(n, own))
         for n in replaced:
             n.fused_into = node
         prog.nodes.insert(prog.nodes.index(last) + 1, node)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from engine.kernels import KernelCall
 from engine.layout import cl_type
 from engine.ops.common import BroadcastError, broadcast
 
@@ -28,8 +29,9 @@ class Fusion:
     # prologue fusion: the ops run before the node, on `base`, which replaces the node's input 0
     prologue: bool = False
     base: str = ""
-    # subgraph fusion (engine/attention_fusion.py): the node is an internal op standing for the nodes
-    # in `ops` (run as the unfused subgraph); check(own input layouts) -> unfuse reason or ''
+    # subgraph fusion (engine/attention_fusion.py, engine/ln_gemv_fusion.py): the node is an
+    # internal op standing for the nodes in `ops` (run as the unfused subgraph);
+    # check(own input layouts, device kind) -> unfuse reason or ''
     subgraph: bool = False
     check: object = None
     # extra inputs that are not float32 (a Where's bool condition in an attention mask chain):
@@ -120,13 +122,29 @@ def _vector_body(f: Fusion, ref_t: int, first_extra_t: int) -> str | None:
     return " ".join(lines)
 
 
-def fusion_valid(f: Fusion, produced, layouts: dict, own=()) -> str:
+def with_fused_ops(calls: list, f: Fusion, first_input: int) -> list:
+    """The kernel that writes the output also applies the fused ops of `f` (FUSED_OPS hook); for
+    a prologue, the kernel that reads input 0 applies them on each read (PROLOGUE_OPS). The
+    fused ops' extra inputs are the node's inputs from `first_input` on."""
+    ref = ("in", 0) if f.prologue else ("out", 0)
+    k = max(i for i, c in enumerate(calls) if ref in c.args)
+    c = calls[k]
+    first = len(c.args)
+    extra = tuple(("in", first_input + j) for j in range(len(f.extra)))
+    vector = any(key == "FUSED_VW" for key, _ in c.jit)   # a kernel that stores by vectors
+    calls = list(calls)
+    calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(f, c.args.index(ref), first, vector),
+                          c.args + extra, c.params, c.gws, c.lws, c.dims, c.internal)
+    return calls
+
+
+def fusion_valid(f: Fusion, produced, layouts: dict, own=(), device: str = "gpu") -> str:
     """'' when the fused ops keep the layout of `produced` (the producer's output; for a
     prologue, its base value) for the current shapes, else why not. `layouts` maps extra tensor
     names to their current layouts. A subgraph fusion asks its own check (`own`: the node's
-    input layouts)."""
+    input layouts; `device`: the device kind, whose kernels it may need)."""
     if f.check is not None:
-        return f.check(own)
+        return f.check(own, device)
     shape = produced.shape
     if produced.dtype != "f32":
         return "dtype"

@@ -24,12 +24,16 @@ Prologue fusion goes the other way: the short chain of binary eltwise ops that f
 (attention's `Softmax(scores * scale + mask)`) is applied by the Softmax kernel on every read of
 its input (PROLOGUE_OPS hook), so the masked scores are never materialised. It holds while the
 chain's broadcasts keep the shape of the chain's base value (the scores).
+
+Last, a LayerNormalization read only by a MatMul by a constant weight runs inside that MatMul's
+GEMV for a decode step's rows (engine/ln_gemv_fusion.py), the MatMul's epilogue with it.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from engine.attention_fusion import fuse_attention
+from engine.ln_gemv_fusion import fuse_ln_gemv
 # fused_jit and fusion_valid are engine/fused_ops.py's; named here too for engine/primitive_inst.py
 from engine.fused_ops import FusedOp, Fusion, fused_jit, fusion_valid  # noqa: F401
 from engine.ops import OPS
@@ -52,7 +56,8 @@ def fuse(prog, attention: bool = True) -> int:
     """Mark fusions on `prog`: producer.fusion = Fusion, fused nodes get `fused_into`. Returns the
     number of nodes fused away. Prologues first: the chain feeding a Softmax goes into the
     Softmax rather than into the chain's producer (it would only add the scale there); then
-    attention (QK^T, scale, mask, Softmax, x V) becomes one internal op (engine/attention_fusion.py)."""
+    attention (QK^T, scale, mask, Softmax, x V) becomes one internal op (engine/attention_fusion.py);
+    epilogues next, and last LayerNormalization + MatMul (engine/ln_gemv_fusion.py)."""
     fused = _fuse_prologues(prog)
     if attention:
         fused += fuse_attention(prog)
@@ -71,7 +76,7 @@ def fuse(prog, attention: bool = True) -> int:
             for op in f.ops:
                 op.node.fused_into = p
             fused += len(f.ops)
-    return fused
+    return fused + fuse_ln_gemv(prog)
 
 
 def _f32(prog, n) -> bool:

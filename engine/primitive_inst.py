@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.bound_kernel import BoundKernel
 from engine.diagnose import shape_failure
-from engine.fused_ops import fused_jit, fusion_valid
+from engine.fused_ops import fusion_valid, with_fused_ops
 from engine.host_eval import host_outputs
 from engine.kernels import KernelCall, compose_shape_info
 from engine.layout import Layout, dtype_from_numpy
@@ -133,7 +133,7 @@ class PrimitiveInst:
             return out_layouts, ""
         extra = dict(zip(self.fusion.extra, in_layouts[self.n_own:]))
         produced = own[0] if self.fusion.prologue else out_layouts[0]
-        return out_layouts, fusion_valid(self.fusion, produced, extra, own)
+        return out_layouts, fusion_valid(self.fusion, produced, extra, own, self.rt.impls.device_type)
 
     def dynamic_calls(self, ins, outs, deps) -> list:
         """The dynamic impl's kernel calls for these shapes (fused ops applied)."""
@@ -376,17 +376,7 @@ class PrimitiveInst:
         return changed
 
     def _with_fused_ops(self, calls: list) -> list:
-        """The kernel that writes the output also applies the fused ops (FUSED_OPS hook); for a
-        prologue, the kernel that reads input 0 applies them on each read (PROLOGUE_OPS)."""
-        ref = ("in", 0) if self.fusion.prologue else ("out", 0)
-        k = max(i for i, c in enumerate(calls) if ref in c.args)
-        c = calls[k]
-        first = len(c.args)
-        extra = tuple(("in", self.n_own + j) for j in range(len(self.fusion.extra)))
-        vector = any(key == "FUSED_VW" for key, _ in c.jit)   # a kernel that stores by vectors
-        calls[k] = KernelCall(c.source, c.kernel, c.jit + fused_jit(self.fusion, c.args.index(ref), first, vector),
-                              c.args + extra, c.params, c.gws, c.lws, c.dims)
-        return calls
+        return with_fused_ops(calls, self.fusion, self.n_own)
 
     def _fused_static(self, v, extra_layouts):
         """The static variant with the fused ops. Static GEMM tables may fold batch dims into

@@ -97,7 +97,8 @@ KINDS: dict[str, dict] = {
         "actions": {"unfuse"},
         "reasons": {"broadcast_grows_output", "broadcast_grows_input", "broadcast_error", "dtype",
                     "seq_too_long", "head_too_large", "rank", "softmax_axis", "empty_keys",
-                    "broadcast_grows_scores"},
+                    "broadcast_grows_scores", "device_kind", "too_many_rows", "norm_not_last_axis",
+                    "norm_scale_broadcast"},
         "fields": ("ops", "position"),
         "doc": "A node with fused elementwise ops (engine/fusion.py) whose fusion is invalid for "
                "the current shapes runs its unfused subgraph for this inference (`ops`: the "
@@ -108,7 +109,11 @@ KINDS: dict[str, dict] = {
                "the base value) or `subgraph` (the fused attention, engine/attention_fusion.py: "
                "`seq_too_long` (keys beyond what fits in its local/private row), `head_too_large`, "
                "`rank` (not 3-D or 4-D), `softmax_axis` (not over the keys), `empty_keys`, `broadcast_grows_scores` (v's batch beyond the "
-               "scores'), or the Softmax prologue's own reason).",
+               "scores'), or the Softmax prologue's own reason; the LayerNormalization inside a GEMV, "
+               "engine/ln_gemv_fusion.py: `too_many_rows` (more than a GEMV's rows, a prompt), "
+               "`device_kind` (no GEMV kernels: always on CPUs), `norm_not_last_axis`, "
+               "`norm_scale_broadcast` (gamma or beta not one value per column), or the MatMul "
+               "epilogue's own reason).",
     },
     "realloc": {
         "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.ops.registry import DEFAULT_CHECKED, OPS, OpDef, register, supported_ops
 from engine.ops import eltwise, matmul, movement, shape_ops, conv, pool, norm, nonzero  # noqa: F401
-from engine.ops import attention  # noqa: F401
+from engine.ops import attention, ln_gemv  # noqa: F401
 from engine.ops import ms  # noqa: F401  (com.microsoft ops, expanded at load)
 from engine.ops import llm  # noqa: F401  (ONNX LLM ops, expanded at load)
 from engine.ops import activation, logic, reduce, indexing, arrange, einsum, norm_stats  # noqa: F401

@@ -214,12 +214,23 @@ def gemv_rows(R: int) -> int:
     return 1 if R == 1 else 2 if R == 2 else 4
 
 
+def no_gemv(call: KernelCall, dev: str = "gpu") -> str:
+    """Why a GEMM call takes no GEMV ('' when it does): a device kind outside GEMV_DEVICES,
+    more than GEMV_MAX_ROWS rows, a B with batch dims."""
+    M, N, K, nb = call.params
+    if dev not in GEMV_DEVICES:
+        return "device_kind"
+    if M * nb > GEMV_MAX_ROWS:
+        return "too_many_rows"
+    return "batched_weight" if math.prod(call.dims[1][:-2]) != 1 else ""
+
+
 def gemv(call: KernelCall, dev: str = "gpu") -> list[KernelCall] | None:
     """The GEMV kernels of a GEMM call of at most GEMV_MAX_ROWS rows whose B has no batch dims,
     on a `dev` kind device in GEMV_DEVICES; None otherwise."""
-    M, N, K, nb = call.params
-    if dev not in GEMV_DEVICES or M * nb > GEMV_MAX_ROWS or math.prod(call.dims[1][:-2]) != 1:
+    if no_gemv(call, dev):
         return None
+    M, N, K, nb = call.params
     base = tuple((k, v) for k, v in call.jit if k not in TILE_KEYS) + (("GV_ROWS", gemv_rows(M * nb)),)
     if dict(call.jit)["TRANS_B"]:
         wk, nc, u, target = GEMV_T_TILE
@@ -250,7 +261,7 @@ def gemm_kernels(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
     return gemv(call, dev) or split_k(call, dev)
 
 
-def _matmul_call(node, ins, dev="gpu"):
+def matmul_call(node, ins, dev="gpu"):
     a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
     call = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1], dev=dev)
     for i, l in enumerate(ins[:2]):
@@ -264,7 +275,7 @@ def _matmul_call(node, ins, dev="gpu"):
 
 
 def _matmul_kernels(node, ins, outs, deps, device="gpu"):
-    return gemm_kernels(_matmul_call(node, ins, device), device)
+    return gemm_kernels(matmul_call(node, ins, device), device)
 
 
 TILE_KEYS = ("TM", "TN", "FUSED_VW", "B_BLOCKED", "WGX", "WGY", "RM", "RN", "BK")
@@ -338,7 +349,7 @@ def _check_f32(node, ins):
 # 128x384x1536 1132 / 748, 32x1536x384 312 / 229, 12x128x32x128 92 / 81: static still wins;
 # H100 (gemm_lm, same tile) 4096^3 3041 / 3117, 2048x1536x384 64 / 67, 512x3072x768 83 / 85,
 # and the static build has no split-K (8x768x3072 23 / 113): GPUs keep the dynamic GEMM.
-@register("MatMul", checked=13, kernels=_matmul_kernels, static=_gemm_static(_matmul_call), weights=1,
+@register("MatMul", checked=13, kernels=_matmul_kernels, static=_gemm_static(matmul_call), weights=1,
           padded_ok=True, per_device=True, static_on=frozenset({"cpu"}), fusion_producer=True)
 def _matmul(node, ins, deps):
     _check_f32(node, ins)

@@ -11,6 +11,10 @@ import pyopencl as cl
 from engine.layout import np_dtype
 from engine.memory import Tensor
 from engine.shape_info_arena import ShapeInfoArena
+from engine.staging import PinnedStaging
+
+# writes larger than this go from their own array (weights at load: they would fill the ring)
+STAGED_MAX = 64 * 1024
 
 
 class Observer:
@@ -34,10 +38,15 @@ class DeviceQueue:
     # device runs them on the cores the flow needs: one flush at the end there.
     FLUSH_EVERY = {"gpu": 32, "cpu": 1 << 30}
 
-    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False):
+    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False,
+                 pinned: bool | None = None):
         self.ctx = ctx
         self.cl_queue = cl.CommandQueue(
             ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
+        # writes while kernels run go through pinned memory on GPUs (engine/staging.py: from
+        # pageable memory NVIDIA's driver waits for the queue to drain); `pinned` forces it
+        use_pinned = device_type == "gpu" if pinned is None else pinned
+        self.staging = PinnedStaging(ctx, self.cl_queue) if use_pinned else None
         self.profile = profile
         # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
         self.arena = ShapeInfoArena(ctx, device)
@@ -70,7 +79,7 @@ class DeviceQueue:
         before any other command goes on the queue (copies, reads), so the order on the
         in-order queue is the order the flow decided."""
         t0 = time.perf_counter()
-        self.arena.flush(self.cl_queue, self.keep)
+        self.arena.flush(self.cl_queue, self.host_source)
         self.enqueue_s += time.perf_counter() - t0
         if self.launches:
             self.enqueue(self.launches)
@@ -92,9 +101,21 @@ class DeviceQueue:
         kernel reads, such as inputs and host values)."""
         t0 = time.perf_counter()
         arr = np.require(arr, requirements="C")
-        cl.enqueue_copy(self.cl_queue, buf, arr, is_blocking=False)
-        self.keep(arr)
+        cl.enqueue_copy(self.cl_queue, buf, self.host_source(arr, copy=False), is_blocking=False)
         self.enqueue_s += time.perf_counter() - t0
+
+    def host_source(self, arr: np.ndarray, copy: bool = True) -> np.ndarray:
+        """The host array a non-blocking write copies `arr` from: its bytes in the pinned
+        ring when there is one and they fit, else `arr` (a copy of it when `copy`: the
+        caller writes it again), kept alive until the inference ends."""
+        if self.staging is not None and arr.nbytes <= STAGED_MAX:
+            staged = self.staging.stage(arr)
+            if staged is not None:
+                return staged
+        if copy:
+            arr = arr.copy()
+        self.keep(arr)
+        return arr
 
     def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
         """A device-to-device copy, in order after every kernel decided so far."""
@@ -127,6 +148,8 @@ class DeviceQueue:
         self.cl_queue.finish()
         self.blocked_s += time.perf_counter() - t0
         self._keep.clear()
+        if self.staging is not None:
+            self.staging.reset()
 
     def device_ms(self) -> float:
         """Summed kernel time of the last inference (profile=True: OpenCL profiling events)."""

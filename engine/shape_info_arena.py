@@ -48,14 +48,13 @@ class ShapeInfoArena:
         sub = c.buf.get_sub_region(at, nbytes)
         return Slot(c, at, nbytes, sub, self.free)
 
-    def flush(self, queue: cl.CommandQueue, keep) -> None:
-        """Copy every dirty span to the device (non-blocking; `keep` holds the host copy alive
-        until the inference ends, when the queue is finished)."""
+    def flush(self, queue: cl.CommandQueue, source) -> None:
+        """Copy every dirty span to the device (non-blocking; `source(span)` gives the host
+        array to copy from, alive until the copy has run: DeviceQueue.host_source)."""
         for c in self.chunks:
             if c.hi > c.lo:
-                part = c.host[c.lo // 4:c.hi // 4].copy()
+                part = source(c.host[c.lo // 4:c.hi // 4])
                 cl.enqueue_copy(queue, c.buf, part, dst_offset=c.lo, is_blocking=False)
-                keep(part)
                 self.writes += 1
                 c.lo, c.hi = c.host.nbytes, 0
 

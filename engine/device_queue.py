@@ -79,7 +79,7 @@ class DeviceQueue:
         before any other command goes on the queue (copies, reads), so the order on the
         in-order queue is the order the flow decided."""
         t0 = time.perf_counter()
-        self.arena.flush(self.cl_queue, self.host_source)
+        self.arena.flush(self.write)
         self.enqueue_s += time.perf_counter() - t0
         if self.launches:
             self.enqueue(self.launches)
@@ -96,26 +96,24 @@ class DeviceQueue:
                 enqueue(q, k, g, l)
         self.enqueue_s += time.perf_counter() - t0
 
-    def write(self, buf: cl.Buffer, arr: np.ndarray) -> None:
-        """A non-blocking host-to-device copy (no flush: callers write buffers no waiting
-        kernel reads, such as inputs and host values)."""
+    def write(self, buf: cl.Buffer, arr: np.ndarray, offset: int = 0, copy: bool = False) -> None:
+        """A non-blocking host-to-device copy into `buf` at byte `offset` (no flush: callers
+        write buffers no waiting kernel reads, such as inputs, host values and the shape_info
+        arena). From the pinned ring where there is one and the bytes fit (engine/staging.py),
+        else from `arr` itself (a copy of it when `copy`: the caller writes it again), kept
+        alive until the inference ends."""
         t0 = time.perf_counter()
         arr = np.require(arr, requirements="C")
-        cl.enqueue_copy(self.cl_queue, buf, self.host_source(arr, copy=False), is_blocking=False)
+        at = self.staging.stage(arr) if self.staging is not None and arr.nbytes <= STAGED_MAX else None
+        if at is not None:
+            cl.enqueue_copy(self.cl_queue, buf, self.staging.buf, byte_count=arr.nbytes,
+                            src_offset=at, dst_offset=offset)
+        else:
+            if copy:
+                arr = arr.copy()
+            cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
+            self.keep(arr)
         self.enqueue_s += time.perf_counter() - t0
-
-    def host_source(self, arr: np.ndarray, copy: bool = True) -> np.ndarray:
-        """The host array a non-blocking write copies `arr` from: its bytes in the pinned
-        ring when there is one and they fit, else `arr` (a copy of it when `copy`: the
-        caller writes it again), kept alive until the inference ends."""
-        if self.staging is not None and arr.nbytes <= STAGED_MAX:
-            staged = self.staging.stage(arr)
-            if staged is not None:
-                return staged
-        if copy:
-            arr = arr.copy()
-        self.keep(arr)
-        return arr
 
     def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
         """A device-to-device copy, in order after every kernel decided so far."""

@@ -48,13 +48,12 @@ class ShapeInfoArena:
         sub = c.buf.get_sub_region(at, nbytes)
         return Slot(c, at, nbytes, sub, self.free)
 
-    def flush(self, queue: cl.CommandQueue, source) -> None:
-        """Copy every dirty span to the device (non-blocking; `source(span)` gives the host
-        array to copy from, alive until the copy has run: DeviceQueue.host_source)."""
+    def flush(self, write) -> None:
+        """Copy every dirty span to the device: `write(buf, span, byte offset, copy=True)`
+        (DeviceQueue.write: non-blocking, the span's bytes kept until the copy has run)."""
         for c in self.chunks:
             if c.hi > c.lo:
-                part = source(c.host[c.lo // 4:c.hi // 4])
-                cl.enqueue_copy(queue, c.buf, part, dst_offset=c.lo, is_blocking=False)
+                write(c.buf, c.host[c.lo // 4:c.hi // 4], c.lo, copy=True)
                 self.writes += 1
                 c.lo, c.hi = c.host.nbytes, 0
 

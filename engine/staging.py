@@ -1,14 +1,15 @@
 """Pinned staging: host memory the driver copies to the device without waiting for the queue.
 
-NVIDIA's OpenCL copies a non-blocking write from pageable host memory only once every command
-before it on the in-order queue has run: on an H200, a 16-byte write behind 0.6 ms of kernels
-returned after 530 us, against 16-27 us from pinned memory (.device/write_busy.py of session
+NVIDIA's OpenCL returns from a non-blocking write of host memory only once every command
+before it on the in-order queue has run, pinned host memory included: on an H200, a 16-byte
+write behind 0.6 ms of kernels returned after 530-545 us, and a copy from a buffer allocated
+with ALLOC_HOST_PTR (pinned, in host memory) after 8-11 us (.device/write_busy.py of session
 9). An inference writes while its kernels run (the shape_info arena between launches, a shape
 value its readers need, the inputs of a replay), so each such write stalled the host until the
-device drained. Writes are copied into a ring of pinned memory (a buffer allocated with
-ALLOC_HOST_PTR and mapped once) and the device copies from there. The ring is reused only
-after the queue's finish, when every copy from it has run; a write that does not fit goes from
-its own array, as before.
+device drained. Writes are copied into a ring in such a buffer (mapped once: its host pointer
+stays valid) and the device copies buffer to buffer from there. The ring is reused only after
+the queue's finish, when every copy from it has run; a write that does not fit goes from its
+own array, as before.
 """
 from __future__ import annotations
 
@@ -29,17 +30,17 @@ class PinnedStaging:
         self.used = 0
         self.staged = 0            # writes staged so far (figures, tests)
 
-    def stage(self, arr: np.ndarray) -> np.ndarray | None:
-        """A copy of `arr` in the ring (None when it does not fit before the next reset)."""
+    def stage(self, arr: np.ndarray) -> int | None:
+        """`arr`'s bytes copied into the ring: their offset in `buf` (None when they do not
+        fit before the next reset)."""
         n = arr.nbytes
         at = -(-self.used // ALIGN) * ALIGN
         if at + n > len(self.host):
             return None
-        view = self.host[at:at + n]
-        view[:] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        self.host[at:at + n] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         self.used = at + n
         self.staged += 1
-        return view
+        return at
 
     def reset(self) -> None:
         """Every copy from the ring has run (the queue finished): it can be written again."""

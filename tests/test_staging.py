@@ -36,7 +36,7 @@ def test_a_write_that_does_not_fit_goes_from_its_own_array(device):
     b = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4000)
     v = np.arange(1000, dtype=np.int32)
     q.write(b, v)
-    assert q.staging.used == 0 and len(q._keep) == 1
+    assert q.staging.staged == 0 and len(q._keep) == 1
     q.finish()
     out = np.empty(1000, np.int32)
     cl.enqueue_copy(q.cl_queue, out, b, is_blocking=True)

@@ -256,7 +256,7 @@ class FastPath(Observer):
             if b is not None and b.info is not info:
                 b.slot.write(info)
                 b.info = info
-        queue.arena.flush(queue.cl_queue, queue.host_source)
+        queue.arena.flush(queue.write)
         # then the kernels in growing chunks, each after its own arguments: the device starts
         # on the first ones while the host binds the rest (no write goes between them)
         start = 0

@@ -11,10 +11,6 @@ import pyopencl as cl
 from engine.layout import np_dtype
 from engine.memory import Tensor
 from engine.shape_info_arena import ShapeInfoArena
-from engine.staging import PinnedStaging
-
-# writes larger than this go from their own array (weights at load: they would fill the ring)
-STAGED_MAX = 64 * 1024
 
 
 class Observer:
@@ -38,15 +34,10 @@ class DeviceQueue:
     # device runs them on the cores the flow needs: one flush at the end there.
     FLUSH_EVERY = {"gpu": 32, "cpu": 1 << 30}
 
-    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False,
-                 pinned: bool | None = None):
+    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False):
         self.ctx = ctx
         self.cl_queue = cl.CommandQueue(
             ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
-        # writes while kernels run go through pinned memory on GPUs (engine/staging.py: from
-        # pageable memory NVIDIA's driver waits for the queue to drain); `pinned` forces it
-        use_pinned = device_type == "gpu" if pinned is None else pinned
-        self.staging = PinnedStaging(ctx, self.cl_queue) if use_pinned else None
         self.profile = profile
         # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
         self.arena = ShapeInfoArena(ctx, device)
@@ -99,20 +90,17 @@ class DeviceQueue:
     def write(self, buf: cl.Buffer, arr: np.ndarray, offset: int = 0, copy: bool = False) -> None:
         """A non-blocking host-to-device copy into `buf` at byte `offset` (no flush: callers
         write buffers no waiting kernel reads, such as inputs, host values and the shape_info
-        arena). From the pinned ring where there is one and the bytes fit (engine/staging.py),
-        else from `arr` itself (a copy of it when `copy`: the caller writes it again), kept
-        alive until the inference ends."""
+        arena), from `arr` (a copy of it when `copy`: the caller writes it again), kept alive
+        until the inference ends. On NVIDIA's OpenCL such a write returns only once the
+        commands before it have run (H200: 530-545 us behind 0.6 ms of kernels, pinned host
+        memory alike; .device/write_busy.py of session 9): writes are best made before the
+        kernels of an inference go out (a replay writes every shape_info first)."""
         t0 = time.perf_counter()
         arr = np.require(arr, requirements="C")
-        at = self.staging.stage(arr) if self.staging is not None and arr.nbytes <= STAGED_MAX else None
-        if at is not None:
-            cl.enqueue_copy(self.cl_queue, buf, self.staging.buf, byte_count=arr.nbytes,
-                            src_offset=at, dst_offset=offset)
-        else:
-            if copy:
-                arr = arr.copy()
-            cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
-            self.keep(arr)
+        if copy:
+            arr = arr.copy()
+        cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
+        self.keep(arr)
         self.enqueue_s += time.perf_counter() - t0
 
     def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
@@ -146,8 +134,6 @@ class DeviceQueue:
         self.cl_queue.finish()
         self.blocked_s += time.perf_counter() - t0
         self._keep.clear()
-        if self.staging is not None:
-            self.staging.reset()
 
     def device_ms(self) -> float:
         """Summed kernel time of the last inference (profile=True: OpenCL profiling events)."""

@@ -57,10 +57,11 @@ def assert_close_for(got: np.ndarray, want: np.ndarray, what=""):
 
 
 def run_vs_ort(model: onnx.ModelProto, feed_seq, device=None, rtol=1e-4, atol=1e-5, net=None,
-               check_nonconstant=True) -> Network:
-    """Run each feeds dict through one Network (the dynamic-shape path) and onnxruntime."""
+               check_nonconstant=True, reference=ort_session) -> Network:
+    """Run each feeds dict through one Network (the dynamic-shape path) and onnxruntime
+    (`reference(model)`: a session of the judge, onnxruntime's by default)."""
     net = net or Network(build_program(model), device)
-    sess = ort_session(model)
+    sess = reference(model)
     names = [o.name for o in sess.get_outputs()]
     for i, feeds in enumerate(feed_seq):
         outs = net.infer(feeds)

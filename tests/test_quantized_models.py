@@ -13,16 +13,62 @@ bits. A quantized value can so land one step apart (docs/ops.md#quantization). E
 quantized activations are made outputs too: each must be within one step of onnxruntime's; the
 real outputs must match as float outputs do, and where an activation was one step apart, within
 the effect of that step (QUANTIZED_SLACK of the output's range).
+
+onnxruntime itself is judged by the operators' definition (onnx.reference) on every run
+(_Judged): on some CPUs its integer kernels (1.31-1.32) put outputs far off the exact integer
+result for some data, and there the definition is the reference, with a warning in the summary.
 """
 import os
+import warnings
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 from engine import Network, build_program
 from tests.conftest import assert_close_for, ort_session, run_vs_ort
+
+
+class _Judged:
+    """onnxruntime's session, judged by onnx.reference (the operators' definition) on every
+    run: where onnxruntime is further from the definition than the quantization slack (one
+    step on an integer output, QUANTIZED_SLACK of a float output's range), the definition's
+    outputs are the reference, with a warning that says so. onnxruntime 1.31-1.32's integer
+    kernels are wrong on some CPUs, for some data: a batched QLinearMatMul 13 steps off the
+    exact integer result in 3 of 105 outputs, a MatMulInteger 21655 off, a QLinearConv 83,
+    where the engine and onnx.reference both give the exact result."""
+
+    def __init__(self, model):
+        from onnx.reference import ReferenceEvaluator
+        from onnx.version_converter import convert_version
+        self.ort = ort_session(model)
+        # onnx.reference implements the quantization ops of opset 19 and later only
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        self.spec = ReferenceEvaluator(convert_version(model, 21) if opset < 19 else model)
+
+    def get_outputs(self):
+        return self.ort.get_outputs()
+
+    def run(self, _, feeds):
+        got = self.ort.run(None, feeds)
+        want = self.spec.run(None, feeds)
+        for o, (g, w) in zip(self.ort.get_outputs(), zip(got, want)):
+            g, w = np.asarray(g), np.asarray(w)
+            off = np.abs(g.astype(np.float64) - w.astype(np.float64)).max(initial=0)
+            slack = 1 if w.dtype.kind in "iu" else QUANTIZED_SLACK * float(np.ptp(w)) + 1e-6
+            if g.shape != w.shape or off > slack:
+                warnings.warn(f"onnxruntime {ort.__version__} is {off:g} off the operators' definition "
+                              f"(onnx.reference) on {o.name}: the engine is checked against the definition")
+                return want
+        return got
+
+
+def reference(model):
+    """The judge of the engine's outputs on quantized models: onnxruntime where it agrees with
+    the operators' definition (_Judged)."""
+    return _Judged(model)
 
 HERE = os.path.join(os.path.dirname(__file__), "quantized")
 # a real output downstream of an activation one step apart: at most this fraction of its range
@@ -50,7 +96,7 @@ def _run(path, feed_seq, device):
     model, qnames = _with_quantized_outputs(onnx.load(path))
     assert qnames, "the fixture has no quantized activation"
     net = Network(build_program(model), device, impls="dynamic")
-    sess = ort_session(model)
+    sess = reference(model)
     names = [o.name for o in sess.get_outputs()]
     apart = 0
     for i, feeds in enumerate(feed_seq):
@@ -137,7 +183,7 @@ def test_quantize_dequantize_per_axis_ties_and_saturation(device, opset):
         ties = (rng.integers(-40, 40, (n, 3, l)) + 0.5) * scale[None, :, None]
         wide = rng.standard_normal((n, 3, l)) * 300
         seq.append({"x": np.where(rng.random((n, 3, l)) < 0.5, ties, wide).astype(np.float32)})
-    run_vs_ort(m, seq, device, 0, 0, check_nonconstant=False)
+    run_vs_ort(m, seq, device, 0, 0, check_nonconstant=False, reference=reference)
 
 
 def test_dynamic_quantize_linear_including_all_zeros(device):
@@ -150,7 +196,7 @@ def test_dynamic_quantize_linear_including_all_zeros(device):
     seq = [{"x": (rng.standard_normal((n, l)) * k + o).astype(np.float32)}
            for n, l, k, o in [(2, 300, 3.0, 0.0), (1, 5, 1.0, 2.0), (4, 70, 0.5, -1.0), (2, 300, 1.0, 0.0)]]
     seq.append({"x": np.zeros((3, 4), np.float32)})
-    run_vs_ort(m, seq, device, 0, 0, check_nonconstant=False)
+    run_vs_ort(m, seq, device, 0, 0, check_nonconstant=False)  # onnx.reference scales an all-zero input by 1/255, onnxruntime and the engine by 1
 
 
 def test_matmul_integer_batched_per_column_zero_points(device):
@@ -162,7 +208,7 @@ def test_matmul_integer_batched_per_column_zero_points(device):
                [_vi("y", TensorProto.INT32, None)], inits, opset=10)
     seq = [{"a": rng.integers(0, 256, (bb, mm, 6)).astype(np.uint8),
             "b": rng.integers(-128, 128, (6, 5)).astype(np.int8)} for bb, mm in [(1, 4), (2, 4), (3, 1), (1, 9)]]
-    run_vs_ort(m, seq, device, 0, 0)
+    run_vs_ort(m, seq, device, 0, 0, reference=reference)
 
 
 def test_qlinear_conv_per_channel_with_bias(device):
@@ -184,7 +230,7 @@ def test_qlinear_conv_per_channel_with_bias(device):
                [_vi("y", TensorProto.UINT8, None)], inits, opset=10)
     seq = [{"x": rng.integers(0, 256, (n, 3, h, ww)).astype(np.uint8)}
            for n, h, ww in [(1, 8, 8), (2, 8, 8), (1, 11, 6)]]
-    run_vs_ort(m, seq, device, 0, 0)
+    run_vs_ort(m, seq, device, 0, 0, reference=reference)
 
 
 def test_conv_integer_grouped(device):
@@ -197,7 +243,7 @@ def test_conv_integer_grouped(device):
                [_vi("y", TensorProto.INT32, None)], inits, opset=10)
     seq = [{"x": rng.integers(0, 256, (n, 4, h, ww)).astype(np.uint8)}
            for n, h, ww in [(1, 5, 7), (2, 5, 7), (1, 9, 4)]]
-    run_vs_ort(m, seq, device, 0, 0)
+    run_vs_ort(m, seq, device, 0, 0, reference=reference)
 
 
 def test_conv_integer_1d_dilated_strided(device):
@@ -209,7 +255,7 @@ def test_conv_integer_1d_dilated_strided(device):
     m = _model([node], [_vi("x", TensorProto.UINT8, ["n", 2, "l"])], [_vi("y", TensorProto.INT32, None)],
                inits, opset=10)
     run_vs_ort(m, [{"x": rng.integers(0, 256, (n, 2, l)).astype(np.uint8)} for n, l in [(1, 9), (2, 9), (1, 20)]],
-               device, 0, 0)
+               device, 0, 0, reference=reference)
 
 
 def test_qlinear_matmul_per_column_scale_over_batch(device):
@@ -224,7 +270,7 @@ def test_qlinear_matmul_per_column_scale_over_batch(device):
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     m = _model([node], [_vi("a", TensorProto.UINT8, ["b", "m", 8])], [_vi("y", TensorProto.UINT8, None)], inits)
     run_vs_ort(m, [{"a": rng.integers(0, 256, (b, r, 8)).astype(np.uint8)} for b, r in [(1, 3), (2, 3), (3, 7)]],
-               device, 0, 0)
+               device, 0, 0, reference=reference)
 
 
 @pytest.mark.parametrize("attrs,shape", [({}, []), ({"axis": 1}, [4]), ({"axis": 1, "block_size": 2}, [2, 2, 3])])

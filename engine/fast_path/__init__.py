@@ -35,6 +35,12 @@ to replay: `--predictor adaptive` (the command line's default) keeps buffers acr
 Partial plans (partial.py) serve a new signature whose changes reach only some nodes: those
 run the flow, the others repeat a recorded base inference. They work with --feedback (a decode
 step is one plan for every KV length) and survive the dirty nodes' resource changes.
+
+Steady steps (steady.py) take the flow's own path for a node whose input layouts only moved
+(a KV append within its room, a kernel kept for new dims), answered once per class of nodes
+and applied to each member, after checking every condition under which the flow would take
+that path; the flow runs where one fails. They serve the dirty nodes of partial plans and
+every node of an inference of the flow.
 """
 from engine.fast_path.replay import NOT_DECISIONS, FastPath, signature
 

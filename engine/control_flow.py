@@ -101,7 +101,12 @@ class ControlInst(PrimitiveInst):
                     for i in inst.family():
                         i.step = self.step
             self._placed = True
-        self.run_if() if self.node.op == "If" else self.run_loop()
+        queue = self.rt.queue
+        queue.in_order += 1        # a Loop runs its kernels again: no write may overtake them
+        try:
+            self.run_if() if self.node.op == "If" else self.run_loop()
+        finally:
+            queue.in_order -= 1
 
     def _inferred(self, reads: int, layouts: list) -> None:
         """The node's update_shape: its outputs' layouts, known once its subgraph ran (and

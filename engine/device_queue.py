@@ -34,10 +34,20 @@ class DeviceQueue:
     # device runs them on the cores the flow needs: one flush at the end there.
     FLUSH_EVERY = {"gpu": 32, "cpu": 1 << 30}
 
-    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False):
+    def __init__(self, ctx: cl.Context, device: cl.Device, device_type: str, profile: bool = False,
+                 side_writes: bool | None = None):
         self.ctx = ctx
         self.cl_queue = cl.CommandQueue(
             ctx, properties=cl.command_queue_properties.PROFILING_ENABLE if profile else 0)
+        # On GPUs, a write made while kernels wait on the queue goes through a queue of its
+        # own, and the kernels after it wait for it (a barrier): NVIDIA's OpenCL returns from a
+        # write on a busy queue only once the queue has drained (H200: 530-545 us behind 0.6 ms
+        # of kernels, pinned memory alike; .device/write_busy.py of session 9), so the host
+        # stopped launching until the device ran dry. `side_writes` forces it either way.
+        side = device_type == "gpu" if side_writes is None else side_writes
+        self.side = cl.CommandQueue(ctx) if side else None
+        self.busy = False              # kernels or copies enqueued since the last finish
+        self.in_order = 0              # > 0: every write waits its turn (control flow bodies)
         self.profile = profile
         # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
         self.arena = ShapeInfoArena(ctx, device)
@@ -54,6 +64,7 @@ class DeviceQueue:
 
     def begin_inference(self) -> None:
         self.blocked_s, self.enqueue_s, self.events = 0.0, 0.0, []
+        self.arena.epoch += 1
         if self.status is not None:
             self.status.begin(self.cl_queue)
 
@@ -79,6 +90,7 @@ class DeviceQueue:
     def enqueue(self, launches) -> None:
         """(kernel, gws, lws) in order: the one enqueue loop of the flow and of plan replays."""
         enqueue, q = cl.enqueue_nd_range_kernel, self.cl_queue
+        self.busy = True
         t0 = time.perf_counter()
         if self.profile:
             self.events += [enqueue(q, k, g, l) for k, g, l in launches]
@@ -87,25 +99,30 @@ class DeviceQueue:
                 enqueue(q, k, g, l)
         self.enqueue_s += time.perf_counter() - t0
 
-    def write(self, buf: cl.Buffer, arr: np.ndarray, offset: int = 0, copy: bool = False) -> None:
+    def write(self, buf: cl.Buffer, arr: np.ndarray, offset: int = 0, copy: bool = False,
+              ahead: bool = False) -> None:
         """A non-blocking host-to-device copy into `buf` at byte `offset` (no flush: callers
         write buffers no waiting kernel reads, such as inputs, host values and the shape_info
         arena), from `arr` (a copy of it when `copy`: the caller writes it again), kept alive
-        until the inference ends. On NVIDIA's OpenCL such a write returns only once the
-        commands before it have run (H200: 530-545 us behind 0.6 ms of kernels, pinned host
-        memory alike; .device/write_busy.py of session 9): writes are best made before the
-        kernels of an inference go out (a replay writes every shape_info first)."""
+        until the inference ends. `ahead`: no command waiting on the queue reads what it
+        changes (the arena says so of its spans), so while kernels wait it goes on the side
+        queue, the queue's next commands behind a barrier on it."""
         t0 = time.perf_counter()
         arr = np.require(arr, requirements="C")
         if copy:
             arr = arr.copy()
-        cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
+        if ahead and self.side is not None and self.busy and not self.in_order:
+            done = cl.enqueue_copy(self.side, buf, arr, dst_offset=offset, is_blocking=False)
+            cl.enqueue_barrier(self.cl_queue, wait_for=[done])
+        else:
+            cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
         self.keep(arr)
         self.enqueue_s += time.perf_counter() - t0
 
     def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
         """A device-to-device copy, in order after every kernel decided so far."""
         self.flush()
+        self.busy = True
         cl.enqueue_copy(self.cl_queue, dst, src, byte_count=nbytes, src_offset=src_offset, dst_offset=0)
 
     def read_to_host(self, t: Tensor) -> np.ndarray:
@@ -132,6 +149,7 @@ class DeviceQueue:
         if self.status is not None:
             self.status.read(self.cl_queue)
         self.cl_queue.finish()
+        self.busy = False
         self.blocked_s += time.perf_counter() - t0
         self._keep.clear()
 

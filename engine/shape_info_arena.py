@@ -7,6 +7,12 @@ so its arguments stay bound); `write` changes the host copy and marks the chunk 
 kernels that read it are enqueued (DeviceQueue.flush). Measured reason: a small non-blocking
 write costs ~9.5 us on the H100 and ~40 us on PoCL, so one write per node was the main cost of
 a changed shape on the CPU.
+
+A span may go to the device ahead of kernels already waiting on the queue (DeviceQueue's side
+queue): that is safe while none of its slots was flushed before in the same inference (a
+kernel waiting on the queue may read it) and no kernel runs twice in the inference (a Loop
+body's kernels, iteration after iteration: control flow writes in order); the span's other
+bytes are what the device already holds. The arena says which (`flush`).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ class _Chunk:
         self.host = np.zeros(nbytes // 4, np.int32)
         self.used = 0                   # bytes handed out (bump allocation; slots never move)
         self.lo, self.hi = nbytes, 0    # dirty span in bytes
+        self.written: list = []         # slots written since the last flush
 
 
 class ShapeInfoArena:
@@ -34,6 +41,7 @@ class ShapeInfoArena:
         # slots of kernels that are gone, by size: a node's spare kernels come and go over a
         # long run (more impls than it keeps), and bump allocation alone grew without bound
         self.free: dict[int, list] = {}
+        self.epoch = 0                  # the inference (DeviceQueue.begin_inference)
 
     def slot(self, nints: int) -> "Slot":
         nbytes = -(-nints * 4 // self.align) * self.align
@@ -49,22 +57,32 @@ class ShapeInfoArena:
         return Slot(c, at, nbytes, sub, self.free)
 
     def flush(self, write) -> None:
-        """Copy every dirty span to the device: `write(buf, span, byte offset, copy=True)`
-        (DeviceQueue.write: non-blocking, the span's bytes kept until the copy has run)."""
+        """Copy every dirty span to the device: `write(buf, span, byte offset, copy=True,
+        ahead=...)` (DeviceQueue.write: non-blocking, the span's bytes kept until the copy has
+        run; `ahead`: it may run before the kernels waiting on the queue, no slot of it having
+        been flushed before in this inference)."""
+        epoch = self.epoch
         for c in self.chunks:
             if c.hi > c.lo:
-                write(c.buf, c.host[c.lo // 4:c.hi // 4], c.lo, copy=True)
+                ahead = True
+                for s in c.written:
+                    ahead &= s.flushed != epoch
+                    s.flushed, s.pending = epoch, False
+                c.written.clear()
+                write(c.buf, c.host[c.lo // 4:c.hi // 4], c.lo, copy=True, ahead=ahead)
                 self.writes += 1
                 c.lo, c.hi = c.host.nbytes, 0
 
 
 class Slot:
     """One kernel's shape_info block in the arena."""
-    __slots__ = ("chunk", "at", "nbytes", "buf", "_free")
+    __slots__ = ("chunk", "at", "nbytes", "buf", "_free", "flushed", "pending")
 
     def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer, free: dict):
         self.chunk, self.at, self.nbytes, self.buf = chunk, at, nbytes, buf
         self._free = free
+        self.flushed = -1               # the arena epoch it last went to the device in
+        self.pending = False            # written since the last flush
 
     def release(self) -> None:
         """Its kernel is gone (no node, cache or plan holds it): the next slot of its size."""
@@ -73,5 +91,8 @@ class Slot:
     def write(self, info: np.ndarray) -> None:
         c = self.chunk
         c.host[self.at // 4:self.at // 4 + len(info)] = info
+        if not self.pending:
+            self.pending = True
+            c.written.append(self)
         c.lo = min(c.lo, self.at)
         c.hi = max(c.hi, self.at + info.nbytes)

@@ -22,7 +22,7 @@ def test_slots_are_aligned_and_written_at_the_flush(device):
     b.write(np.array([7, 8, 9], np.int32))
     kept = []
 
-    def write(buf, span, offset, copy):     # DeviceQueue.write without pinned memory
+    def write(buf, span, offset, copy, ahead):     # DeviceQueue.write on one queue
         kept.append(span.copy())
         cl.enqueue_copy(q, buf, kept[-1], dst_offset=offset, is_blocking=False)
     arena.flush(write)

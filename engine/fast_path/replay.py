@@ -251,23 +251,19 @@ class FastPath(Observer):
             if t.dev_src is not arr and arr.nbytes:
                 queue.write(t.buf, arr)
                 t.dev_src = arr
-        launches, kernels = plan.launches, plan.kernels
-        for b, _, _, _, _, info in launches:    # shape_info into the arena's host copy
-            if b is not None and b.info is not info:
+        for b, k, g, l, args, info in plan.launches:
+            if b is None:
+                continue
+            if b.info is not info:
                 b.slot.write(info)
                 b.info = info
+            if b.arg_ids is not args and (b.arg_ids is None or
+                                          any(x is not y for x, y in zip(args, b.arg_ids))):
+                k.set_args(*args)
+                b.arg_ids = args
+        # one shape_info write before the kernels: a write behind them would wait for them
         queue.arena.flush(queue.write)
-        # then the kernels in growing chunks, each after its own arguments: the device starts
-        # on the first ones while the host binds the rest (no write goes between them)
-        start = 0
-        for end in _chunk_ends(len(launches)):
-            for b, k, _, _, args, _ in launches[start:end]:
-                if b is not None and b.arg_ids is not args and (
-                        b.arg_ids is None or any(x is not y for x, y in zip(args, b.arg_ids))):
-                    k.set_args(*args)
-                    b.arg_ids = args
-            queue.enqueue(kernels[start:end])
-            start = end
+        queue.enqueue(plan.kernels)
         for cache, key in plan.touches:        # the flow's cache hits, in the LRU orders too
             cache.get(key)
         used = self.buffers.used_bytes
@@ -282,18 +278,6 @@ class FastPath(Observer):
         self._open = False
         self.current = None            # the nodes are left as another inference left them
         return {name: tensors[name].host for name in want}
-
-
-# the first chunk of a replay's kernels, then each chunk twice the last
-FIRST_CHUNK = 8
-
-
-def _chunk_ends(n: int):
-    end, size = 0, FIRST_CHUNK
-    while end < n:
-        end = min(n, end + size)
-        size *= 2
-        yield end
 
 
 def _restore(state: list) -> None:

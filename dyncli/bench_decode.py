@@ -19,6 +19,7 @@ import statistics
 import time
 
 from dyncli.bench import BenchOptions, _mean_parts, load_sequence, pct
+from dyncli.gc_policy import long_lived_frozen
 from dyncli.runner import UsageError, parse_feedback
 from engine import Network, select_device
 from engine.device import describe
@@ -60,7 +61,8 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
     cold = one_pass("first pass")
     for _ in range(opts.warmup):
         one_pass("warm-up")
-    timed = [s for _ in range(max(opts.repeat, 1)) for s in one_pass("decode")[1:]]
+    with long_lived_frozen():      # dyncli/gc_policy.py
+        timed = [s for _ in range(max(opts.repeat, 1)) for s in one_pass("decode")[1:]]
     out = {"model": opts.model, "mode": "decode", "device": describe(device), "feedback": feedback,
            "steps": len(seq), "impls": opts.impls, "predictor": opts.predictor,
            "fast_path": opts.fast_path, "first_inference_ms": cold[0]["ms"],

@@ -1,5 +1,6 @@
-"""Steady steps: the flow of a partial plan's dirty nodes, compiled for the path they take when
-a new signature only moves a dim (a decode step's KV length), class by class.
+"""Steady steps: the flow of a node compiled for the path it takes when a new signature only
+moves its dims (a decode step's KV length, a new sequence length), class by class; a partial
+replay's dirty nodes and every node of an inference of the flow take them (FastPath).
 
 A dirty node of a decode step takes the same path every step: a KV-cache concat appends within
 its room (kv_cache.md), an attention keeps its shape-agnostic kernel and rewrites its
@@ -30,8 +31,8 @@ from engine.ops.common import norm_axis
 
 
 def applier(inst):
-    """The steady step of a dirty node of a partial plan, or None when its flow has no compiled
-    path (host nodes, views, crops, runtime skips, in-place concats, static variants: the flow)."""
+    """The steady step of a node, or None when its flow has no compiled path (host nodes,
+    views, crops, runtime skips, in-place concats, static variants: the flow)."""
     op = inst.opdef
     if inst.node.host or inst.concat_user is not None or inst.in_place_producers is not None \
             or op.view or op.dynamic_output:
@@ -46,13 +47,13 @@ def applier(inst):
 
 class Template:
     """What a class of nodes does for one set of input layouts in this step."""
-    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys", "sizes",
+    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys",
                  "shape", "axis", "padded", "nbytes", "bits")
 
 
 class SteadyRun:
-    """The steady steps of one partial run: the class templates of this step, and the
-    decisions made, counted at `finish` (one Counter update per path, not per decision)."""
+    """The steady steps of one inference: the class templates of its shapes, and the decisions
+    made, counted at `finish` (one Counter update per path, not per decision)."""
 
     def __init__(self, decisions):
         self.decisions = decisions
@@ -61,7 +62,7 @@ class SteadyRun:
         self.emit = decisions.log is not None or not isinstance(trace, NullTrace)
         self.templates: dict = {}
         self.paths: Counter = Counter()      # a path's events -> how often they were made
-        self.members = 0                     # dirty nodes that took a steady step
+        self.members = 0                     # nodes that took a steady step
         self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
 
     def event(self, inst, kind, action, reason="", **fields) -> None:

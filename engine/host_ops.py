@@ -181,6 +181,15 @@ def _cast(node, x):
     return [x.astype(to)]
 
 
+@_fast("Trilu")
+def _trilu(node, x, k=None):
+    """A causal mask's triangle (decoders build one from the past length every step)."""
+    if x.ndim < 2:
+        return None
+    k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    return [np.triu(x, k) if node.attrs.get("upper", 1) else np.tril(x, k)]
+
+
 @_fast("Identity")
 def _identity(node, x):
     return [x]

@@ -61,6 +61,10 @@ CASES = [
     ("Cast", [np.array([1, 0, 3], I64)], {"to": TensorProto.BOOL}, 18),
     ("Cast", [np.array([True, False])], {"to": TensorProto.INT32}, 18),
     ("Identity", [a], {}, 18),
+    ("Trilu", [a], {}, 18),
+    ("Trilu", [a, np.array(-1, I64)], {"upper": 0}, 18),
+    ("Trilu", [np.ones((3, 5), np.bool_), np.array(2, I64)], {}, 18),
+    ("Trilu", [np.full((4, 4), -3.5, np.float32), np.array(1, I64)], {"upper": 0}, 18),
 ]
 
 

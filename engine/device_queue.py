@@ -42,7 +42,7 @@ class DeviceQueue:
         # On GPUs, a write made while kernels wait on the queue goes through a queue of its
         # own, and the kernels after it wait for it (a barrier): NVIDIA's OpenCL returns from a
         # write on a busy queue only once the queue has drained (H200: 530-545 us behind 0.6 ms
-        # of kernels, pinned memory alike; .device/write_busy.py of session 9), so the host
+        # of kernels, pinned memory alike; scripts/probe_driver.py), so the host
         # stopped launching until the device ran dry. `side_writes` forces it either way.
         side = device_type == "gpu" if side_writes is None else side_writes
         self.side = cl.CommandQueue(ctx) if side else None

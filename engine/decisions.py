@@ -55,6 +55,10 @@ class Decisions:
 
     def record(self, kind: str, action: str, reason: str = "", node=None, **fields) -> None:
         count(self.counters, kind, action, reason, fields)
+        self.write(kind, action, reason, node, **fields)
+
+    def write(self, kind: str, action: str, reason: str = "", node=None, **fields) -> None:
+        """A decision to the log and the trace, not counted (a caller that counts in bulk)."""
         name = node.name if node else ""
         if self.log is not None:
             self.log.append((name, kind, action, reason, fields))

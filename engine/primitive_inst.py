@@ -519,11 +519,17 @@ class PrimitiveInst:
     def set_arguments(self, force: bool) -> None:
         """Bind kernel arguments only when the impl or a buffer changed (overall_flow.md);
         rewrite the shape_info block (dynamic_impl.md) only when dims or offsets changed."""
+        self._rec("set_args", "set" if self.bind_arguments(force) else "skip")
+
+    def bind_arguments(self, force: bool, kept: list | None = None) -> bool:
+        """set_arguments' work, undecided: whether any kernel's arguments were set. `kept[k]`:
+        kernel k's argument tensors are the ones bound (a steady step that kept the impl and the
+        call's arguments: engine/fast_path/steady.py), so a shape change does not remake them."""
         did_set = False
-        for b in self.bound:
+        for k, b in enumerate(self.bound):
             # the argument tensors change only with the impl, the weights or the internal
             # buffers (force) or with the call (a shape change)
-            if force or self.shape_changed or b.tensors is None:
+            if force or b.tensors is None or (self.shape_changed and not (kept and kept[k])):
                 b.tensors = [self._arg_tensor(kind, i) for kind, i in b.call.args]
             offsets = tuple(t.offset for t in b.tensors)
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
@@ -535,7 +541,7 @@ class PrimitiveInst:
                 b.kernel.set_args(*bufs)
                 b.arg_ids = bufs  # holding them keeps identities meaningful
                 did_set = True
-        self._rec("set_args", "set" if did_set else "skip")
+        return did_set
 
     def _write_shape_info(self, b: BoundKernel, info: np.ndarray, offsets: tuple) -> None:
         b.offsets = offsets
@@ -549,12 +555,15 @@ class PrimitiveInst:
             b.info = info
 
     def enqueue(self) -> None:
+        self.launch()
+        self._rec("execute", "enqueue", kernels=len(self.bound))
+
+    def launch(self) -> None:
         """The node's bound kernels go to the queue; its outputs hold new device values."""
         queue = self.rt.queue
         for b in self.bound:
             queue.launch(b.kernel, b.gws, b.lws, b)
         self._written()
-        self._rec("execute", "enqueue", kernels=len(self.bound))
 
     def _written(self) -> None:
         for t in self.outputs:

@@ -66,23 +66,28 @@ class SteadyRun:
         self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
 
     def event(self, inst, kind, action, reason="", **fields) -> None:
-        name = inst.node.name
-        d = self.decisions
-        if d.log is not None:
-            d.log.append((name, kind, action, reason, fields))
-        d.trace.event(kind, name, inst.node.op, action, reason, **fields)
+        self.decisions.write(kind, action, reason, inst.node, **fields)
 
     def finish(self) -> None:
         c = self.decisions.counters
         for events, n in self.paths.items():
-            once = Counter()
-            for kind, action, reason in events:
-                count(once, kind, action, reason, {})
-            for k, v in once.items():
+            for k, v in _path_counts(events).items():
                 c[k] += v * n
         c.update(self.summed)
         self.paths.clear()
         self.summed.clear()
+
+
+_PATHS: dict = {}     # a path's events -> what they add to the counters (summed fields aside)
+
+
+def _path_counts(events: tuple) -> Counter:
+    once = _PATHS.get(events)
+    if once is None:
+        once = _PATHS[events] = Counter()
+        for kind, action, reason in events:
+            count(once, kind, action, reason, {})
+    return once
 
 
 def _moved(inst) -> tuple | None:
@@ -176,11 +181,11 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     if inst.realloc_if_needed():
         inst.set_arguments(True)
     else:
-        _set_arguments(inst, run, same)
-    queue = inst.rt.queue
-    for b in bound:
-        queue.launch(b.kernel, b.gws, b.lws, b)
-    inst._written()
+        did_set = inst.bind_arguments(False, same)
+        if run.emit:
+            run.event(inst, "set_args", "set" if did_set else "skip")
+        run.paths[_SET_ARGS[did_set]] += 1
+    inst.launch()
     if run.emit:
         run.event(inst, "execute", "enqueue", kernels=len(bound))
     run.paths[_ENQUEUE] += 1
@@ -191,28 +196,6 @@ def kernel_step(inst, run: SteadyRun) -> bool:
 
 _ENQUEUE = (("execute", "enqueue", ""),)
 _SET_ARGS = {True: (("set_args", "set", ""),), False: (("set_args", "skip", ""),)}
-
-
-def _set_arguments(inst, run: SteadyRun, same: list) -> None:
-    """PrimitiveInst.set_arguments after a shape change that kept the impl and the buffers: the
-    argument tensors are the ones bound (`same`: the call's arguments did not change), the
-    shape_info block is new, the arguments are set again only where a buffer is another."""
-    device_buffer = inst.rt.buffers.device_buffer
-    did_set = False
-    for b, kept in zip(inst.bound, same):
-        if not kept:
-            b.tensors = [inst._arg_tensor(kind, i) for kind, i in b.call.args]
-        tensors = b.tensors
-        offsets = tuple(t.offset for t in tensors)
-        inst._write_shape_info(b, inst._shape_info_for(b.call, tensors, offsets), offsets)
-        bufs = [b.slot.buf] + [device_buffer(t) for t in tensors]
-        if b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
-            b.kernel.set_args(*bufs)
-            b.arg_ids = bufs
-            did_set = True
-    if run.emit:
-        run.event(inst, "set_args", "set" if did_set else "skip")
-    run.paths[_SET_ARGS[did_set]] += 1
 
 
 _KV_PATH = (("update_shape", "infer", "shape_changed"), ("realloc", "reuse", ""),
@@ -267,9 +250,7 @@ def kv_append(inst, run: SteadyRun) -> bool:
         run.event(inst, "kv_cache", "append", bytes_copied=copied, capacity=held[tpl.axis],
                   length=tpl.shape[tpl.axis], by=inst.append_by.node.name)
     inst.internal_layouts = ()
-    out.version += 1                 # _written
-    out.dev_version = out.version
-    out.host = None
+    inst._written()
     if run.emit:
         run.event(inst, "execute", "skip", "in_place")
     run.paths[_KV_PATH] += 1

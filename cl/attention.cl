@@ -22,11 +22,13 @@
 #define INV_SUM(s) ((s) > 0.0f && isfinite(s) ? 1.0f / (s) : 0.0f)
 #define SCALE_OUT(acc, inv) ((inv) == 0.0f ? 0.0f : (acc) * (inv))
 #define SCALE_OUT8(acc, inv) ((inv) == 0.0f ? (float8)(0.0f) : (acc) * (inv))
+#define SCALE_OUT4(acc, inv) ((inv) == 0.0f ? (float4)(0.0f) : (acc) * (inv))
 #else
 #define ROW_MAX(m) (m)
 #define INV_SUM(s) (1.0f / (s))
 #define SCALE_OUT(acc, inv) ((acc) * (inv))
 #define SCALE_OUT8(acc, inv) ((acc) * (inv))
+#define SCALE_OUT4(acc, inv) ((acc) * (inv))
 #endif
 
 // KV_APPEND (engine/load_passes.kv_into_attention): K and V are KV caches whose keys from
@@ -240,6 +242,98 @@ KERNEL(attention_wg)(ATT_ARGS)
                 Y[T_OFF(3) + bb * PARAM(19) + hh * PARAM(20) + (i0 + r) * PARAM(21) + d * PARAM(22)] =
                     SCALE_OUT(t, invs[r]);
             }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+#endif
+
+// GPU, one query row per work-group (R = 1: decode steps and short queries): a work-group of
+// ATT_DEC_WG lanes per row r = (b * H + h) * s + i. Built for latency, the row alone on its
+// multiprocessor: a lane per key takes its score (float4 loads along d where the head dims are
+// contiguous and 16-byte aligned, else scalar), the softmax reduces over the lanes, then lanes
+// (part, column) sum the keys part, part + parts, ... of a float4 column of v and the parts are
+// reduced in local memory. Every branch on VEC is uniform over the work-group.
+#ifdef ATTENTION_DEC
+#define ALIGNED4(p) ((((ulong)(p)) & 15) == 0)
+#define LOAD4(p, c) (((const __global float4*)(p))[c])
+KERNEL(attention_dec)(ATT_ARGS)
+{
+    __local float4 q4[MAX_D / 4];
+    __local float* qs = (__local float*)q4;
+    __local float sc[MAX_L];
+    __local float red[ATT_DEC_WG];
+    __local float4 red4[ATT_DEC_WG];
+    const int r = get_group_id(0), lid = get_local_id(0);
+    ATT_SETUP(r)
+    if (i_ == 0) KV_WRITE(b_, h_, lid, ATT_DEC_WG)
+#ifdef KV_APPEND
+    const int vec_kv = knd == 1 && vnd == 1 && (knl & 3) == 0 && (vnl & 3) == 0 &&
+                       ALIGNED4(kn) && ALIGNED4(vn);
+#else
+    const int vec_kv = 1;
+#endif
+    const int VEC = vec_kv && qd == 1 && kd == 1 && vd == 1 && yd == 1 && (Dk & 3) == 0 &&
+                    (Dv & 3) == 0 && (kl & 3) == 0 && (vl & 3) == 0 && ALIGNED4(k) && ALIGNED4(v);
+    for (int d = lid; d < Dk; d += ATT_DEC_WG) qs[d] = q[d * qd];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m = -INFINITY;
+    PROLOGUE_ROW(base, 1, 1)
+    for (int j = lid; j < L; j += ATT_DEC_WG) {
+        const __global float* kj = K_ROW(j);
+        float s = 0.0f;
+        if (VEC) {
+            float4 s4 = 0.0f;
+#pragma unroll 8
+            for (int c = 0; c < Dk / 4; ++c) s4 += q4[c] * LOAD4(kj, c);
+            s = s4.x + s4.y + s4.z + s4.w;
+        } else {
+            const int kdj = K_D(j);
+            for (int d = 0; d < Dk; ++d) s += qs[d] * kj[d * kdj];
+        }
+        s = PROLOGUE_AT(SCALED(s), j, base + j);
+        sc[j] = s;
+        m = fmax(m, s);
+    }
+    m = lanes_reduce(red, lid, lid, ATT_DEC_WG, m, 1);
+    m = ROW_MAX(m);
+    float sum = 0.0f;
+    for (int j = lid; j < L; j += ATT_DEC_WG) {
+        const float e = exp(sc[j] - m);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = lanes_reduce(red, lid, lid, ATT_DEC_WG, sum, 0);   // its barriers publish sc[]
+    const float inv = INV_SUM(sum);
+    if (VEC) {
+        const int cols = Dv / 4, parts = ATT_DEC_WG / cols;   // Dv <= MAX_D: cols <= 64
+        const int part = lid / cols, c = lid % cols;
+        float4 acc = 0.0f;
+        if (part < parts) {
+#pragma unroll 4
+            for (int j = part; j < L; j += parts) acc += sc[j] * LOAD4(V_ROW(j), c);
+        }
+        red4[lid] = acc;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < cols) {
+            float4 t = red4[lid];
+            for (int p = 1; p < parts; ++p) t += red4[p * cols + lid];
+            vstore4(SCALE_OUT4(t, inv), lid, y);
+        }
+        return;
+    }
+    const int dn = min(Dv, ATT_DEC_WG), parts = ATT_DEC_WG / dn, part = lid / dn, dl = lid % dn;
+    for (int d0 = 0; d0 < Dv; d0 += dn) {
+        const int d = d0 + dl;
+        float acc = 0.0f;
+        if (part < parts && d < Dv)
+            for (int j = part; j < L; j += parts) acc += sc[j] * V_ROW(j)[d * V_D(j)];
+        red[lid] = acc;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (part == 0 && d < Dv) {
+            float t = 0.0f;
+            for (int p = 0; p < parts; ++p) t += red[p * dn + dl];
+            y[d * yd] = SCALE_OUT(t, inv);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fused attention kernel time on the GPU per work-group size (ATT_WG) and query rows per group
-(ATT_ROWS): decode (s = 1) and encoder (s = l) shapes, 12 heads, head dims 64 and 32; the
+(ATT_ROWS), and the one-row kernel (attention_dec, `dec256`) where s <= 16: decode (s = 1) and encoder (s = l) shapes, 12 heads, head dims 64 and 32; the
 figures behind engine/ops/attention.py's choice.
 
     python scripts/bench_attention.py
@@ -27,6 +27,14 @@ for dh in (64, 32):
                  "v": rng.standard_normal((1, 12, l, dh)).astype(np.float32),
                  "mask": np.zeros((1, 1, 1, l), np.float32)}
         row = []
+        if s <= 16:     # one row per work-group: the decode kernel (attention_dec)
+            att.DEC_KERNEL, att.ATT_WG = True, 256
+            att.query_rows = lambda s: 1
+            net = Network(prog, dev, impls="dynamic", profile=True)
+            net.infer(feeds)
+            inst = next(i for i in net.insts if i.node.op == "attention")
+            row.append(f"dec256 {kernel_us(net, inst, 30):6.1f}")
+            att.DEC_KERNEL = False
         for wg in (32, 64, 128, 256):
             for rows in (1, 2, 4, 8):
                 if rows > 1 and s == 1:

@@ -56,11 +56,12 @@ def test_attention_chain_becomes_one_internal_node():
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])
 def test_fused_attention_matches_ort_across_sizes(device, kind):
     """One Network, the key length crossing the GPU work-group (ATT_WG) and the limit (MAX_L),
-    the batch and query length changing: fused where it fits, unfused (seq_too_long) past it."""
+    the batch and query length changing (GPU: one row per work-group up to s 16, attention_dec;
+    blocks of rows past it, attention_wg): fused where it fits, unfused (seq_too_long) past it."""
     model = masked_attention(d_head=8)
     rng = np.random.default_rng(1)
     shapes = [(1, 1, 1), (2, 5, ATT_WG - 1), (1, 3, ATT_WG), (2, 4, ATT_WG + 1), (1, 7, 131),
-              (1, 2, MAX_L), (1, 2, MAX_L + 1), (2, 3, 9)]
+              (1, 2, MAX_L), (1, 2, MAX_L + 1), (2, 3, 9), (2, 40, 70)]
     net, trace = _net(model, device, kind)
     run_vs_ort(model, [_feeds(rng, qb, s, l, 8) for qb, s, l in shapes], device, rtol=2e-4,
                atol=2e-5, net=net)

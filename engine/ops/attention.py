@@ -31,6 +31,13 @@ MAX_D = 256
 # 14.4 (eight 16.6), s 128 eight 27.7 (one 78.9).
 ATT_WG = 256
 ATT_ROWS = 8
+# GPU, one query row per work-group (decode steps, s <= 16): attention_dec, a kernel built for
+# the row's latency (float4 loads, no per-row arrays). False: attention_wg with one row. H200,
+# kernel us (scripts/bench_attention.py, 12 heads, head dims 64 / 32), attention_wg 256 lanes ->
+# attention_dec: s 1 l 128 15.2 -> 10.4 / 13.5 -> 10.2, s 1 l 512 32.5 -> 15.5 / 21.2 -> 12.1,
+# s 8 l 128 15.7 -> 10.8; GPT-2-small decode, 64 tokens (scripts/decode_kernels.py): attention
+# 0.212 -> 0.136 ms a step.
+DEC_KERNEL = True
 
 
 def query_rows(s: int) -> int:
@@ -126,6 +133,10 @@ def _kernels(node, ins, outs, deps, device="cpu", kv_append=False):
         args += (("in", len(ins) - 2), ("in", len(ins) - 1))
         params += _appended(node, ins, g)
     dims = {4: g["scores"]}
+    if device == "gpu" and per == 1 and DEC_KERNEL:
+        return [KernelCall("attention", "attention_dec",
+                           jit + (("ATTENTION_DEC", 1), ("ATT_DEC_WG", ATT_WG), ("LANES_REDUCE", 1)),
+                           args, params, gws=(max(rows, 1) * ATT_WG,), lws=(ATT_WG,), dims=dims)]
     if device == "gpu":
         groups = b * h * ((g["S"] + per - 1) // per)
         return [KernelCall("attention", "attention_wg",

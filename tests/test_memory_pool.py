@@ -77,7 +77,22 @@ def test_the_live_lower_bound_is_the_peak_of_a_sweep(spans, unknown):
         pool.note_live(f"t{k}", s[2])
     for k, n in enumerate(unknown):
         pool.note_live(f"u{k}", n)
-    spans_all = [(*life[f"t{k}"], s[2]) for k, s in enumerate(spans)] + [(0, END, n) for n in unknown]
-    peak = max([0] + [sum(n for a, b, n in spans_all if a <= step <= b)
-                      for step in {a for a, _, _ in spans_all}])
-    assert pool.live_lower_bound() == peak
+    def peak(sizes):
+        spans_all = [(*pool.lifetimes.get(name, (0, END)), n) for name, n in sizes.items()]
+        return max([0] + [sum(n for a, b, n in spans_all if a <= step <= b)
+                          for step in {a for a, _, _ in spans_all}])
+    assert pool.live_lower_bound() == peak(pool.live())
+    # the same tensors with new sizes (the sweep's order is kept), then a scratch tensor
+    # (its lifetime is new: the order is made again)
+    pool.begin_inference()
+    for k, s in enumerate(spans):
+        pool.note_live(f"t{k}", s[2] // 3 + k)
+    for k, n in enumerate(unknown):
+        pool.note_live(f"u{k}", n + 1)
+    assert pool.live_lower_bound() == peak(pool.live())
+    pool.add_scratch("scratch", 6)
+    pool.note_live("scratch", 777)
+    assert pool.live_lower_bound() == peak(pool.live())
+    if spans:     # a live tensor's lifetime changed, the same names live
+        pool.add_scratch("t0", 13)
+        assert pool.live_lower_bound() == peak(pool.live())

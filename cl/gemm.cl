@@ -654,12 +654,14 @@ KERNEL(gemv)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS GV_TAIL_ARGS GV_LN_ARGS)
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (ky < R && ky < GV_ROWS) {
-        const float4 s = red[ky * GV_WX + lx];
-        if (lim > 0) GV_STORE(ky, c0, s.s0)
-        if (lim > 1) GV_STORE(ky, c0 + cs, s.s1)
-        if (lim > 2) GV_STORE(ky, c0 + 2 * cs, s.s2)
-        if (lim > 3) GV_STORE(ky, c0 + 3 * cs, s.s3)
+    // the R rows' 4 * GV_WX values, a value per work-item (the epilogue and fused ops read
+    // their operands one dependent load after another: 4 * R values on one work-item of slice
+    // 0 made GPT-2's MLP up projection with its GELU chain 19 us against 11 for the QKV one)
+    const __local float* sums = (const __local float*)red;     // row r's float4 x at r * GV_WX + x
+    for (int o = ky * GV_WX + lx; o < R * 4 * GV_WX; o += GV_WX * GV_KY) {
+        const int r = o / (4 * GV_WX), x = (o / 4) % GV_WX, comp = o & 3;
+        const int col = (vb ? g0 + x * 4 : g0 + x) + comp * cs;
+        if (col < N) GV_STORE(r, col, sums[o])
     }
 }
 #endif

@@ -33,6 +33,7 @@ from engine.model_file import check_graph, load_model
 from engine.ops import OPS
 from engine.ops.registry import ONNX_DOMAINS, domains, op_key
 from engine.static_dims import fold_static_dims
+from engine.reshape_targets import fold_own_dim_targets
 from engine.subgraphs import attach_outer, subgraphs_of
 from engine.opsets import MIN_OPSET, MAX_OPSET, too_old_ops, unchecked_ops
 
@@ -158,6 +159,7 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
         prog.nodes, more = _fold_constants(prog.nodes, prog.constants)
         prog.folded += more
         link(prog)
+    prog.folded += fold_own_dim_targets(prog)
     _mark_shape_subgraphs(prog)
     _decompose(prog)
     if insert_f16_casts(prog, model, expanded.dtypes):

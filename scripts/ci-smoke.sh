@@ -9,8 +9,9 @@ py=${PYTHON:-python}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# A repeated shape must skip shape inference on every node, so skips stay well above 40 even if
-# fusion shrinks the graph; the bounds on buffers and builds catch a runtime that stops reusing.
+# A repeated shape must skip shape inference on every node (29 of them since Reshape targets
+# copying the input's own dims fold at load), so skips over the run stay well above 40; the
+# bounds on buffers and builds catch a runtime that stops reusing.
 # The last shape comes three times: its second run changes nothing, so the third is a plan replay
 # (the fast path), which the trace expands into the decisions it stands for.
 expects=(--expect 'inferences==9' --expect 'check_failed==0' --expect 'update_shape.skipped>=40'
@@ -29,7 +30,7 @@ expects=(--expect 'inferences==9' --expect 'check_failed==0' --expect 'update_sh
 "$py" -m dyncli trace "$out/smoke.trace.jsonl" --iter 5 --kind update_shape --json \
     --expect 'update_shape.infer==0' > "$out/repeat.json"
 "$py" -m dyncli trace "$out/smoke.trace.jsonl" --iter 8 --json \
-    --expect 'plan.replay==1' --expect 'update_shape.infer==0' --expect 'update_shape.skip>=40' \
+    --expect 'plan.replay==1' --expect 'update_shape.infer==0' --expect 'update_shape.skip>=25' \
     > "$out/replay.json"
 
 # dyncli bench runs end to end (figures are for benchmarks, not for CI: only its JSON is checked)

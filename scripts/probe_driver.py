@@ -8,9 +8,15 @@
    with the first queue's next commands behind a barrier does: engine/device_queue.py.)
 2. What does a freshly built program cost at its first launch: creating the kernel object,
    the first enqueue, and a second kernel object of the same program?
+3. Do program builds on another thread (the static builds of async compilation) stall this
+   thread's enqueues?
 H200 (driver 580.159), session 9: busy-queue write 530-545 us pageable, 15-21 us on a side
 queue with a barrier; a new program's kernel object 1.2 ms, its first enqueue 60 us (13 after).
+Session 10 (3.): three builds of 3.4-9.0 s on a thread; the enqueues meanwhile kept their median
+(6.3-7.8 us against 6.5-6.8 alone), but one of them waited 4.0 s in one run and 10 ms in
+another: a build in flight can hold an inference's launches for a long time.
 """
+import threading
 import time
 
 import numpy as np
@@ -71,12 +77,49 @@ def first_launches(ctx, q):
               f"{1e6 * (t3 - t2):.0f} us, second {1e6 * (t5 - t4):.0f} us")
 
 
+def builds_beside(ctx, q, builds=3):
+    x = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 << 20)
+    k = cl.Program(ctx, "__kernel void k(__global float* x, int n) { int i = get_global_id(0); "
+                        "if (i < n) x[i] += 1.0f; }").build().k
+    k.set_args(x, np.int32(1 << 20))
+    # a program that takes its compiler seconds (no cache hit: each build's source differs)
+    body = "\n".join(f"__kernel void f{j}(__global float* x) {{ float a = x[get_global_id(0)]; "
+                     f"for (int t = 0; t < {j % 7 + 3}; ++t) a = sin(a) * cos(a + {j}.0f) + exp(a * 0.1f); "
+                     f"x[get_global_id(0)] = a; }}" for j in range(60))
+
+    def enqueues(n):
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            cl.enqueue_nd_range_kernel(q, k, (1 << 20,), (256,))
+            ts.append(time.perf_counter() - t0)
+        q.finish()
+        return ts
+    enqueues(50)
+    alone = enqueues(400)
+    took = []
+
+    def build(r):
+        t0 = time.perf_counter()
+        cl.Program(ctx, f"{body}\n// {r} {time.time()}").build()
+        took.append(time.perf_counter() - t0)
+    th = threading.Thread(target=lambda: [build(r) for r in range(builds)])
+    th.start()
+    during = []
+    while th.is_alive():
+        during += enqueues(20)
+    print(f"builds on a thread {[round(t * 1e3) for t in took]} ms; enqueue alone median "
+          f"{np.median(alone) * 1e6:.1f} us (max {max(alone) * 1e6:.0f}), during the builds median "
+          f"{np.median(during) * 1e6:.1f} us, max {max(during) * 1e3:.1f} ms")
+
+
 def main():
     ctx = cl.create_some_context(interactive=False)
     q = cl.CommandQueue(ctx)
     print(ctx.devices[0].name.strip(), "/", ctx.devices[0].driver_version)
     busy_writes(ctx, q)
     first_launches(ctx, q)
+    builds_beside(ctx, q)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from engine.kernels import (Impl, ImplParams, StaticVariant, compile_program, dy
                             program_bytes)
 from engine.memory import Tensor
 from engine.ops.matmul import M_ALIGN
-from engine.prebuild import size_class_feeds, start_builds
+from engine.prebuild import start_builds
 from engine.weights import reorder_call, run_reorder
 
 
@@ -79,10 +79,6 @@ class ImplManager:
         self.prebuild_workers = min(prebuild_workers, max(2, os.cpu_count() or 1)) \
             if device_type == "cpu" else prebuild_workers
         self._prebuilt_for: set = set()     # input shapes prebuild walked already
-        # size-class walks at the first inference (engine/prebuild.py): on GPU hardware, where
-        # the dynamic kernels vary by size and builds are slow (NVIDIA: 0.3-3 s a program)
-        self.size_classes = bool(self.ctx.devices[0].type & cl.device_type.GPU)
-        self.size_class_builds: list = []   # their futures, waited for at the first inference's end
         self.wait_s = 0.0              # time the flow waited for builds (the network resets it)
         # walks of new signatures in a row that found nothing to build: after two, new
         # signatures are not walked until a build lands in the critical path again (a walk
@@ -109,33 +105,17 @@ class ImplManager:
             weakref.finalize(self, self._compile_queue.stop)
         return self._compile_queue
 
-    def prebuild(self, insts, tensors, feeds: dict, dim_names: dict | None = None) -> None:
-        """Before the flow of a new input signature: its new impls, built in parallel; at the
-        model's first inference with `size_classes`, those of its other sizes too
-        (engine/prebuild.py; `dim_names`: the program's input dim names)."""
+    def prebuild(self, insts, tensors, feeds: dict) -> None:
+        """Before the flow of a new input signature: its new impls, built in parallel."""
         if self.prebuild_workers <= 1:
             return
         shapes = tuple((k, np.shape(v)) for k, v in feeds.items())
         if shapes not in self._prebuilt_for and self._idle_walks < 2:
             t0 = time.perf_counter()
-            more = size_class_feeds(dim_names, feeds) if self.size_classes and dim_names \
-                and not self._prebuilt_for else ()
             self._prebuilt_for.add(shapes)
-            found = start_builds(self, insts, tensors, feeds, more)
+            found = start_builds(self, insts, tensors, feeds)
             self._idle_walks = 0 if found else self._idle_walks + 1
             self.prebuild_s += time.perf_counter() - t0
-
-    def settle_size_classes(self) -> None:
-        """The end of the first inference: wait for the size-class builds (build_wait)."""
-        if self.size_class_builds:
-            t0 = time.perf_counter()
-            for f in self.size_class_builds:
-                try:
-                    f.result()
-                except cl.RuntimeError:
-                    pass               # the node that asks for it builds it again and says why
-            self.size_class_builds = []
-            self.wait_s += time.perf_counter() - t0
 
     def _count_compile(self, ms: float, static: bool, critical: bool) -> None:
         c = self.decisions.counters

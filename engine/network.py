@@ -179,7 +179,7 @@ class Network:
         self.rt.shape_of_changed.clear()
         self.memory.begin_inference()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
-        self.impls.prebuild(self.insts, self.tensors, feeds, self.program.input_dim_names)
+        self.impls.prebuild(self.insts, self.tensors, feeds)
         if fast is not None:
             fast.begin_flow(sig, feeds, fed_back, partial)
         self._inputs(feeds, fed_back)
@@ -193,7 +193,6 @@ class Network:
                 for inst in self.insts:  # the reference: every node's flow
                     inst.execute()
         outs = self._outputs(want)
-        self.impls.settle_size_classes()
         latency = (time.perf_counter() - t0) * 1e3
         c = self.counters
         c["latency_ms"] = latency

@@ -11,16 +11,8 @@ The flow then takes each finished program when its node asks (`ImplManager.dynam
 still records its `update_impl build`, marked `prebuilt`, not in the critical path.
 The walk stops at the first shape that depends on device data (a dep computed on the device).
 
-Size classes (GPUs): the dynamic kernels a node asks for depend on its sizes (GEMM tiles by
-the grid's size, a GEMV for at most 4 rows, attention's one-row kernel for short queries), so a
-length never seen before could need a program never built, built inside its inference (BERT on
-the H200 under `dyncli bench`: the first 96 waited 9-12 ms for builds, then spent 24 ms in the
-first launches of the new programs). The model's first inference therefore also walks the
-program with each dynamic dim of its inputs set to each of SIZE_CLASS_DIMS in turn (the other
-dims as fed), builds what those walks find, and waits for those builds at its end: every later
-first-seen size finds its programs built. Each build also creates its kernels once on its
-thread: NVIDIA's OpenCL loads a program at its first kernel object (1.2 ms), which would
-otherwise happen in an inference.
+Each build also creates its kernels once on its thread: NVIDIA's OpenCL loads a program at its
+first kernel object (1.2 ms), which would otherwise happen in the inference.
 """
 from __future__ import annotations
 
@@ -80,57 +72,21 @@ def _walk_into(insts, tensors, feeds: dict, calls: list) -> None:
             env[t.name] = (l, None)
 
 
-# the values each dynamic input dim takes in turn in the size-class walks
-SIZE_CLASS_DIMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-
-
-def size_class_feeds(dim_names: dict, feeds: dict) -> list[dict]:
-    """`feeds` with the dims of one dim name (an unnamed dynamic dim: its own) set to each of
-    SIZE_CLASS_DIMS, one dict per (name, value) that changes a shape. Values are zeros that take
-    no memory: a walk reads only shapes and the values of shape nodes."""
-    places: dict = {}
-    for name, names in dim_names.items():
-        if name in feeds:
-            for axis, d in enumerate(names):
-                if not isinstance(d, int) and axis < np.ndim(feeds[name]):
-                    places.setdefault(d or (name, axis), []).append((name, axis))
-    out = []
-    for where in places.values():
-        for v in SIZE_CLASS_DIMS:
-            f = dict(feeds)
-            for name, axis in where:
-                a = np.asarray(feeds[name])
-                shape = list(a.shape)
-                shape[axis] = v
-                f[name] = np.broadcast_to(np.zeros((), a.dtype), shape)
-            if any(np.shape(f[n]) != np.shape(feeds[n]) for n, _ in where):
-                out.append(f)
-    return out
-
-
-def start_builds(impls, insts, tensors, feeds: dict, more=()) -> int:
-    """Start the builds the first inference will need (and those the walks of `more`, other
-    feeds, find: kept in impls.size_class_builds); returns how many the walk of `feeds` found
-    (they start when at least two do, or with those of `more`: one build gains nothing from a
-    thread)."""
-    todo, extra = {}, {}
-    for walk_feeds, into in [(feeds, todo)] + [(f, extra) for f in more]:
-        for call in _walk(insts, tensors, walk_feeds):
-            jit = call.jit + (("NUM_TENSORS", len(call.args)),)
-            key = (call.source, jit)
-            if dynamic_key(call.source, jit) not in impls.cache and key not in impls.prebuilt \
-                    and key not in todo:
-                into.setdefault(key, set()).add(call.kernel)
-    found = len(todo)
-    if found < 2 and not extra:
-        return found
+def start_builds(impls, insts, tensors, feeds: dict) -> int:
+    """Start the builds the first inference will need; returns how many it found (started
+    when at least two: one build gains nothing from a thread)."""
+    todo = {}
+    for call in _walk(insts, tensors, feeds):
+        jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+        if dynamic_key(call.source, jit) not in impls.cache and (call.source, jit) not in impls.prebuilt:
+            todo.setdefault((call.source, jit), set()).add(call.kernel)
+    if len(todo) < 2:
+        return len(todo)
     pool = ThreadPoolExecutor(max_workers=impls.prebuild_workers, thread_name_prefix="prebuild")
-    for (source, jit), kernels in list(todo.items()) + list(extra.items()):
+    for (source, jit), kernels in todo.items():
         impls.prebuilt[(source, jit)] = pool.submit(_build_loaded, impls.ctx, source, jit, kernels)
-        if (source, jit) in extra:
-            impls.size_class_builds.append(impls.prebuilt[(source, jit)])
     pool.shutdown(wait=False)
-    return found
+    return len(todo)
 
 
 def _build_loaded(ctx, source: str, jit: tuple, kernels) -> tuple:

@@ -119,33 +119,6 @@ def test_new_signatures_stop_being_walked_once_walks_find_nothing(device):
     assert walked == [True, True, True, False, False]
 
 
-def test_size_class_walks_build_the_kernels_of_later_sizes(device):
-    """GPU kernels (size classes on, as on GPU hardware): the first inference also walks its
-    dynamic dims at other sizes and builds their kernels (GEMM tiles by the grid's size, the
-    GEMV of at most 4 rows), waiting for them at its end: every kernel later new lengths take
-    was built by then. Without the walks, those kernels are built during the later inferences.
-    Outputs against onnxruntime."""
-    from engine.kernels import impl_name
-    from tests.conftest import run_vs_ort
-    model = encoder_block(vocab=1000, d_model=32, heads=2, ff=64)
-    rng = np.random.default_rng(0)
-    seq = [{"input_ids": rng.integers(0, 1000, (1, s)), "attention_mask": np.ones((1, s), np.int64)}
-           for s in (24, 2, 200)]
-    for size_classes in (False, True):
-        tr = MemoryTrace()
-        net = Network(build_program(model), device, trace=tr, impls="dynamic", prebuild_workers=4)
-        net.impls.device_type, net.impls.size_classes = "gpu", size_classes
-        run_vs_ort(model, seq[:1], device, net=net)
-        ready = {impl_name(src, jit) for (src, jit), f in net.impls.prebuilt.items() if f.done()}
-        run_vs_ort(model, seq[1:], device, net=net)
-        later = {e["impl"] for i in (1, 2) for e in tr.of(i, "update_impl", "build")}
-        assert later, "the later lengths took no new kernel: the test shows nothing"
-        if size_classes:
-            assert later <= ready and not net.impls.size_class_builds
-        else:
-            assert not later & ready
-
-
 DECODER = os.path.join(ROOT, "examples", "decoder.onnx")
 
 

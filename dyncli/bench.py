@@ -179,6 +179,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             "first_seen_time_ms": first_parts[k],
             "same_shape_ms": same[k]["median_ms"],
             "first_seen_over_warm": first_seen[k] / same[k]["median_ms"],
+            # the model's first inference (cold: every kernel built) is no first-seen length
+            "model_first": k == keys[0],
         }
         if k in device_ms:
             per_shape[k]["device_ms"] = device_ms[k]
@@ -195,6 +197,9 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                      "time_ms": _mean_parts(r[6] for r in rows)},
         "dynamic_overhead": statistics.mean(lat) / denom,
         "steady_host_us_per_kernel": statistics.median(steady) if steady else None,
+        # the worst first-seen shape after the model's first inference, over its warm time
+        "first_seen_over_warm_max": max((v["first_seen_over_warm"] for k, v in per_shape.items()
+                                         if not v["model_first"]), default=None),
         "shapes": per_shape,
     }
     if opts.profile and device_ms:

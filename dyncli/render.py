@@ -266,7 +266,8 @@ def bench_tables(r: dict, width: int = 80) -> list:
         cols += [("ort ms", "right"), ("x ort", "right")]
     rows = []
     for k, v in r["shapes"].items():
-        row = [k, f"{v['first_seen_ms']:.2f}", f"{v['median_ms']:.3f}", f"{v['p90_ms']:.3f}",
+        first = f"{v['first_seen_ms']:.2f}" + (" (model's first)" if v.get("model_first") else "")
+        row = [k, first, f"{v['median_ms']:.3f}", f"{v['p90_ms']:.3f}",
                f"{v['same_shape_ms']:.3f}", f"{v['host_ms']:.3f}", str(v["kernels"]),
                f"{v['replayed']}/{v['inferences']}"]
         if has_device:
@@ -282,6 +283,8 @@ def bench_tables(r: dict, width: int = 80) -> list:
     s.add_column("value", justify="right", no_wrap=True)
     s.add_row("sequence mean / median / p90", f"{sq['mean_ms']:.3f} / {sq['median_ms']:.3f} / {sq['p90_ms']:.3f}")
     s.add_row("dynamic overhead (mean / alone)", f"{r['dynamic_overhead']:.2f}")
+    if r.get("first_seen_over_warm_max") is not None:
+        s.add_row("worst first-seen shape / alone", f"{r['first_seen_over_warm_max']:.1f}x")
     if r["steady_host_us_per_kernel"] is not None:
         s.add_row("host us per kernel, same shape", f"{r['steady_host_us_per_kernel']:.1f}")
     s.add_row("kernels per inference (mean)", f"{sq['kernels_mean']:.1f}")
@@ -334,10 +337,12 @@ def bench_time_table(r: dict) -> list:
     sq = r["sequence"]
     if not sq.get("time_ms"):
         return []
-    worst = max(r["shapes"], key=lambda k: r["shapes"][k]["first_seen_ms"])
+    later = [k for k, v in r["shapes"].items() if not v.get("model_first")] or list(r["shapes"])
+    worst = max(later, key=lambda k: r["shapes"][k]["first_seen_ms"])
     first = r["shapes"][worst]["first_seen_time_ms"]
     t = Table(title="time by part (ms)", title_justify="left", caption=f"first: shape {worst}'s "
-              "first inference (the slowest first one)", caption_justify="left")
+              "first inference (the slowest first one after the model's first inference)",
+              caption_justify="left")
     t.add_column("part", no_wrap=True)
     t.add_column("sequence mean", justify="right", no_wrap=True)
     t.add_column("first", justify="right", no_wrap=True)

@@ -43,6 +43,10 @@ def test_bench_model_json():
     assert res["dynamic_overhead"] > 0 and res["steady_host_us_per_kernel"] > 0
     assert res["peers"]["onnxruntime"]["shapes"]["1x16"]["ratio"] > 0
     assert all(v["kernels"] > 0 and v["first_seen_ms"] > 0 for v in res["shapes"].values())
+    # the sequence starts at 1x8: that shape's first time is the model's first inference, and
+    # the worst first-seen figure is 1x16's
+    assert [k for k, v in res["shapes"].items() if v["model_first"]] == ["1x8"]
+    assert res["first_seen_over_warm_max"] == res["shapes"]["1x16"]["first_seen_over_warm"]
 
 
 def test_bench_kernels_json():

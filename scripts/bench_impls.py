@@ -2,7 +2,7 @@
 """Dynamic (shape-agnostic) vs static impl kernel time, per node, for the GEMM, Conv and Softmax
 nodes of examples/encoder.onnx and examples/cnn.onnx.
 
-    python scripts/bench_impls.py [--repeat 30] [--device P:D] [--large]
+    python scripts/bench_impls.py [--repeat 30] [--device P:D] [--large] [--bert]
 
 Two Networks run the same inference, one with --impls dynamic and one with --impls static
 (every static impl built before timing); then each node's bound kernels are re-enqueued
@@ -32,7 +32,13 @@ from engine.device import describe  # noqa: E402
 OPS = ("MatMul", "Gemm", "Conv", "Softmax")
 
 
-def cases(large: bool):
+BERT = os.path.join(ROOT, "examples", "bench", "bert_minilm.onnx")
+
+
+def cases(large: bool, bert: bool = False):
+    if bert:      # examples/make_models.py --bench
+        for s in (8, 32, 96, 128):
+            yield BERT, {"input_ids": (1, s), "attention_mask": (1, s)}
     enc = [(1, 16), (1, 128)] + ([(8, 128)] if large else [])
     for b, s in enc:
         yield "encoder.onnx", {"input_ids": (b, s), "attention_mask": (b, s)}
@@ -55,14 +61,18 @@ def main():
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--device", default=None)
     ap.add_argument("--large", action="store_true", help="add bigger shapes (GPU)")
+    ap.add_argument("--bert", action="store_true",
+                    help="add the MiniLM BERT (examples/bench, make_models.py --bench) at 8, 32, 96, 128")
     a = ap.parse_args()
     dev = select_device(a.device)
     print(f"device: {describe(dev)}; median of {a.repeat} kernel runs (OpenCL profiling events)")
     ratios = defaultdict(list)
     seen = set()
     print(f"{'model':13} {'node':28} {'op':8} {'static impl':44} {'dyn us':>9} {'static us':>9} {'ratio':>6}")
-    for model, shapes in cases(a.large):
-        prog = build_program(onnx.load(os.path.join(ROOT, "examples", model)))
+    for model, shapes in cases(a.large, a.bert):
+        path = model if os.path.isabs(model) else os.path.join(ROOT, "examples", model)
+        model = os.path.basename(model)
+        prog = build_program(onnx.load(path))
         dtypes = {n: l.dtype for n, l in prog.inputs.items()}
         feeds = random_inputs(np.random.default_rng(0), shapes, dtypes, {})
         nets = {m: Network(prog, dev, impls=m, profile=True) for m in ("dynamic", "static")}

@@ -4,7 +4,7 @@ replay's dirty nodes and every node of an inference of the flow take them (FastP
 
 A dirty node of a decode step takes the same path every step: a KV-cache concat appends within
 its room (kv_cache.md), an attention keeps its shape-agnostic kernel and rewrites its
-shape_info (dynamic_impl.md). What differs from step to step is numbers (layouts, the
+shape_info (dynamic_impl.md), a view (Reshape) gives its input's buffer a new layout. What differs from step to step is numbers (layouts, the
 shape_info block, the work sizes, the predictor's history), and the layers of a model ask the
 same questions of the same shapes. So the answers are computed once per class of nodes
 (engine/memo.py node_class) and input layouts in a step (a `Template`), with the flow's own
@@ -32,11 +32,13 @@ from engine.ops.common import norm_axis
 
 def applier(inst):
     """The steady step of a node, or None when its flow has no compiled path (host nodes,
-    views, crops, runtime skips, in-place concats, static variants: the flow)."""
+    crops, runtime skips, in-place concats, static variants: the flow)."""
     op = inst.opdef
     if inst.node.host or inst.concat_user is not None or inst.in_place_producers is not None \
-            or op.view or op.dynamic_output:
+            or op.dynamic_output:
         return None
+    if op.view:
+        return view_step
     if inst.kv_past is not None:
         return kv_append if inst.append_by is not None and op.runtime_skip is None \
             and op.in_place_crop is None else None
@@ -191,6 +193,36 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     run.paths[_ENQUEUE] += 1
     run.summed["kernels"] += len(bound)
     run.members += 1
+    return True
+
+
+def view_step(inst, run: SteadyRun) -> bool:
+    """execute() of a view (Reshape, Squeeze, Flatten...) whose input layouts moved, its shape
+    values on the host: update_shape infer, then the flow's run_view (the output is the input's
+    buffer under the output's layout; nothing enqueued)."""
+    in_layouts = _moved(inst)
+    if in_layouts is None:
+        return False
+    if inst.opdef.shape_deps:
+        deps, _, _ = inst._deps()    # no device read (checked)
+        deps_key = values_key(deps) if deps else ()
+    else:
+        deps, deps_key = {}, ()
+    key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None
+    tpl = run.templates.get(key) if key is not None else None
+    if tpl is None:
+        tpl = Template()
+        out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
+        tpl.ok = not unfuse
+        _shapes(tpl, in_layouts, out_layouts)
+        if key is not None:
+            run.templates[key] = tpl
+    if not tpl.ok:
+        return False
+    _infer(run, inst, tpl, in_layouts, deps, deps_key)
+    run.paths[_KERNEL_PATH] += 1
+    run.members += 1
+    inst.run_view()
     return True
 
 

@@ -4,7 +4,8 @@ pass: profiling doubles the launch cost):
 
     python examples/make_models.py --bench && python scripts/decode_kernels.py [--tokens N] [--by-size]
 
-H200, session 9: 0.95 ms a step over 62 kernels (gemv 0.67, attention_wg 0.25).
+H200, session 9: 0.95 ms a step over 62 kernels (gemv 0.67, attention_wg 0.25); session 10:
+0.73-0.75 (gemv 0.58, attention_dec 0.14).
 """
 import argparse
 import collections

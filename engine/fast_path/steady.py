@@ -128,6 +128,31 @@ _KERNEL_PATH = (("update_shape", "infer", "shape_changed"),)
 _KEEP = ("update_impl", "keep", "dynamic")
 
 
+def _class_template(inst, run: SteadyRun, in_layouts, make) -> tuple:
+    """(deps, deps_key, the Template of the node's class for these input layouts and shape
+    values): `make(inst, in_layouts, deps, deps_key)` once per class and inference."""
+    if inst.opdef.shape_deps:
+        deps, _, _ = inst._deps()    # no device read (checked); a value change is a shape change too
+        deps_key = values_key(deps) if deps else ()
+    else:
+        deps, deps_key = {}, ()
+    key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None
+    tpl = run.templates.get(key) if key is not None else None
+    if tpl is None:
+        tpl = make(inst, in_layouts, deps, deps_key)
+        if key is not None:
+            run.templates[key] = tpl
+    return deps, deps_key, tpl
+
+
+def _view_template(inst, in_layouts, deps, deps_key) -> Template:
+    tpl = Template()
+    out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
+    tpl.ok = not unfuse
+    _shapes(tpl, in_layouts, out_layouts)
+    return tpl
+
+
 def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
     tpl = Template()
     out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
@@ -148,17 +173,7 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     in_layouts = _moved(inst)
     if in_layouts is None or inst.skip_now or inst.internal_layouts:
         return False
-    if inst.opdef.shape_deps:
-        deps, _, _ = inst._deps()    # no device read (checked); a value change is a shape change too
-        deps_key = values_key(deps) if deps else ()
-    else:
-        deps, deps_key = {}, ()
-    key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None
-    tpl = run.templates.get(key) if key is not None else None
-    if tpl is None:
-        tpl = _kernel_template(inst, in_layouts, deps, deps_key)
-        if key is not None:
-            run.templates[key] = tpl
+    deps, deps_key, tpl = _class_template(inst, run, in_layouts, _kernel_template)
     bound = inst.bound
     if not tpl.ok or len(tpl.calls) != len(bound):
         return False
@@ -203,20 +218,7 @@ def view_step(inst, run: SteadyRun) -> bool:
     in_layouts = _moved(inst)
     if in_layouts is None:
         return False
-    if inst.opdef.shape_deps:
-        deps, _, _ = inst._deps()    # no device read (checked)
-        deps_key = values_key(deps) if deps else ()
-    else:
-        deps, deps_key = {}, ()
-    key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None
-    tpl = run.templates.get(key) if key is not None else None
-    if tpl is None:
-        tpl = Template()
-        out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
-        tpl.ok = not unfuse
-        _shapes(tpl, in_layouts, out_layouts)
-        if key is not None:
-            run.templates[key] = tpl
+    deps, deps_key, tpl = _class_template(inst, run, in_layouts, _view_template)
     if not tpl.ok:
         return False
     _infer(run, inst, tpl, in_layouts, deps, deps_key)

@@ -65,6 +65,7 @@ class ImplManager:
         # many small networks (the ONNX backend's node tests) may share one impl cache
         self.cache = cache if cache is not None else ImplCache(cache_capacity)
         self._compile_queue: CompileQueue | None = None
+        self._busy = False             # an inference is in flight (in_flight)
         self.failed: set = set()       # keys whose static build failed: dynamic stays
         # static keys the impl cache evicted: not built again (a run whose shapes want more
         # static impls than the cache holds would otherwise rebuild them in turn for ever, each
@@ -92,6 +93,7 @@ class ImplManager:
 
     def in_flight(self, busy: bool) -> None:
         """An inference starts or ends: background builds wait for the end on a CPU device."""
+        self._busy = busy
         if self._compile_queue is not None:
             self._compile_queue.in_flight(busy)
 
@@ -100,6 +102,10 @@ class ImplManager:
         """The background compile queue, started on first use (`wait_idle()` for tests)."""
         if self._compile_queue is None:
             self._compile_queue = CompileQueue(self.compile_workers, self.device_type == "cpu")
+            # made by the first static build an inference asks for: that inference is in
+            # flight, so the build waits for its end as later ones do (it took a core from
+            # the first inference's kernels on a CPU device)
+            self._compile_queue.in_flight(self._busy)
             # a network that is gone needs none of its queued builds: they would only take
             # the cores from the next one (on a 2-core CPU, minutes of a test suite)
             weakref.finalize(self, self._compile_queue.stop)

@@ -1,8 +1,11 @@
-"""The background compile queue of static builds (engine/compile_queue.py): on a CPU device a
-build waits for the end of the inference in flight, the first inference's too (the queue is
-made by that inference's first static build)."""
+"""The background compile queue of static builds (engine/compile_queue.py) and its owner's
+lifetime: on a CPU device a build waits for the end of the inference in flight, the first
+inference's too (the queue is made by that inference's first static build); a network that is
+gone is collected with builds still queued, and they are dropped."""
+import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -55,3 +58,35 @@ def test_the_first_inferences_builds_wait_for_its_end(device, monkeypatch):
     assert net.impls.compile_queue.submitted > 0
     assert net.impls.compile_queue.wait_idle(120)
     assert starts and min(starts) >= ended
+
+
+def test_a_dropped_network_is_collected_and_its_queued_builds_dropped(device, monkeypatch):
+    """Dropped while its first static build runs (held here) and more are queued: the network
+    is collected all the same, the queued builds are dropped and the worker ends after the
+    build in progress."""
+    gate, running, keys = threading.Event(), threading.Event(), []
+    compile_program = impl_manager.compile_program
+
+    def held(ctx, source, jit, dynamic=True):
+        if not dynamic:
+            keys.append(jit)
+            running.set()
+            gate.wait(60)
+        return compile_program(ctx, source, jit, dynamic)
+
+    monkeypatch.setattr(impl_manager, "compile_program", held)
+    net = Network(build_program(mlp()), device)
+    net.infer(_feeds(net, 5))
+    q, impls = net.impls.compile_queue, weakref.ref(net.impls)
+    assert running.wait(60), "no static build started after the inference"
+    assert q.submitted >= 2 and not q.wait_idle(0)
+    threads = list(q._threads)
+    del net
+    gc.collect()
+    assert impls() is None, "the queue kept the network alive"
+    assert q.wait_idle(0), "its queued builds were not dropped"
+    gate.set()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive()
+    assert len(keys) == 1, "a queued build ran after the network was gone"

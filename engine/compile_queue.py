@@ -32,6 +32,7 @@ class CompileQueue:
         self._cv = threading.Condition()
         self._pending: set = set()          # submitted, not finished
         self._done: dict = {}               # key -> (result | None, ms, error | None)
+        self._stopped = False
         self._threads = [threading.Thread(target=self._work, name=f"dyncli-compile-{i}", daemon=True)
                          for i in range(max(1, workers))]
         for t in self._threads:
@@ -45,6 +46,7 @@ class CompileQueue:
         """Drop the queued builds and let the workers end after the build in progress
         (without waiting for it)."""
         with self._cv:
+            self._stopped = True
             self._pending.clear()
         self._idle.set()
         while True:
@@ -97,20 +99,28 @@ class CompileQueue:
             item = self._q.get()
             if item is None:
                 return
-            key, build = item
             self._idle.wait()
-            t0 = time.perf_counter()
-            try:
-                prg, ms = build()
-                res = (prg, ms, None)
-            except Exception as e:  # noqa: BLE001 - reported by the engine at take()
-                res = (None, (time.perf_counter() - t0) * 1e3, e)
-            with self._cv:
-                self._pending.discard(key)
-                self._done[key] = res
-                while len(self._done) > self.MAX_DONE:
-                    self._done.pop(next(iter(self._done)))
-                self._cv.notify_all()
+            if self._stopped:          # dropped while it waited for the inference's end
+                return
+            self._build(*item)
+            # nothing of the build is kept while the worker waits for the next: its callable
+            # may hold the network, which must stay collectable (its finalizer stops the queue)
+            del item
+
+    def _build(self, key, build) -> None:
+        t0 = time.perf_counter()
+        try:
+            prg, ms = build()
+            res = (prg, ms, None)
+        except Exception as e:  # noqa: BLE001 - reported by the engine at take()
+            # without its traceback, whose frames hold the build's callable and the network
+            res = (None, (time.perf_counter() - t0) * 1e3, e.with_traceback(None))
+        with self._cv:
+            self._pending.discard(key)
+            self._done[key] = res
+            while len(self._done) > self.MAX_DONE:
+                self._done.pop(next(iter(self._done)))
+            self._cv.notify_all()
 
 
 def _close_ref(ref) -> None:

@@ -8,6 +8,7 @@ import os
 import time
 import weakref
 from concurrent.futures import Future
+from functools import partial
 
 import numpy as np
 import pyopencl as cl
@@ -48,6 +49,27 @@ def _matmul_macs_bound(ins, outs) -> int:
     return outs[0].count // max(m, 1) * (m + M_ALIGN) * k
 
 
+def build_static(ctx: cl.Context, cache: ImplCache, prebuilt: dict, key: ImplParams, weights=None):
+    """The static program of `key`; in the background, also the reorder program of the weight
+    layout it wants (into `prebuilt` unless `cache` has it), so that the switch to it builds
+    nothing in the critical path (on PoCL with empty caches that build took 102 ms of the
+    switching inference). Queued builds call this with the manager's parts, never the manager:
+    a network that is gone is collected while its build runs, and its queued builds dropped
+    (the network's finalizer stops the queue)."""
+    built = compile_program(ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),), dynamic=False)
+    if weights is not None and not weights.compatible:
+        call = reorder_call(weights)
+        jit = call.jit + (("NUM_TENSORS", len(call.args)),)
+        if dynamic_key(call.source, jit) not in cache and (call.source, jit) not in prebuilt:
+            done: Future = Future()
+            prebuilt[(call.source, jit)] = done
+            try:
+                done.set_result(compile_program(ctx, call.source, jit))
+            except Exception as e:  # noqa: BLE001 - raised where the flow takes it
+                done.set_exception(e)
+    return built
+
+
 class ImplManager:
     def __init__(self, buffers: Buffers, decisions: Decisions, device_type: str, mode: str = "auto",
                  async_compile: bool = True, compile_workers: int = 1, prebuild_workers: int = 8,
@@ -65,6 +87,7 @@ class ImplManager:
         # many small networks (the ONNX backend's node tests) may share one impl cache
         self.cache = cache if cache is not None else ImplCache(cache_capacity)
         self._compile_queue: CompileQueue | None = None
+        self._busy = False             # an inference is in flight (in_flight)
         self.failed: set = set()       # keys whose static build failed: dynamic stays
         # static keys the impl cache evicted: not built again (a run whose shapes want more
         # static impls than the cache holds would otherwise rebuild them in turn for ever, each
@@ -92,6 +115,7 @@ class ImplManager:
 
     def in_flight(self, busy: bool) -> None:
         """An inference starts or ends: background builds wait for the end on a CPU device."""
+        self._busy = busy
         if self._compile_queue is not None:
             self._compile_queue.in_flight(busy)
 
@@ -100,6 +124,10 @@ class ImplManager:
         """The background compile queue, started on first use (`wait_idle()` for tests)."""
         if self._compile_queue is None:
             self._compile_queue = CompileQueue(self.compile_workers, self.device_type == "cpu")
+            # made by the first static build an inference asks for: that inference is in
+            # flight, so the build waits for its end as later ones do (it took a core from
+            # the first inference's kernels on a CPU device)
+            self._compile_queue.in_flight(self._busy)
             # a network that is gone needs none of its queued builds: they would only take
             # the cores from the next one (on a 2-core CPU, minutes of a test suite)
             weakref.finalize(self, self._compile_queue.stop)
@@ -205,22 +233,8 @@ class ImplManager:
         return ImplParams("static", op, call.source, jit, tuple(dims), tuple(v.table_params))
 
     def _build_static(self, key: ImplParams, weights=None):
-        """The static program of `key`; in the background, also the reorder program of the
-        weight layout it wants, so that the switch to it builds nothing in the critical path
-        (on PoCL with empty caches that build took 102 ms of the switching inference)."""
-        built = compile_program(self.ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),),
-                                dynamic=False)
-        if weights is not None and not weights.compatible:
-            call = reorder_call(weights)
-            jit = call.jit + (("NUM_TENSORS", len(call.args)),)
-            if dynamic_key(call.source, jit) not in self.cache and (call.source, jit) not in self.prebuilt:
-                done: Future = Future()
-                self.prebuilt[(call.source, jit)] = done
-                try:
-                    done.set_result(compile_program(self.ctx, call.source, jit))
-                except Exception as e:  # noqa: BLE001 - raised where the flow takes it
-                    done.set_exception(e)
-        return built
+        """The static program of `key` (build_static)."""
+        return build_static(self.ctx, self.cache, self.prebuilt, key, weights)
 
     def find_static(self, key: ImplParams, name: str, node, weights=None) -> tuple[Impl | None, str]:
         """A static impl for `key`: ("hit") from the impl cache, ("ready") a finished background
@@ -239,7 +253,8 @@ class ImplManager:
             return None, "evicted"
         if not self.async_compile:
             return self._build_static_now(key, name, node)
-        fresh = self.compile_queue.submit(key, lambda: self._build_static(key, weights))
+        fresh = self.compile_queue.submit(key, partial(build_static, self.ctx, self.cache, self.prebuilt,
+                                                       key, weights))
         self.decisions.record("update_impl", "queue", "static" if fresh else "already_queued", node,
                               impl=name, impl_kind="static")
         return None, "queued"

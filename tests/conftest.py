@@ -2,8 +2,10 @@
 every output of every inference with onnxruntime."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import weakref
 
 import numpy as np
 import onnx
@@ -13,6 +15,28 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import Network, build_program, select_device  # noqa: E402
+from engine.compile_queue import CompileQueue  # noqa: E402
+
+# Every compile queue of the session (weakly: a queue lives while its workers do).
+_QUEUES: "weakref.WeakSet[CompileQueue]" = weakref.WeakSet()
+_queue_init = CompileQueue.__init__
+
+
+def _registered_init(self, *args, **kwargs):
+    _queue_init(self, *args, **kwargs)
+    _QUEUES.add(self)
+
+
+CompileQueue.__init__ = _registered_init
+
+
+@pytest.hookimpl(trylast=True)         # after the test's fixtures are gone
+def pytest_runtest_teardown(item, nextitem):
+    """Networks a test dropped are collected before the next test, so their queued static
+    builds stop (a network's finalizer drops them; networks sit in reference cycles, which only
+    the collector frees): on a 2-core machine builds nobody will take slow the next tests."""
+    if any(not q.wait_idle(0) for q in list(_QUEUES)):
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

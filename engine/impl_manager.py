@@ -206,12 +206,18 @@ class ImplManager:
         return impl
 
     # ---- static impls -------------------------------------------------------------------
+    def builds_static(self, inst) -> bool:
+        """Whether this run ever builds a static impl for `inst`'s op (the mode, and under
+        `--impls auto` the op's measured `static_on`): where it does not, the node's flow
+        keeps its shape-agnostic impl for every shape."""
+        return inst.opdef.static is not None and self.mode != "dynamic" and \
+            (self.mode == "static" or static_worth(self.device_type, inst.node.op))
+
     def static_variant(self, inst, ins, outs, deps) -> StaticVariant | None:
         """The op's static variant for these shapes, if this run builds static impls for it."""
-        fn = inst.opdef.static
-        if fn is None or self.mode == "dynamic" or \
-                (self.mode == "auto" and not static_worth(self.device_type, inst.node.op)):
+        if not self.builds_static(inst):
             return None
+        fn = inst.opdef.static
         if self.mode == "auto" and inst.node.op == "MatMul" and _matmul_macs_bound(ins, outs) < self.static_min_macs:
             return None    # below the threshold whatever the rows' alignment: not worth building
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}

@@ -135,18 +135,19 @@ class MemoryPool:
         if not live:
             return 0
         n = len(live)
-        names = tuple(live)
         sweep = self._sweep
-        if sweep is None or sweep[1] != self._spans or sweep[0] != names:
+        # the same tensors in another order (a partial replay notes its blocks in bulk) keep it
+        if sweep is None or sweep[1] != self._spans or live.keys() != sweep[3]:
+            names = tuple(live)
             span = self.lifetimes.get
             ends = np.fromiter((x for name in names for x in span(name, (0, END))), np.int64, 2 * n)
             # births of a step before its deaths; the max of the running sum is reached at the
             # end of a step's births whatever their order
             keys = ends * 2
             keys[1::2] += 1
-            sweep = self._sweep = (names, self._spans, np.argsort(keys, kind="stable"))
-        sizes = np.fromiter(live.values(), np.int64, n)
-        deltas = np.empty(2 * n, np.int64)
-        deltas[0::2], deltas[1::2] = sizes, -sizes
-        run = np.cumsum(deltas[sweep[2]])
-        return max(0, int(run.max()))
+            order = np.argsort(keys, kind="stable")
+            # the k-th event of the sweep: tensor order[k] // 2, a birth (+) or a death (-)
+            sweep = self._sweep = (names, self._spans, (order // 2, 1 - 2 * (order % 2)), frozenset(names))
+        sizes = np.fromiter(map(live.__getitem__, sweep[0]), np.int64, n)
+        which, sign = sweep[2]
+        return max(0, int(np.cumsum(sizes[which] * sign).max()))

@@ -13,7 +13,7 @@ import pyopencl as cl
 
 from engine.accounting import Accounting
 from engine.buffers import Buffers
-from engine.decisions import Decisions, InputNode
+from engine.decisions import Decisions, InputNode, NullTrace
 from engine.device import select_device
 from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
@@ -205,9 +205,11 @@ class Network:
     def _end(self, latency: float, extra: dict) -> None:
         self.impls.in_flight(False)
         self.time_ms = self.accounting.parts_ms(latency)
-        self.trace.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
-                         counters=dict(self.counters), time_ms=self.time_ms, **extra)
-        self.trace.flush()
+        tr = self.trace
+        if not isinstance(tr, NullTrace):    # nothing to build for a sink that keeps nothing
+            tr.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
+                     counters=dict(self.counters), time_ms=self.time_ms, **extra)
+            tr.flush()
 
     def _inputs(self, feeds: dict, fed_back: dict) -> None:
         for name in self.program.inputs:

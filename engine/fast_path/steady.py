@@ -32,7 +32,7 @@ from engine.ops.common import norm_axis
 
 def applier(inst):
     """The steady step of a node, or None when its flow has no compiled path (host nodes,
-    crops, runtime skips, in-place concats, static variants: the flow)."""
+    crops, runtime skips, in-place concats, ops this run builds static impls for: the flow)."""
     op = inst.opdef
     if inst.node.host or inst.concat_user is not None or inst.in_place_producers is not None \
             or op.dynamic_output:
@@ -42,7 +42,7 @@ def applier(inst):
     if inst.kv_past is not None:
         return kv_append if inst.append_by is not None and op.runtime_skip is None \
             and op.in_place_crop is None else None
-    if op.static is not None or ((op.runtime_skip or op.in_place_crop) and not inst.fusion):
+    if inst.rt.impls.builds_static(inst) or ((op.runtime_skip or op.in_place_crop) and not inst.fusion):
         return None
     return kernel_step
 
@@ -168,7 +168,7 @@ def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
 
 def kernel_step(inst, run: SteadyRun) -> bool:
     """execute() of a device node whose input layouts moved and that keeps its shape-agnostic
-    kernels (its op has no static variant): update_shape infer, update_impl keep, the flow's
+    kernels (this run builds no static impl for its op): update_shape infer, update_impl keep, the flow's
     realloc_if_needed, then set_arguments (the flow's when a buffer changed) and enqueue."""
     in_layouts = _moved(inst)
     if in_layouts is None or inst.skip_now or inst.internal_layouts:

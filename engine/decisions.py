@@ -62,7 +62,8 @@ class Decisions:
         name = node.name if node else ""
         if self.log is not None:
             self.log.append((name, kind, action, reason, fields))
-        self.trace.event(kind, name, node.op if node else "", action, reason, **fields)
+        if self.trace.__class__ is not NullTrace:
+            self.trace.event(kind, name, node.op if node else "", action, reason, **fields)
 
 
 def count(c: Counter, kind: str, action: str, reason: str, fields: dict) -> None:

@@ -14,6 +14,7 @@ runtime services (engine/runtime.py), never the network.
 from __future__ import annotations
 
 import math
+from operator import attrgetter, is_not
 
 import numpy as np
 
@@ -29,6 +30,8 @@ from engine.ops.common import ShapeInferenceError, contiguous_strides, norm_axis
 from engine.ops.movement import copy_call
 from engine.shape_predictor import BufferState
 from engine.weights import WeightsCache, weights_cache_capacity
+
+_OFFSET = attrgetter("offset")
 
 
 class PrimitiveInst:
@@ -531,13 +534,14 @@ class PrimitiveInst:
             # buffers (force) or with the call (a shape change)
             if force or b.tensors is None or (self.shape_changed and not (kept and kept[k])):
                 b.tensors = [self._arg_tensor(kind, i) for kind, i in b.call.args]
-            offsets = tuple(t.offset for t in b.tensors)
+            offsets = tuple(map(_OFFSET, b.tensors))
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.
             if b.info is None or self.shape_changed or offsets != b.offsets:
                 self._write_shape_info(b, self._shape_info_for(b.call, b.tensors, offsets), offsets)
-            bufs = [b.slot.buf] + [self.rt.buffers.device_buffer(t) for t in b.tensors]
-            if force or b.arg_ids is None or any(x is not y for x, y in zip(bufs, b.arg_ids)):
+            bufs = [b.slot.buf]
+            bufs += map(self.rt.buffers.device_buffer, b.tensors)
+            if force or b.arg_ids is None or any(map(is_not, bufs, b.arg_ids)):
                 b.kernel.set_args(*bufs)
                 b.arg_ids = bufs  # holding them keeps identities meaningful
                 did_set = True

@@ -44,7 +44,7 @@ SEG, DIRTY = 0, 1
 
 
 class PartialPlan:
-    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no")
+    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_counts")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -153,7 +153,17 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
         steps.append((DIRTY, inst, checks, steady.applier(inst)))
     steps = [(SEG, s[1], dict(s[2]), s[3], s[4], s[5], s[6]) if s[0] == SEG else s for s in steps]
     return PartialPlan(of_iter=of_iter, changed=changed, fed=fed, steps=steps, clean_nodes=names,
-                       kernels=sum(len(s[1]) for s in steps if s[0] == SEG))
+                       kernels=sum(len(s[1]) for s in steps if s[0] == SEG),
+                       seg_counts=_seg_counts(steps, len(steps)))
+
+
+def _seg_counts(steps, upto: int) -> dict:
+    """The decisions of the clean blocks among steps[:upto], summed (counted once per run)."""
+    total = Counter()
+    for s in steps[:upto]:
+        if s[0] == SEG:
+            total.update(s[2])
+    return dict(total)
 
 
 def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun") -> int | None:
@@ -172,11 +182,10 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | No
     steps, memory = plan.steps, buffers.memory
     for at, step in enumerate(steps):
         if step[0] == SEG:
-            _, launches, counts, names, _, live, outs = step
+            _, launches, _, names, _, live, outs = step
             queue.launches += launches
             if len(queue.launches) >= queue.flush_every:
                 queue.flush()
-            counters.update(counts)
             memory.note_many(live)
             for t in outs:             # read back at the end: the kernel writes a new value
                 t.version += 1
@@ -194,8 +203,10 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | No
             if new_value and t.layout == layout and not by_value:
                 buffers.device_buffer(t)          # the new value, into the same buffer
             if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
+                counters.update(_seg_counts(steps, at))
                 _flow_from(steps, at + 1)
                 return applied
+    counters.update(plan.seg_counts)     # every block repeated: their decisions, once
     return None
 
 

@@ -608,7 +608,9 @@ class PrimitiveInst:
                                                         np.array_equal(t.host, v))):
                 continue     # same value: its device copy and its readers' deps stay valid
             t.host = v
-            t.layout = Layout(tuple(int(d) for d in v.shape), dtype_from_numpy(v.dtype))
+            l, dtype = t.layout, dtype_from_numpy(v.dtype)
+            if l is None or l.shape != v.shape or l.dtype != dtype or l.pad is not None:
+                t.layout = Layout(tuple(int(d) for d in v.shape), dtype)   # else kept (a new value)
             t.version += 1
         self._rec("update_shape", "infer", "shape_changed",
                   out_shapes=[t.layout.shape for t in self.outputs])

@@ -44,7 +44,8 @@ SEG, DIRTY = 0, 1
 
 
 class PartialPlan:
-    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_counts")
+    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_counts",
+                 "seg_live")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -154,7 +155,7 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
     steps = [(SEG, s[1], dict(s[2]), s[3], s[4], s[5], s[6]) if s[0] == SEG else s for s in steps]
     return PartialPlan(of_iter=of_iter, changed=changed, fed=fed, steps=steps, clean_nodes=names,
                        kernels=sum(len(s[1]) for s in steps if s[0] == SEG),
-                       seg_counts=_seg_counts(steps, len(steps)))
+                       seg_counts=_seg_counts(steps, len(steps)), seg_live=_seg_live(steps, len(steps)))
 
 
 def _seg_counts(steps, upto: int) -> dict:
@@ -164,6 +165,16 @@ def _seg_counts(steps, upto: int) -> dict:
         if s[0] == SEG:
             total.update(s[2])
     return dict(total)
+
+
+def _seg_live(steps, upto: int) -> dict:
+    """What the clean blocks among steps[:upto] note live (MemoryPool.note_many; no clean
+    node's tensor is noted by a dirty node: noted once per run)."""
+    live = {}
+    for s in steps[:upto]:
+        if s[0] == SEG:
+            live.update(s[5])
+    return live
 
 
 def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun") -> int | None:
@@ -182,11 +193,10 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | No
     steps, memory = plan.steps, buffers.memory
     for at, step in enumerate(steps):
         if step[0] == SEG:
-            _, launches, _, names, _, live, outs = step
+            _, launches, _, names, _, _, outs = step
             queue.launches += launches
             if len(queue.launches) >= queue.flush_every:
                 queue.flush()
-            memory.note_many(live)
             for t in outs:             # read back at the end: the kernel writes a new value
                 t.version += 1
                 t.dev_version = t.version
@@ -204,9 +214,11 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | No
                 buffers.device_buffer(t)          # the new value, into the same buffer
             if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
                 counters.update(_seg_counts(steps, at))
+                memory.note_many(_seg_live(steps, at))
                 _flow_from(steps, at + 1)
                 return applied
     counters.update(plan.seg_counts)     # every block repeated: their decisions, once
+    memory.note_many(plan.seg_live)
     return None
 
 

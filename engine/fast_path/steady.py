@@ -60,12 +60,21 @@ class SteadyRun:
     def __init__(self, decisions):
         self.decisions = decisions
         trace = decisions.trace
-        # events are written only where a trace or the decision log reads them
-        self.emit = decisions.log is not None or not isinstance(trace, NullTrace)
+        # events are written only where a trace reads them; the decision log of an inference
+        # the fast path records (partial.build) needs only to know which nodes took a step
+        # (they are dirty whatever they decided): one mark per node instead of its events
+        self.emit = not isinstance(trace, NullTrace)
+        self.marks = decisions.log if not self.emit else None
         self.templates: dict = {}
         self.paths: Counter = Counter()      # a path's events -> how often they were made
         self.members = 0                     # nodes that took a steady step
         self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
+
+    def took(self, inst) -> None:
+        """`inst` took its steady step."""
+        self.members += 1
+        if self.marks is not None:
+            self.marks.append((inst.node.name, "steady", "", "", None))
 
     def event(self, inst, kind, action, reason="", **fields) -> None:
         self.decisions.write(kind, action, reason, inst.node, **fields)
@@ -207,7 +216,7 @@ def kernel_step(inst, run: SteadyRun) -> bool:
         run.event(inst, "execute", "enqueue", kernels=len(bound))
     run.paths[_ENQUEUE] += 1
     run.summed["kernels"] += len(bound)
-    run.members += 1
+    run.took(inst)
     return True
 
 
@@ -223,7 +232,7 @@ def view_step(inst, run: SteadyRun) -> bool:
         return False
     _infer(run, inst, tpl, in_layouts, deps, deps_key)
     run.paths[_KERNEL_PATH] += 1
-    run.members += 1
+    run.took(inst)
     inst.run_view()
     return True
 
@@ -290,5 +299,5 @@ def kv_append(inst, run: SteadyRun) -> bool:
     run.paths[_KV_PATH] += 1
     run.summed["kv_bytes_copied"] += copied
     run.summed["device_reads"] += 0
-    run.members += 1
+    run.took(inst)
     return True

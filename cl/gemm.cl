@@ -11,8 +11,21 @@
 #define Y_T 2
 #define GEMM_BIAS_ARG
 #endif
+// SPLIT_N (2 or 3): the output's N columns in SPLIT_N equal parts, each a tensor of its own
+// (Y, then Y1, Y2 right after it): sibling projections of one input packed into one GEMM
+// (engine/packed_projections.py). Y's shape_info dims are the packed [.., M, N].
+#ifndef SPLIT_N
+#define SPLIT_N 1
+#endif
+#if SPLIT_N == 3
+#define GEMM_SPLIT_ARGS , __global float* Y1, __global float* Y2
+#elif SPLIT_N == 2
+#define GEMM_SPLIT_ARGS , __global float* Y1
+#else
+#define GEMM_SPLIT_ARGS
+#endif
 // The tensor arguments every GEMM kernel starts with, in the order the engine binds them.
-#define GEMM_TENSORS __global const float* A, __global const float* B, GEMM_BIAS_ARG __global float* Y
+#define GEMM_TENSORS __global const float* A, __global const float* B, GEMM_BIAS_ARG __global float* Y GEMM_SPLIT_ARGS
 
 // Batch offsets: decompose the flat batch index over Y's batch dims (all but the last two),
 // broadcasting A and B where their batch dim is 1.
@@ -69,6 +82,24 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #define C_OFF 0
 #endif
 
+#if SPLIT_N > 1
+// Element (row, col) of the packed output [.., M, N] (yb: its batch's offset there, bat * M * N)
+// into part col / (N / SPLIT_N) at that part's own [.., M, N / SPLIT_N] position.
+#if SPLIT_N == 3
+#define SPLIT_Y2 Y2
+#else
+#define SPLIT_Y2 Y1
+#endif
+#define SPLIT_STORE(yb, row, col, N, v)                                                    \
+    {                                                                                      \
+        const int nh_ = (N) / SPLIT_N, w_ = (col) / nh_;                                   \
+        const int at_ = (yb) / SPLIT_N + (row) * nh_ + (col) - w_ * nh_;                   \
+        if (w_ == 0) Y[T_OFF(Y_T) + at_] = (v);                                            \
+        else if (w_ == 1) Y1[T_OFF(Y_T + 1) + at_] = (v);                                  \
+        else SPLIT_Y2[T_OFF(Y_T + 2) + at_] = (v);                                         \
+    }
+#endif
+
 // Split-K (GPUs), for few rows and a long K: S work-items (or work-groups of gemm_lm with
 // LM_SPLIT) share the K loop of one output, each writing its partial sum into the internal
 // buffer T [S, batch, M, N]; gemm_splitk_reduce adds the S partials and applies the epilogue
@@ -76,7 +107,7 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 // gemm_splitk_partial serves a decode step's GEMV (M <= SPLITK_ROWS, the engine's
 // SPLITK_MAX_ROWS): a work-item sums K / S products for 4 columns (a float4 of B along N) of
 // every row, so B is read once whatever M is.
-#define T_T (Y_T + 1)
+#define T_T (Y_T + SPLIT_N)
 #define SPLITK_ROWS 4
 KERNEL(gemm_splitk_partial)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS, __global float* T)
 {
@@ -247,7 +278,20 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
         if (row >= M) break;
         const int o0 = y_off - T_OFF(Y_T) + row * N + n0;
         __global float* y = Y + y_off + row * N + n0;
-#if HAS_FUSED_VOPS
+#if SPLIT_N > 1
+        {   // a full tile within one part: stored by vectors there
+            const int nh = N / SPLIT_N, w = n0 / nh;
+            if (nl == TN && (n0 + TN - 1) / nh == w) {
+                const int at = (y_off - T_OFF(Y_T)) / SPLIT_N + row * nh + n0 - w * nh;
+                __global float* yp = w == 0 ? Y + T_OFF(Y_T) + at : w == 1 ? Y1 + T_OFF(Y_T + 1) + at
+                                                                          : SPLIT_Y2 + T_OFF(Y_T + 2) + at;
+#pragma unroll
+                for (int j = 0; j < NV; ++j)
+                    *(__global BVU*)(yp + j * VW) = gemm_vepilogue(shape_info, C_ARG, C_OFF, acc[i][j], o0 + j * VW);
+                continue;
+            }
+        }
+#elif HAS_FUSED_VOPS
         if (nl == TN) {
 #pragma unroll
             for (int j = 0; j < NV; ++j)
@@ -259,8 +303,13 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
         float t[TN];
 #pragma unroll
         for (int j = 0; j < NV; ++j) *(BVU*)(t + j * VW) = acc[i][j];
-        for (int l = 0; l < nl; ++l)
+        for (int l = 0; l < nl; ++l) {
+#if SPLIT_N > 1
+            SPLIT_STORE(y_off - T_OFF(Y_T), row, n0 + l, N, gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l))
+#else
             y[l] = FUSED_OPS(gemm_epilogue(shape_info, C_ARG, C_OFF, t[l], o0 + l), o0 + l);
+#endif
+        }
     }
 }
 #endif
@@ -270,12 +319,21 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
 
 
 // Stores one output element through the epilogue (ALPHA, BETA * C) and the fused ops.
+#if SPLIT_N > 1
+#define GEMM_STORE(row, col, acc)                                                   \
+    {                                                                               \
+        const int o_ = y_off - T_OFF(Y_T) + (row) * N + (col);                      \
+        SPLIT_STORE(y_off - T_OFF(Y_T), row, col, N,                                \
+                    gemm_epilogue(shape_info, C_ARG, C_OFF, (acc), o_))             \
+    }
+#else
 #define GEMM_STORE(row, col, acc)                                                   \
     {                                                                               \
         const int o_ = y_off - T_OFF(Y_T) + (row) * N + (col);                      \
         const float v_ = gemm_epilogue(shape_info, C_ARG, C_OFF, (acc), o_);        \
         Y[y_off + (row) * N + (col)] = FUSED_OPS(v_, o_);                           \
     }
+#endif
 
 // GPU: 2-level tiling. A work-group of WGX x WGY work-items computes a BM x BN block of one
 // batch's output (BM = WGY * RM, BN = WGX * RN); K advances by BK through local memory, where

@@ -51,6 +51,7 @@ class DeviceQueue:
         self.profile = profile
         # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
         self.arena = ShapeInfoArena(ctx, device)
+        self.args_version = 0          # bumped whenever a bound kernel's arguments are set
         self.launches: list = []
         self.flush_every = self.FLUSH_EVERY[device_type]
         self.observer = Observer()

@@ -223,7 +223,7 @@ class ImplManager:
         consts = {i for i, t in enumerate(inst.inputs) if t is not None and t.constant}
         dev = {"device": self.device_type} if inst.opdef.per_device else {}
         v = fn(inst.node, ins, outs, deps, consts, **dev)
-        if v is not None and self.mode == "auto" and inst.node.op in ("MatMul", "Gemm") and \
+        if v is not None and self.mode == "auto" and inst.node.op in ("MatMul", "Gemm", "gemm_split") and \
                 _macs(v) < self.static_min_macs:
             return None
         return v

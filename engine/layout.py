@@ -94,13 +94,16 @@ class Layout:
 
     def __eq__(self, other) -> bool:
         # the flow compares every node's input layouts on every inference: identity first
-        # (layers share their class's layout objects), then the kept hashes, then the fields
+        # (layers share their class's layout objects), then hashes already kept, then the fields
         if self is other:
             return True
         if other.__class__ is not Layout:
             return NotImplemented
-        return hash(self) == hash(other) and self.shape == other.shape and self.dtype == other.dtype \
-            and self.format == other.format and self.pad == other.pad
+        h, g = self.__dict__.get("_hash"), other.__dict__.get("_hash")
+        if h is not None and g is not None and h != g:
+            return False
+        return self.shape == other.shape and self.dtype == other.dtype and self.format == other.format \
+            and self.pad == other.pad
 
     def __getstate__(self) -> dict:   # a string's hash differs from one process to the next
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}

@@ -544,6 +544,7 @@ class PrimitiveInst:
             if force or b.arg_ids is None or any(map(is_not, bufs, b.arg_ids)):
                 b.kernel.set_args(*bufs)
                 b.arg_ids = bufs  # holding them keeps identities meaningful
+                self.rt.queue.args_version += 1
                 did_set = True
         return did_set
 

@@ -30,6 +30,7 @@ from engine.fusion import fuse
 from engine.graph import ModelError, Node, link
 from engine.layout import Layout, dtype_from_onnx
 from engine.model_file import check_graph, load_model
+from engine.packed_projections import pack_projections
 from engine.ops import OPS
 from engine.ops.registry import ONNX_DOMAINS, domains, op_key
 from engine.static_dims import fold_static_dims
@@ -164,9 +165,10 @@ def build_program(model: onnx.ModelProto, path: str = "<model>", fusion: bool = 
     _decompose(prog)
     if insert_f16_casts(prog, model, expanded.dtypes):
         link(prog)
+    packed = pack_projections(prog) if fusion else 0
     _mark_static(prog)
     if fusion:
-        prog.fused = fuse(prog, attention=attention)
+        prog.fused = fuse(prog, attention=attention) + packed
     return prog
 
 

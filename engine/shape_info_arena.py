@@ -42,6 +42,7 @@ class ShapeInfoArena:
         # long run (more impls than it keeps), and bump allocation alone grew without bound
         self.free: dict[int, list] = {}
         self.epoch = 0                  # the inference (DeviceQueue.begin_inference)
+        self.version = 0                # bumped by every write into a slot (Slot.write, write_image)
 
     def slot(self, nints: int) -> "Slot":
         nbytes = -(-nints * 4 // self.align) * self.align
@@ -54,7 +55,35 @@ class ShapeInfoArena:
         at = c.used
         c.used += nbytes
         sub = c.buf.get_sub_region(at, nbytes)
-        return Slot(c, at, nbytes, sub, self.free)
+        return Slot(c, at, nbytes, sub, self.free, self)
+
+    @staticmethod
+    def image(slots_infos) -> list:
+        """What a plan's launches hold in their slots ((slot, shape_info) each), as one write
+        per chunk for write_image: (chunk, word indices, values, slots, byte span)."""
+        by_chunk: dict = {}
+        for slot, info in slots_infos:
+            by_chunk.setdefault(id(slot.chunk), (slot.chunk, []))[1].append((slot, info))
+        out = []
+        for chunk, items in by_chunk.values():
+            idx = np.concatenate([np.arange(s.at // 4, s.at // 4 + len(i)) for s, i in items])
+            vals = np.concatenate([i for _, i in items]).astype(np.int32)
+            lo = min(s.at for s, _ in items)
+            hi = max(s.at + i.nbytes for s, i in items)
+            out.append((chunk, idx, vals, [s for s, _ in items], lo, hi))
+        return out
+
+    def write_image(self, image: list) -> None:
+        """Slot.write of every (slot, shape_info) of `image` (ShapeInfoArena.image), in one
+        assignment per chunk."""
+        for chunk, idx, vals, slots, lo, hi in image:
+            chunk.host[idx] = vals
+            for s in slots:
+                if not s.pending:
+                    s.pending = True
+                    chunk.written.append(s)
+            chunk.lo, chunk.hi = min(chunk.lo, lo), max(chunk.hi, hi)
+        self.version += 1
 
     def flush(self, write) -> None:
         """Copy every dirty span to the device: `write(buf, span, byte offset, copy=True,
@@ -76,11 +105,13 @@ class ShapeInfoArena:
 
 class Slot:
     """One kernel's shape_info block in the arena."""
-    __slots__ = ("chunk", "at", "nbytes", "buf", "_free", "flushed", "pending")
+    __slots__ = ("chunk", "at", "nbytes", "buf", "_free", "flushed", "pending", "arena")
 
-    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer, free: dict):
+    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer, free: dict,
+                 arena: "ShapeInfoArena"):
         self.chunk, self.at, self.nbytes, self.buf = chunk, at, nbytes, buf
         self._free = free
+        self.arena = arena
         self.flushed = -1               # the arena epoch it last went to the device in
         self.pending = False            # written since the last flush
 
@@ -89,6 +120,7 @@ class Slot:
         self._free.setdefault(self.nbytes, []).append(self)
 
     def write(self, info: np.ndarray) -> None:
+        self.arena.version += 1
         c = self.chunk
         c.host[self.at // 4:self.at // 4 + len(info)] = info
         if not self.pending:

@@ -153,11 +153,11 @@ def test_encoder_attention_is_one_kernel(device, vocab):
         net, trace = _net(model, device, kind)
         run_vs_ort(model, seq, device, rtol=2e-4, atol=5e-5, net=net)
         assert not [e for e in trace.events if e["kind"] == "fusion"]
-        # kernels per inference: 3 QKV GEMMs, attention (q's heads split Transpose too: the
-        # scale's Shape(q) folds, engine/static_dims.py), 3 GEMMs, 2 LayerNorms, the mask's
-        # Sub(*-10000) (+ embeddings: 3 Gathers, Expand, Equal, Where, LayerNorm; the Cast and
-        # Slices are host shape math or views)
-        want = 10 if vocab is None else 14
+        # kernels per inference: the QKV GEMM (one, packed: engine/packed_projections.py),
+        # attention (q's heads split Transpose too: the scale's Shape(q) folds,
+        # engine/static_dims.py), 3 GEMMs, 2 LayerNorms, the mask's Sub(*-10000) (+ embeddings:
+        # 3 Gathers, Expand, Equal, Where, LayerNorm; the Cast and Slices are host shape math or views)
+        want = 8 if vocab is None else 12
         assert [e["counters"]["kernels"] for e in trace.events if e["kind"] == "infer_end"] == [want] * 3
 
 

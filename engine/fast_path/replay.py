@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from operator import is_not
 
 import numpy as np
 
@@ -209,7 +210,12 @@ class FastPath(Observer):
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches], reallocs=reallocs,
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=state,
-            io_state=[e for e in state if e[0] in self.io_tensors], touches=touches))
+            io_state=[e for e in state if e[0] in self.io_tensors], touches=touches,
+            image=self.queue.arena.image([(b.slot, info) for b, _, _, _, _, info in launches
+                                          if b is not None and info is not None and b.slot is not None]),
+            infos=[(b, info) for b, _, _, _, _, info in launches if b is not None],
+            args=[(b, k, args) for b, k, _, _, args, _ in launches if b is not None],
+            arena_version=-1, args_version=-1))
         if clean is None:
             self.bases += 1
         return clean or []
@@ -251,18 +257,25 @@ class FastPath(Observer):
             if t.dev_src is not arr and arr.nbytes:
                 queue.write(t.buf, arr)
                 t.dev_src = arr
-        for b, k, g, l, args, info in plan.launches:
-            if b is None:
-                continue
-            if b.info is not info:
-                b.slot.write(info)
+        # the kernels' shape_info and arguments, unless nothing wrote a slot or set an argument
+        # since this plan last put back its own (the same signature again); each bound
+        # kernel keeps saying what its slot holds and what its arguments are (info, arg_ids)
+        arena = queue.arena
+        if plan.arena_version != arena.version:
+            arena.write_image(plan.image)
+            for b, info in plan.infos:
                 b.info = info
-            if b.arg_ids is not args and (b.arg_ids is None or
-                                          any(x is not y for x, y in zip(args, b.arg_ids))):
-                k.set_args(*args)
+            plan.arena_version = arena.version
+        if plan.args_version != queue.args_version:
+            for b, k, args in plan.args:
+                cur = b.arg_ids
+                if cur is not args and (cur is None or any(map(is_not, args, cur))):
+                    k.set_args(*args)
+                    queue.args_version += 1
                 b.arg_ids = args
+            plan.args_version = queue.args_version
         # one shape_info write before the kernels: a write behind them would wait for them
-        queue.arena.flush(queue.write)
+        arena.flush(queue.write)
         queue.enqueue(plan.kernels)
         for cache, key in plan.touches:        # the flow's cache hits, in the LRU orders too
             cache.get(key)

@@ -297,7 +297,7 @@ def static_gemm(call: KernelCall, b_const: bool, dev: str = "gpu") -> StaticVari
     j = dict(call.jit)
     ta, tb = j["TRANS_A"], j["TRANS_B"]
     M, N, K, nb = call.params
-    y_pos = len(call.args) - 1
+    y_pos = call.args.index(("out", 0))      # a split GEMM's other outputs follow it
     a_dims, b_dims, y_dims = call.dims[0], call.dims[1], call.dims[y_pos]
     bias = call.dims.get(2) if j["HAS_BIAS"] else None
     if len(b_dims) == 2 and not ta and len(a_dims) > 2:
@@ -361,6 +361,35 @@ def _check_f32(node, ins):
 def _matmul(node, ins, deps):
     _check_f32(node, ins)
     return [Layout(_mm_operands(ins[0].shape, ins[1].shape)[3], "f32")]
+
+
+def _split_call(node, ins, dev="gpu"):
+    """gemm_split (engine/packed_projections.py): x [.., M, K] times the packed weight [K, N]
+    plus the packed bias [N], the N columns written to `parts` outputs of N / parts columns
+    each (cl/gemm.cl SPLIT_N; Y's shape_info dims are the packed [.., M, N]). Never a GEMV or
+    split-K: their kernels store one output."""
+    a2, b2, batch, _ = _mm_operands(ins[0].shape, ins[1].shape)
+    c = gemm_call(node, a2, b2, batch, a2[-2], b2[-1], a2[-1], bias=ins[2].shape, dev=dev)
+    parts = node.attrs["parts"]
+    return KernelCall(c.source, c.kernel, c.jit + (("SPLIT_N", parts),),
+                      c.args + tuple(("out", k) for k in range(1, parts)), c.params, c.gws, c.lws,
+                      c.dims, c.internal)
+
+
+def _split_kernels(node, ins, outs, deps, device="gpu"):
+    return [_split_call(node, ins, device)]
+
+
+# static_on: MatMul's figures (the same kernels)
+@register("gemm_split", kernels=_split_kernels, static=_gemm_static(_split_call), weights=1, internal=True,
+          per_device=True, static_on=frozenset({"cpu"}))
+def _gemm_split(node, ins, deps):
+    _check_f32(node, ins)
+    parts = node.attrs["parts"]
+    out = _mm_operands(ins[0].shape, ins[1].shape)[3]
+    if out[-1] % parts:
+        raise ShapeInferenceError(f"{node.name}: {out[-1]} columns do not split in {parts}")
+    return [Layout(out[:-1] + (out[-1] // parts,), "f32") for _ in range(parts)]
 
 
 def _gemm_dims(node, ins):

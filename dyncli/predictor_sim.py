@@ -89,9 +89,10 @@ def pattern_source(text: str, dtype: str) -> Source:
 
 
 def trace_source(path: str) -> Source:
-    """Every node's output buffer in iteration order: each realloc `alloc`/`from_pool`/`reuse`
-    event is one requirement step of its node (one output per node); `run_allocations` counts
-    the steps that needed another buffer (new or pooled)."""
+    """Every node output's buffer in iteration order: each realloc `alloc`/`from_pool`/`reuse`
+    event is one requirement step of its node's output (`output`: its index, absent for the
+    first; a node's other outputs are buffers `node:K`); `run_allocations` counts the steps that
+    needed another buffer (new or pooled)."""
     from traces import read_trace
     from traces.reader import TraceError
     try:
@@ -104,7 +105,8 @@ def trace_source(path: str) -> Source:
             if "shape" not in e or "dtype" not in e:
                 raise SimUsageError(f"--from-trace {path}: realloc events carry no shape/dtype "
                                     "(recorded by an older dyncli): record the run again")
-            b = bufs.setdefault(e["node"], Buffer(e["node"], [], e["dtype"], 0))
+            name = f"{e['node']}:{e['output']}" if "output" in e else e["node"]
+            b = bufs.setdefault(name, Buffer(name, [], e["dtype"], 0))
             b.shapes.append(tuple(e["shape"]))
             b.run_allocations += e["action"] != "reuse"
     except FileNotFoundError:

@@ -464,8 +464,10 @@ class PrimitiveInst:
         preallocation when it predicts and 90% of memory allows): a dead tensor's from the
         memory pool, or a new one. The impl's internal buffers (scratch) follow the same rules."""
         changed = False
-        for t in self.outputs:
-            changed |= self._realloc(t)
+        for k, t in enumerate(self.outputs):
+            # an output other than the first says which (predictor-sim --from-trace replays
+            # each buffer's requirements)
+            changed |= self._realloc(t) if k == 0 else self._realloc(t, output=k)
         for k, l in enumerate(self.internal_layouts):
             t = self._internal(k)
             t.layout = l

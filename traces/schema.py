@@ -118,7 +118,7 @@ KINDS: dict[str, dict] = {
     "realloc": {
         "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},
         "reasons": {"", "alloc", "reuse", "reclaim", "feedback_alias", "feedback_copy"},
-        "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype", "buffer"),
+        "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype", "buffer", "output"),
         "doc": "Output memory: graph input (`external`; reason says whether its buffer was "
                "reused), existing buffer fits (`reuse`), new buffer (`alloc`, `bytes` allocated, "
                "`predicted` when the ShapePredictor enlarged it, reason `reclaim` when the old one "
@@ -126,8 +126,9 @@ KINDS: dict[str, dict] = {
                "`bytes` the request, `capacity` the buffer's size: taken only when the request is "
                "over half of it), a slice of an in-place concat's buffer (`by_other`), alias of "
                "the input buffer (`view`), zero-size (`empty`). `buffer`: `internalK` for an "
-               "impl's internal buffer (scratch, e.g. split-K partial sums), absent for the "
-               "output. `shape`/`dtype`: the required shape and element type (replayable by "
+               "impl's internal buffer (scratch, e.g. split-K partial sums), absent for an "
+               "output; `output`: the output's index when it is not the first (a node with "
+               "several outputs, e.g. a packed `gemm_split`). `shape`/`dtype`: the required shape and element type (replayable by "
                "`predictor-sim --from-trace`). `mode`: the preallocation policy's branch "
                "(`run --predictor`; openvino: iterations/ratio/custom/none, adaptive: "
                "first/grow/steady/exact).",

@@ -113,6 +113,14 @@ _EXACT_MAX = 64     # shape math holds a few values; a larger integer tensor is 
 def _no_wrap(node, a, b, out) -> None:
     """numpy's integer math wraps silently: a dim past int64 would become a small or negative
     one and fail later, or not at all, far from its cause. Python's ints are exact."""
+    if a.dtype.kind == "i" and a.size and b.size:
+        # the operands' largest magnitudes bound the result: shape math (small dims) never gets
+        # near the limit, and this check costs a fifth of the exact one (a decode step's
+        # position math runs it every step)
+        ha = max(int(a.max()), -int(a.min()))
+        hb = max(int(b.max()), -int(b.min()))
+        if (ha * hb if node.op == "Mul" else ha + hb) <= np.iinfo(a.dtype).max:
+            return
     exact = _BINARY[node.op](a.astype(object), b.astype(object))
     bad = np.flatnonzero(np.broadcast_to(exact != out, np.shape(out)))
     if bad.size:

@@ -4,6 +4,8 @@ optional inputs, clamped Slice bounds and negative steps, Reshape's 0 and -1, in
 and each declines (None) what it leaves to the reference (float arithmetic, float casts)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -96,3 +98,28 @@ def test_run_host_gives_arrays_for_0d_results():
     add = _node("Add", [0, 1], 18)
     out = add.run_host([np.array(2, I64), np.array(3, I64)])
     assert isinstance(out[0], np.ndarray) and out[0].dtype == I64 and out[0] == 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(op=st.sampled_from(["Add", "Sub", "Mul"]), dtype=st.sampled_from([np.int32, np.int64]),
+       data=st.data())
+def test_integer_shape_math_is_exact_or_refused(op, dtype, data):
+    """Add/Sub/Mul on int32/int64 host values: the numpy result where Python's exact one fits
+    the type, an OverflowError naming the operands where it does not (numpy would wrap); near
+    the type's limits too (the quick bound check must never let a wrap through)."""
+    lim = np.iinfo(dtype)
+    ints = st.one_of(st.integers(-8, 8), st.integers(lim.min, lim.max),
+                     st.integers(lim.max // 2 - 2, lim.max // 2 + 2), st.integers(1 << 30, 1 << 32))
+    shape = data.draw(st.sampled_from([(), (1,), (3,)]))
+    n = int(np.prod(shape)) if shape else 1
+    a = np.array([data.draw(ints.filter(lambda v: lim.min <= v <= lim.max)) for _ in range(n)], dtype).reshape(shape)
+    b = np.array([data.draw(ints.filter(lambda v: lim.min <= v <= lim.max)) for _ in range(n)], dtype).reshape(shape)
+    exact = {"Add": lambda x, y: x + y, "Sub": lambda x, y: x - y, "Mul": lambda x, y: x * y}[op]
+    want = [exact(int(x), int(y)) for x, y in zip(a.ravel(), b.ravel())]
+    node = _node(op, [0, 1])
+    if all(lim.min <= w <= lim.max for w in want):
+        (out,) = FAST[op](node, a, b)
+        assert out.dtype == dtype and [int(v) for v in out.ravel()] == want
+    else:
+        with pytest.raises(OverflowError, match="is past"):
+            FAST[op](node, a, b)

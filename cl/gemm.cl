@@ -83,21 +83,22 @@ inline float gemm_epilogue(SHAPE_INFO_PTR si, __global const float* C, int c_off
 #endif
 
 #if SPLIT_N > 1
-// Element (row, col) of the packed output [.., M, N] (yb: its batch's offset there, bat * M * N)
-// into part col / (N / SPLIT_N) at that part's own [.., M, N / SPLIT_N] position.
 #if SPLIT_N == 3
-#define SPLIT_Y2 Y2
+#define SPLIT_Y2 (Y2 + T_OFF(Y_T + 2))
 #else
-#define SPLIT_Y2 Y1
+#define SPLIT_Y2 (Y1 + T_OFF(Y_T + 1))
 #endif
-#define SPLIT_STORE(yb, row, col, N, v)                                                    \
-    {                                                                                      \
-        const int nh_ = (N) / SPLIT_N, w_ = (col) / nh_;                                   \
-        const int at_ = (yb) / SPLIT_N + (row) * nh_ + (col) - w_ * nh_;                   \
-        if (w_ == 0) Y[T_OFF(Y_T) + at_] = (v);                                            \
-        else if (w_ == 1) Y1[T_OFF(Y_T + 1) + at_] = (v);                                  \
-        else SPLIT_Y2[T_OFF(Y_T + 2) + at_] = (v);                                         \
-    }
+// Where element (row, col) of the packed output [.., M, N] lives (yb: its batch's offset in the
+// packed output, bat * M * N): part col / (N / SPLIT_N), at that part's own [.., M, N / SPLIT_N]
+// position; y0, y1, y2: the parts at their offsets.
+inline __global float* split_at(__global float* y0, __global float* y1, __global float* y2,
+                                int yb, int row, int col, int N) {
+    const int nh = N / SPLIT_N, w = col / nh;
+    return (w == 0 ? y0 : w == 1 ? y1 : y2) + yb / SPLIT_N + row * nh + col - w * nh;
+}
+#define SPLIT_AT(yb, row, col, N) \
+    split_at(Y + T_OFF(Y_T), Y1 + T_OFF(Y_T + 1), SPLIT_Y2, (yb), (row), (col), (N))
+#define SPLIT_STORE(yb, row, col, N, v) *SPLIT_AT(yb, row, col, N) = (v);
 #endif
 
 // Split-K (GPUs), for few rows and a long K: S work-items (or work-groups of gemm_lm with
@@ -282,9 +283,7 @@ KERNEL(gemm_rb)(OPTIONAL_SHAPE_INFO_ARG GEMM_TENSORS FUSED_ARGS)
         {   // a full tile within one part: stored by vectors there
             const int nh = N / SPLIT_N, w = n0 / nh;
             if (nl == TN && (n0 + TN - 1) / nh == w) {
-                const int at = (y_off - T_OFF(Y_T)) / SPLIT_N + row * nh + n0 - w * nh;
-                __global float* yp = w == 0 ? Y + T_OFF(Y_T) + at : w == 1 ? Y1 + T_OFF(Y_T + 1) + at
-                                                                          : SPLIT_Y2 + T_OFF(Y_T + 2) + at;
+                __global float* yp = SPLIT_AT(y_off - T_OFF(Y_T), row, n0, N);
 #pragma unroll
                 for (int j = 0; j < NV; ++j)
                     *(__global BVU*)(yp + j * VW) = gemm_vepilogue(shape_info, C_ARG, C_OFF, acc[i][j], o0 + j * VW);

@@ -44,6 +44,8 @@ class NullTrace:
 class Decisions:
     def __init__(self, trace=None):
         self.trace = trace or NullTrace()
+        # whether the sink keeps events: nothing is built for one that keeps none
+        self.traced = not isinstance(self.trace, NullTrace)
         self.counters: Counter = Counter()
         # (node name, kind, action, reason, fields) of every decision while a list is set here
         # (the fast path records an inference of the flow node by node: engine/fast_path)
@@ -62,7 +64,7 @@ class Decisions:
         name = node.name if node else ""
         if self.log is not None:
             self.log.append((name, kind, action, reason, fields))
-        if self.trace.__class__ is not NullTrace:
+        if self.traced:
             self.trace.event(kind, name, node.op if node else "", action, reason, **fields)
 
 

@@ -13,7 +13,7 @@ import pyopencl as cl
 
 from engine.accounting import Accounting
 from engine.buffers import Buffers
-from engine.decisions import Decisions, InputNode, NullTrace
+from engine.decisions import Decisions, InputNode
 from engine.device import select_device
 from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
@@ -205,8 +205,8 @@ class Network:
     def _end(self, latency: float, extra: dict) -> None:
         self.impls.in_flight(False)
         self.time_ms = self.accounting.parts_ms(latency)
-        tr = self.trace
-        if not isinstance(tr, NullTrace):    # nothing to build for a sink that keeps nothing
+        if self.decisions.traced:            # nothing to build for a sink that keeps nothing
+            tr = self.trace
             tr.event("infer_end", latency_ms=round(latency, 3), out_shapes=self.output_shapes(),
                      counters=dict(self.counters), time_ms=self.time_ms, **extra)
             tr.flush()

@@ -35,24 +35,26 @@ def pack_projections(prog) -> int:
         if chain is not None:
             w = prog.constants[n.inputs[1]]
             groups.setdefault((n.inputs[0], w.shape), []).append(chain)
-    made = []
+    names = {n.name for n in prog.nodes}
+    made = []       # (gemm_split node, the nodes it replaces)
     for chains in groups.values():
         while len(chains) >= 2:     # in node order: threes, then a last two
             take = chains[:MAX_PARTS] if len(chains) != MAX_PARTS + 1 else chains[:2]
             chains = chains[len(take):]
-            made.append(_packed(prog, take))
+            made.append(_packed(prog, take, names))
     if not made:
         return 0
-    gone = {id(x) for node, _ in made for x in node.attrs["packed"]}
-    sources = {c for node, _ in made for x in node.attrs["packed"] for c in x.inputs if c in prog.constants}
+    gone = {id(x) for _, replaced in made for x in replaced}
+    sources = {c for _, replaced in made for x in replaced for c in x.inputs if c in prog.constants}
+    # each goes where the first node it replaces was: x and the constants are all it reads
+    before = {id(min(replaced, key=lambda x: x.index)): node for node, replaced in made}
     nodes = []
     for n in prog.nodes:
-        nodes += [node for node, first in made if first is n]
+        if id(n) in before:
+            nodes.append(before[id(n)])
         if id(n) not in gone:
             nodes.append(n)
     prog.nodes = nodes
-    for node, _ in made:
-        del node.attrs["packed"]
     link(prog)
     for c in sources:    # the separate weights and biases, unless something else reads them
         if c not in prog.users and c not in prog.outputs:
@@ -81,19 +83,18 @@ def _chain(prog, mm) -> tuple | None:
     return mm, add, b_name
 
 
-def _packed(prog, chains) -> tuple:
-    """The gemm_split node of `chains` (with the nodes it replaces in attrs["packed"], taken
-    out by the caller) and the node it goes before; its weight and bias become constants."""
+def _packed(prog, chains, names: set) -> tuple:
+    """(the gemm_split node of `chains`, the nodes it replaces, taken out by the caller); its
+    weight and bias become constants, its name joins `names`."""
     first = chains[0][0]
     name = f"{first.name}_packed"
-    while name in prog.producers or any(n.name == name for n in prog.nodes):
+    while name in names:
         name += "_"
+    names.add(name)
     w = np.concatenate([prog.constants[mm.inputs[1]] for mm, _, _ in chains], axis=1)
     b = np.concatenate([prog.constants[b] for _, _, b in chains])
     w_name, b_name = f"{name}.weight", f"{name}.bias"
     prog.constants[w_name], prog.constants[b_name] = np.ascontiguousarray(w), b
     node = Node(name, "gemm_split", [first.inputs[0], w_name, b_name],
-                [add.outputs[0] for _, add, _ in chains],
-                {"parts": len(chains), "packed": [x for mm, add, _ in chains for x in (mm, add)]},
-                first.proto, first.opset)
-    return node, min((x for mm, add, _ in chains for x in (mm, add)), key=lambda x: x.index)
+                [add.outputs[0] for _, add, _ in chains], {"parts": len(chains)}, first.proto, first.opset)
+    return node, [x for mm, add, _ in chains for x in (mm, add)]

@@ -55,7 +55,7 @@ class ShapeInfoArena:
         at = c.used
         c.used += nbytes
         sub = c.buf.get_sub_region(at, nbytes)
-        return Slot(c, at, nbytes, sub, self.free, self)
+        return Slot(c, at, nbytes, sub, self)
 
     @staticmethod
     def image(slots_infos) -> list:
@@ -105,19 +105,17 @@ class ShapeInfoArena:
 
 class Slot:
     """One kernel's shape_info block in the arena."""
-    __slots__ = ("chunk", "at", "nbytes", "buf", "_free", "flushed", "pending", "arena")
+    __slots__ = ("chunk", "at", "nbytes", "buf", "arena", "flushed", "pending")
 
-    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer, free: dict,
-                 arena: "ShapeInfoArena"):
+    def __init__(self, chunk: _Chunk, at: int, nbytes: int, buf: cl.Buffer, arena: "ShapeInfoArena"):
         self.chunk, self.at, self.nbytes, self.buf = chunk, at, nbytes, buf
-        self._free = free
         self.arena = arena
         self.flushed = -1               # the arena epoch it last went to the device in
         self.pending = False            # written since the last flush
 
     def release(self) -> None:
         """Its kernel is gone (no node, cache or plan holds it): the next slot of its size."""
-        self._free.setdefault(self.nbytes, []).append(self)
+        self.arena.free.setdefault(self.nbytes, []).append(self)
 
     def write(self, info: np.ndarray) -> None:
         self.arena.version += 1

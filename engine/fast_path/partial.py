@@ -44,8 +44,7 @@ SEG, DIRTY = 0, 1
 
 
 class PartialPlan:
-    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_counts",
-                 "seg_live")
+    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_sums")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -155,26 +154,18 @@ def build(attr: Attribution, log: list, launches: list, live: dict, outputs: set
     steps = [(SEG, s[1], dict(s[2]), s[3], s[4], s[5], s[6]) if s[0] == SEG else s for s in steps]
     return PartialPlan(of_iter=of_iter, changed=changed, fed=fed, steps=steps, clean_nodes=names,
                        kernels=sum(len(s[1]) for s in steps if s[0] == SEG),
-                       seg_counts=_seg_counts(steps, len(steps)), seg_live=_seg_live(steps, len(steps)))
+                       seg_sums=_seg_sums(steps, len(steps)))
 
 
-def _seg_counts(steps, upto: int) -> dict:
-    """The decisions of the clean blocks among steps[:upto], summed (counted once per run)."""
-    total = Counter()
+def _seg_sums(steps, upto: int) -> tuple[dict, dict]:
+    """The clean blocks among steps[:upto], summed: their decisions and what they note live
+    (MemoryPool.note_many; no dirty node notes a clean node's tensor), added once per run."""
+    counts, live = Counter(), {}
     for s in steps[:upto]:
         if s[0] == SEG:
-            total.update(s[2])
-    return dict(total)
-
-
-def _seg_live(steps, upto: int) -> dict:
-    """What the clean blocks among steps[:upto] note live (MemoryPool.note_many; no clean
-    node's tensor is noted by a dirty node: noted once per run)."""
-    live = {}
-    for s in steps[:upto]:
-        if s[0] == SEG:
+            counts.update(s[2])
             live.update(s[5])
-    return live
+    return dict(counts), live
 
 
 def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun") -> int | None:
@@ -213,13 +204,17 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | No
             if new_value and t.layout == layout and not by_value:
                 buffers.device_buffer(t)          # the new value, into the same buffer
             if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
-                counters.update(_seg_counts(steps, at))
-                memory.note_many(_seg_live(steps, at))
+                _add_blocks(_seg_sums(steps, at), counters, memory)
                 _flow_from(steps, at + 1)
                 return applied
-    counters.update(plan.seg_counts)     # every block repeated: their decisions, once
-    memory.note_many(plan.seg_live)
+    _add_blocks(plan.seg_sums, counters, memory)     # every block repeated: once
     return None
+
+
+def _add_blocks(sums: tuple, counters: Counter, memory) -> None:
+    counts, live = sums
+    counters.update(counts)
+    memory.note_many(live)
 
 
 def _flow_from(steps, at: int) -> None:

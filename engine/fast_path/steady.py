@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.decisions import NullTrace, count
+from engine.decisions import count
 from engine.layout import Layout
 from engine.memo import values_key
 from engine.ops.common import norm_axis
@@ -59,11 +59,10 @@ class SteadyRun:
 
     def __init__(self, decisions):
         self.decisions = decisions
-        trace = decisions.trace
         # events are written only where a trace reads them; the decision log of an inference
         # the fast path records (partial.build) needs only to know which nodes took a step
         # (they are dirty whatever they decided): one mark per node instead of its events
-        self.emit = not isinstance(trace, NullTrace)
+        self.emit = decisions.traced
         self.marks = decisions.log if not self.emit else None
         self.templates: dict = {}
         self.paths: Counter = Counter()      # a path's events -> how often they were made

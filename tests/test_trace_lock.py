@@ -8,6 +8,7 @@ import sys
 import time
 
 import onnx
+import pytest
 from typer.testing import CliRunner
 
 from dyncli.cli import app
@@ -89,3 +90,38 @@ def test_stale_lock_of_a_killed_run_is_taken_over(tmp_path):
     lock.acquire()
     assert open(lock.path).read() == str(os.getpid())
     lock.release()
+
+
+def test_a_flush_cut_by_ctrl_c_leaves_whole_lines(tmp_path):
+    """Ctrl-C inside a flush's write (part of the lines on disk) must not leave a cut line in
+    the middle of the trace: the next flush (the run's `run_end`) writes those lines again
+    from where the whole ones end, each once."""
+    from traces import TraceWriter
+
+    class CutOnce:
+        def __init__(self, f):
+            self.f, self.cut = f, False
+
+        def write(self, data):
+            if not self.cut and len(data) > 40:
+                self.cut = True
+                self.f.write(data[:len(data) // 2])
+                self.f.flush()
+                raise KeyboardInterrupt
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    path = tmp_path / "t.jsonl"
+    w = TraceWriter(path, {"model": "m"})
+    w._f = CutOnce(w._f)
+    for k in range(5):
+        w.event("execute", f"n{k}", "Relu", "enqueue", kernels=1)
+    with pytest.raises(KeyboardInterrupt):
+        w.flush()
+    w.event("run_end", action="interrupted")
+    w.close()
+    evs = list(read_trace(str(path))[1])
+    assert [e.get("node") for e in evs if e["kind"] == "execute"] == [f"n{k}" for k in range(5)]
+    assert [e["kind"] for e in evs][-1] == "run_end"

@@ -19,6 +19,9 @@ class TraceWriter:
         self.iter = -1
         self.spent_s = 0.0             # time spent writing events (infer_end's breakdown)
         self._heads: dict = {}         # (kind, node, op, action, reason) -> the line's JSON head
+        # bytes known to be whole lines in the file, and whether a write since may have been cut
+        # (Ctrl-C during a flush): the next flush cuts the file back and writes the lines again
+        self._good, self._cut = 0, False
         self.write({"kind": "header", "schema": SCHEMA_VERSION, "tool": "dyncli", **header})
         self.flush()
 
@@ -47,11 +50,19 @@ class TraceWriter:
 
     def flush(self) -> None:
         t0 = time.perf_counter()
+        if self._cut:                  # an interrupted flush: its lines are still in _buf
+            self._f.seek(self._good)
+            self._f.truncate()
+            self._cut = False
         if self._buf:
-            self._buf.append(b"")
-            self._f.write(b"\n".join(self._buf))
-            self._buf.clear()
-        self._f.flush()
+            data = b"\n".join(self._buf) + b"\n"
+            self._cut = True
+            self._f.write(data)
+            self._f.flush()
+            # one statement: an interrupt lands before it (the lines are written again) or after
+            self._buf, self._good, self._cut = [], self._good + len(data), False
+        else:
+            self._f.flush()
         self.spent_s += time.perf_counter() - t0
 
     def close(self) -> None:

@@ -49,7 +49,7 @@ def applier(inst):
 
 class Template:
     """What a class of nodes does for one set of input layouts in this step."""
-    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys",
+    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys", "internal",
                  "shape", "axis", "padded", "nbytes", "bits")
 
 
@@ -155,7 +155,7 @@ def _class_template(inst, run: SteadyRun, in_layouts, make) -> tuple:
 
 def _view_template(inst, in_layouts, deps, deps_key) -> Template:
     tpl = Template()
-    out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
+    out_layouts, unfuse, _ = inst.rt.memos.shape_fns.answer(inst, in_layouts, deps, deps_key, False)
     tpl.ok = not unfuse
     _shapes(tpl, in_layouts, out_layouts)
     return tpl
@@ -163,14 +163,14 @@ def _view_template(inst, in_layouts, deps, deps_key) -> Template:
 
 def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
     tpl = Template()
-    out_layouts, unfuse = inst.layouts_for(in_layouts, deps, deps_key)
-    tpl.ok = not unfuse and any(l.count for l in out_layouts)
+    out_layouts, unfuse, calls = inst.rt.memos.shape_fns.answer(inst, in_layouts, deps, deps_key, True)
+    tpl.ok = calls is not None
     _shapes(tpl, in_layouts, out_layouts)
     if tpl.ok:
-        calls = inst.dynamic_calls_for(in_layouts, out_layouts, deps, deps_key)
         tpl.calls = calls
         tpl.keys = [(c.source, c.jit, len(c.args)) for c in calls]
-        tpl.ok = not any(c.internal for c in calls)
+        # scratch (a split-K GEMM's partial sums) as the flow's _bind declares it
+        tpl.internal = next((c.internal for c in calls if c.internal), ())
     return tpl
 
 
@@ -179,7 +179,7 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     kernels (this run builds no static impl for its op): update_shape infer, update_impl keep, the flow's
     realloc_if_needed, then set_arguments (the flow's when a buffer changed) and enqueue."""
     in_layouts = _moved(inst)
-    if in_layouts is None or inst.skip_now or inst.internal_layouts:
+    if in_layouts is None or inst.skip_now:
         return False
     deps, deps_key, tpl = _class_template(inst, run, in_layouts, _kernel_template)
     bound = inst.bound
@@ -202,7 +202,7 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     same = [b.tensors is not None and b.call.args == call.args for call, b in zip(tpl.calls, bound)]
     for call, b in zip(tpl.calls, bound):
         b.retarget(call)
-    inst.internal_layouts = ()
+    inst.internal_layouts = tpl.internal
     if inst.realloc_if_needed():
         inst.set_arguments(True)
     else:

@@ -18,6 +18,7 @@ from engine.kernels import KernelCall
 from engine.layout import Layout
 from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
+from engine.symbolic import tracing
 
 # What fits: the key row of scores lives in private (CPU) or local (GPU) memory, the query row
 # in local memory. Longer keys run the unfused subgraph (engine/attention_fusion.py: seq_too_long).
@@ -73,7 +74,8 @@ def geometry(node, ins) -> dict:
     """The chain's dims and strides for these operands (read-only: shared between callers).
     Shape inference, the fusion check and the kernel calls each ask for the same shapes in
     turn, and a decode step asks for new ones every token: the last few are kept."""
-    return _geometry(node.name, node.attrs["perms"], node.attrs["out_perm"], *ins[:3])
+    f = _geometry.__wrapped__ if tracing() else _geometry    # a traced dim has no hash
+    return f(node.name, node.attrs["perms"], node.attrs["out_perm"], *ins[:3])
 
 
 @lru_cache(maxsize=64)

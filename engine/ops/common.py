@@ -8,6 +8,7 @@ from onnx import TensorProto
 
 from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout, dtype_from_onnx, type_jit
+from engine.symbolic import dim
 
 
 class ShapeInferenceError(ValueError):
@@ -26,7 +27,7 @@ def broadcast(*shapes) -> tuple:
     for s in shapes:
         at = rank - len(s)
         for i, d in enumerate(s):
-            d, o = int(d), out[at + i]
+            d, o = dim(d), out[at + i]
             if d != o and d != 1:
                 if o != 1:
                     raise BroadcastError(
@@ -54,7 +55,7 @@ def contiguous_strides(shape) -> list[int]:
     strides, s = [], 1
     for d in reversed(shape):
         strides.append(s)
-        s *= int(d)
+        s = s * dim(d)
     return strides[::-1]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
 from engine.layout import Layout
+from engine.symbolic import prod
 from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast
 
@@ -99,7 +100,7 @@ def gemm_call(node, a2, b2, batch, M, N, K, trans_a=0, trans_b=0, alpha=1.0, bet
               dev="gpu"):
     """The shape-agnostic GEMM of these shapes on a `dev` kind device: gemm_lm on GPUs (its
     tile from the shape bucket), gemm_rb on CPUs."""
-    nb = int(np.prod(batch)) if batch else 1
+    nb = prod(batch) if batch else 1
     y_dims = tuple(batch) + (M, N)
     jit = (("TRANS_A", trans_a), ("TRANS_B", trans_b), ("HAS_BIAS", int(bias is not None)),
            ("ALPHA", f"{float(alpha)!r}f"), ("BETA", f"{float(beta)!r}f"), ("IMPL_TAG", node.op))

@@ -8,6 +8,7 @@ import numpy as np
 
 from engine.kernels import KernelCall, MAX_RANK
 from engine.layout import Layout, bits_type, cl_type, type_jit
+from engine.symbolic import prod
 from engine.ops.registry import register
 from engine.ops.common import (ShapeInferenceError, broadcast, contiguous_strides, eltwise_call,
                                norm_axis)
@@ -24,7 +25,7 @@ def copy_call(node, dtype, iter_shape, src_strides, src_off, dst_strides, dst_of
     `convert`: (destination dtype, C expression of the stored value over v) for a converting
     copy (Cast), else the values move as they are."""
     params = tuple(_pad(src_strides, 0)) + (src_off,) + tuple(_pad(dst_strides, 0)) + (dst_off,)
-    count = int(np.prod(iter_shape)) if len(iter_shape) else 1
+    count = prod(iter_shape)
     jit = ((*type_jit("TS", dtype), *type_jit("TD", convert[0]), ("CONVERT(v)", convert[1]))
            if convert else (("T", bits_type(dtype)),))
     return KernelCall("movement", "copy_strided", jit + (("IMPL_TAG", node.op),),
@@ -45,16 +46,16 @@ def _reshape(node, ins, deps):
     out = [src[i] if (d == 0 and not allow_zero) else d for i, d in enumerate(shape)]
     if out.count(-1) > 1:
         raise ShapeInferenceError("Reshape target has more than one -1")
-    known = int(np.prod([d for d in out if d != -1]))
+    known = prod([d for d in out if d != -1])
     total = ins[0].count
     if -1 in out:
         if known == 0 or total % known:
             raise ShapeInferenceError(f"cannot reshape {total} elements to {shape}: {total} is not "
                                       f"a multiple of {known}")
         out[out.index(-1)] = total // known
-    if int(np.prod(out)) != total:
+    if prod(out) != total:
         raise ShapeInferenceError(f"cannot reshape {total} elements to {shape}: that holds "
-                                  f"{int(np.prod(out))}")
+                                  f"{prod(out)}")
     return [Layout(tuple(out), ins[0].dtype)]
 
 
@@ -63,7 +64,7 @@ def _flatten(node, ins, deps):
     s = ins[0].shape
     axis = node.attrs.get("axis", 1)
     axis = axis + len(s) if axis < 0 else axis
-    return [Layout((int(np.prod(s[:axis])), int(np.prod(s[axis:]))), ins[0].dtype)]
+    return [Layout((prod(s[:axis]), prod(s[axis:])), ins[0].dtype)]
 
 
 def _axes(node, deps, idx=1):
@@ -154,7 +155,7 @@ def _dropout_mask(node, ins, deps):
 def by_rows(call: KernelCall) -> KernelCall:
     """copy_call's call as copy_rows: a work-item per row of the region's last dim."""
     w = max(call.dims[1][-1], 1) if call.dims[1] else 1
-    count = int(np.prod(call.dims[1]))
+    count = prod(call.dims[1])
     return replace(call, kernel="copy_rows", jit=call.jit + (("COPY_ROWS", 1),), gws=(max(count // w, 1),))
 
 
@@ -285,8 +286,8 @@ def _expand(node, ins, deps):
 def _gather_kernels(node, ins, outs, deps):
     data, idx = ins[0], ins[1]
     axis = norm_axis(node.attrs.get("axis", 0), data.rank)
-    outer = int(np.prod(data.shape[:axis]))
-    inner = int(np.prod(data.shape[axis + 1:]))
+    outer = prod(data.shape[:axis])
+    inner = prod(data.shape[axis + 1:])
     return [KernelCall("gather", "gather",
                        (("T", bits_type(data.dtype)), ("TIDX", cl_type(idx.dtype)), ("IMPL_TAG", "Gather")),
                        args=(("in", 0), ("in", 1), ("out", 0), ("flag", 0)),   # engine/index_flags.py

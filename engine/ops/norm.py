@@ -7,6 +7,7 @@ import math
 from engine.kernels import KernelCall, StaticVariant
 from engine.layout import Layout
 from engine.ops.registry import register
+from engine.symbolic import dim
 from engine.ops.common import ShapeInferenceError, norm_axis
 
 
@@ -21,7 +22,7 @@ def _f(v) -> str:
 def _prod(dims) -> int:
     n = 1
     for d in dims:
-        n *= int(d)
+        n = n * dim(d)
     return n
 
 

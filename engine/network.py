@@ -189,6 +189,7 @@ class Network:
             upto = None
             if fast is not None:
                 fast.run_flow()          # steady steps where the flow's path is known
+                fast.trace_ahead()       # the first time: while the device runs the kernels
             else:
                 for inst in self.insts:  # the reference: every node's flow
                     inst.execute()

@@ -509,6 +509,11 @@ class PrimitiveInst:
             self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
                       dtype=l.dtype, **label)
             return False
+        return self.realloc_give(t, d, **label)
+
+    def realloc_give(self, t: Tensor, d, **label) -> bool:
+        """_realloc past a decision that is no reuse: the buffer the decision `d` asks for."""
+        buffers, l = self.rt.buffers, t.layout
         nbytes = max(d.alloc_elems, l.count) * l.itemsize
         how = buffers.give(t, nbytes, exact=l.count * l.itemsize)
         predicted = d.predicted

@@ -50,6 +50,7 @@ class FastPath(Observer):
         self._partial: partial.PartialPlan | None = None   # the one this inference runs
         self._steady: steady.SteadyRun | None = None       # its dirty nodes' steady steps
         self.steady_steps = [steady.applier(i) for i in insts]
+        self._traced_ahead = False
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
@@ -144,6 +145,16 @@ class FastPath(Observer):
                     inst.execute()
         finally:
             run.finish()
+
+    def trace_ahead(self) -> None:
+        """After the first inference of the flow, its kernels sent to the device: trace the
+        shape functions of every node a steady step may serve (steady.trace_ahead), so that the
+        second signature does not pay for them."""
+        if self._traced_ahead:
+            return
+        self._traced_ahead = True
+        self.queue.flush()
+        steady.trace_ahead(self.insts, self.steady_steps)
 
     def run_partial(self) -> int | None:
         """The nodes' part of the inference begun with a partial plan (partial.run), its

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from engine.bound_kernel import work_sizes
 from engine.decisions import count
 from engine.layout import Layout
 from engine.memo import values_key
@@ -49,7 +50,7 @@ def applier(inst):
 
 class Template:
     """What a class of nodes does for one set of input layouts in this step."""
-    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys", "internal",
+    __slots__ = ("ok", "out_layouts", "in_shapes", "out_shapes", "calls", "keys", "internal", "sizes",
                  "shape", "axis", "padded", "nbytes", "bits")
 
 
@@ -171,6 +172,7 @@ def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
         tpl.keys = [(c.source, c.jit, len(c.args)) for c in calls]
         # scratch (a split-K GEMM's partial sums) as the flow's _bind declares it
         tpl.internal = next((c.internal for c in calls if c.internal), ())
+        tpl.sizes = None           # the calls' work sizes (BoundKernel.retarget's), once a class
     return tpl
 
 
@@ -200,10 +202,13 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     run.paths[_KERNEL_PATH + (_KEEP,) * len(kept)] += 1
     inst.pending, inst.want_weights = None, None
     same = [b.tensors is not None and b.call.args == call.args for call, b in zip(tpl.calls, bound)]
-    for call, b in zip(tpl.calls, bound):
-        b.retarget(call)
+    sizes = tpl.sizes
+    if sizes is None:
+        sizes = tpl.sizes = [work_sizes(call, b.cpu) for call, b in zip(tpl.calls, bound)]
+    for call, b, (gws, lws) in zip(tpl.calls, bound, sizes):
+        b.call, b.gws, b.lws = call, gws, lws
     inst.internal_layouts = tpl.internal
-    if inst.realloc_if_needed():
+    if _realloc(inst, run):
         inst.set_arguments(True)
     else:
         did_set = inst.bind_arguments(False, same)
@@ -217,6 +222,41 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     run.summed["kernels"] += len(bound)
     run.took(inst)
     return True
+
+
+_REUSE = (("realloc", "reuse", ""),)
+
+
+def _realloc(inst, run: SteadyRun) -> bool:
+    """The flow's realloc_if_needed; a buffer kept (reuse) is counted in bulk instead of
+    traced where no trace reads it (the predictor still sees the call, the memory pool the
+    live bytes). Whether anything changed."""
+    if run.emit:
+        return inst.realloc_if_needed()
+    changed = False
+    for k, t in enumerate(inst.outputs):
+        if t.by_other:
+            changed |= inst._realloc(t, **({"output": k} if k else {}))
+        else:
+            changed |= _realloc_one(inst, t, run, {"output": k} if k else {})
+    for k, l in enumerate(inst.internal_layouts):
+        t = inst._internal(k)
+        t.layout = l
+        changed |= _realloc_one(inst, t, run, {"buffer": f"internal{k}"})
+    return changed
+
+
+def _realloc_one(inst, t, run: SteadyRun, label: dict) -> bool:
+    l = t.layout
+    if l.count == 0:
+        return False
+    buffers = inst.rt.buffers
+    d = buffers.realloc_decision(t, l.shape, l.itemsize * 8)
+    buffers.memory.note_live(t.name, l.nbytes)
+    if d.action == "reuse" and t.capacity:
+        run.paths[_REUSE] += 1
+        return False
+    return inst.realloc_give(t, d, **label)
 
 
 def view_step(inst, run: SteadyRun) -> bool:
@@ -300,3 +340,12 @@ def kv_append(inst, run: SteadyRun) -> bool:
     run.summed["device_reads"] += 0
     run.took(inst)
     return True
+
+
+def trace_ahead(insts, appliers) -> None:
+    """Trace the shape function of each node a kernel or view step serves, for the input
+    layouts and shape values it has now (engine/fast_path/shape_fns.py)."""
+    for inst, step in zip(insts, appliers):
+        if (step is kernel_step or step is view_step) and inst.in_layouts is not None:
+            inst.rt.memos.shape_fns.answer(inst, inst.in_layouts, inst.deps, inst.deps_key,
+                                           step is kernel_step)

@@ -239,10 +239,11 @@ def _rebuild(x, tr: _Trace) -> str:
             return tr.const(x)
         return f"_L({_rebuild(x.shape, tr)}, {x.dtype!r}, {x.format!r}, {_rebuild(x.pad, tr)})"
     if c is KernelCall:
+        # always a new call object, even with nothing to change: the flow keys a call's
+        # shape_info by the call's identity (PrimitiveInst._shape_info_for), which then stands
+        # for the shapes it was made for
         changed = {f.name: getattr(x, f.name) for f in dataclasses.fields(x) if _has_sym(getattr(x, f.name))}
-        if not changed:
-            return tr.const(x)
-        return f"_R({tr.const(x)}, " + ", ".join(f"{k}={_rebuild(v, tr)}" for k, v in changed.items()) + ")"
+        return f"_R({tr.const(x)}" + "".join(f", {k}={_rebuild(v, tr)}" for k, v in changed.items()) + ")"
     if c in (int, str, bool, float) or x is None:
         return repr(x)
     if _has_sym(x):
@@ -283,8 +284,17 @@ def concrete(x):
     if c is KernelCall:
         changed = {f.name: concrete(getattr(x, f.name)) for f in dataclasses.fields(x)
                    if _has_sym(getattr(x, f.name))}
-        return dataclasses.replace(x, **changed) if changed else x
+        return dataclasses.replace(x, **changed)
     return x
+
+
+def _replace(call: KernelCall, **changes) -> KernelCall:
+    """A copy of `call` with `changes` (dataclasses.replace without __init__'s work)."""
+    new = object.__new__(KernelCall)
+    d = new.__dict__
+    d.update(call.__dict__)
+    d.update(changes)
+    return new
 
 
 class ShapeFunction:
@@ -315,6 +325,6 @@ def trace(compute, in_layouts, fixed=frozenset()) -> tuple:
     src = f"def shape_fn({', '.join(params)}):\n" + "".join(f"    {l}\n" for l in tr.lines) + \
         f"    return {body}\n"
     env = {name: obj for name, obj in tr.consts.values()}
-    env.update(_L=Layout, _R=dataclasses.replace)
+    env.update(_L=Layout, _R=_replace)
     exec(compile(src, "<shape function>", "exec"), env)
     return concrete(result), ShapeFunction(env["shape_fn"], src, guards)

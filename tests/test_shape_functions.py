@@ -125,3 +125,21 @@ def test_a_gpt2_decode_takes_compiled_answers_equal_to_the_ops(device, kind):
         net.infer(feeds, fed_back=back if fed else None)
     assert fns.escapes == {}
     assert fns.hits >= 30
+
+
+def test_a_call_with_no_shape_in_it_is_a_new_object_per_answer(device):
+    """NonZero's count kernel: its call has no field that depends on the shapes (its dims come
+    from the input's layout), so every compiled answer is the same call but for its identity,
+    which the flow's shape_info memo keys on. Shapes (0, 2, 0) -> (2, 2, 1) -> (2, 3, 2) gave
+    the second shape's count kernel the first one's dims (a count of 2 for 5, and heap damage
+    on PoCL) when the compiled function handed back one call object."""
+    from onnx import TensorProto
+    from tests.test_nonzero import nonzero_alone
+    from tests.conftest import run_vs_ort
+    rng = np.random.default_rng(0)
+    feeds = []
+    for shape in [(0, 2, 0), (2, 2, 1), (2, 3, 2), (3, 3, 2), (1, 1, 1)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[x < 0] = 0
+        feeds.append({"x": x})
+    run_vs_ort(nonzero_alone(TensorProto.FLOAT, ["a", "b", "c"]), feeds, device)

@@ -40,13 +40,6 @@ class SharedMemos:
     layouts: Memo = field(default_factory=lambda: Memo(SHARED_SIZE))   # -> (out layouts, unfuse reason)
     calls: Memo = field(default_factory=lambda: Memo(SHARED_SIZE))     # -> dynamic impl's kernel calls
     info: Memo = field(default_factory=lambda: Memo(SHARED_SIZE))      # (call, offsets) -> shape_info
-    # compiled shape functions of the steady steps (engine/fast_path/shape_fns.py)
-    shape_fns: object = field(default_factory=lambda: _shape_fns())
-
-
-def _shape_fns():
-    from engine.fast_path.shape_fns import ShapeFns    # the fast path builds on the memo tables
-    return ShapeFns()
 
 
 class _Unshared(Exception):

@@ -63,7 +63,7 @@ def test_what_a_dim_cannot_follow_escapes(op):
 
 
 def _check(net):
-    fns = net.rt.memos.shape_fns
+    fns = net.fast.shape_fns
     fns.check = True
     return fns
 

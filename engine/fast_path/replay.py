@@ -8,7 +8,7 @@ from operator import is_not
 import numpy as np
 
 from engine.device_queue import Observer
-from engine.fast_path import partial, steady
+from engine.fast_path import partial, shape_fns, steady
 from engine.fast_path.plans import Plan, blocker, input_array, resource_free, signature
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
@@ -51,6 +51,8 @@ class FastPath(Observer):
         self._steady: steady.SteadyRun | None = None       # its dirty nodes' steady steps
         self.steady_steps = [steady.applier(i) for i in insts]
         self._traced_ahead = False
+        # compiled shape functions of the steady steps' templates (shape_fns.py)
+        self.shape_fns = shape_fns.ShapeFns()
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
@@ -138,7 +140,7 @@ class FastPath(Observer):
     def run_flow(self) -> None:
         """The nodes' part of an inference of the flow: each node's steady step (steady.py)
         where it holds (its shapes moved and nothing else did), else its flow."""
-        run = self._steady = steady.SteadyRun(self.decisions)
+        run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
         try:
             for inst, compiled in zip(self.insts, self.steady_steps):
                 if compiled is None or not compiled(inst, run):
@@ -154,12 +156,12 @@ class FastPath(Observer):
             return
         self._traced_ahead = True
         self.queue.flush()
-        steady.trace_ahead(self.insts, self.steady_steps)
+        steady.trace_ahead(self.insts, self.steady_steps, self.shape_fns)
 
     def run_partial(self) -> int | None:
         """The nodes' part of the inference begun with a partial plan (partial.run), its
         dirty nodes' steady steps (steady.py) where they hold."""
-        self._steady = steady.SteadyRun(self.decisions)
+        self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
         return partial.run(self._partial, self.queue, self.decisions.counters, self.buffers, self._steady)
 
     def end_flow(self, counters: Counter, iteration: int, upto: int | None = None) -> dict:

@@ -58,8 +58,9 @@ class SteadyRun:
     """The steady steps of one inference: the class templates of its shapes, and the decisions
     made, counted at `finish` (one Counter update per path, not per decision)."""
 
-    def __init__(self, decisions):
+    def __init__(self, decisions, shape_fns):
         self.decisions = decisions
+        self.shape_fns = shape_fns         # the compiled shape functions (shape_fns.py)
         # events are written only where a trace reads them; the decision log of an inference
         # the fast path records (partial.build) needs only to know which nodes took a step
         # (they are dirty whatever they decided): one mark per node instead of its events
@@ -148,23 +149,23 @@ def _class_template(inst, run: SteadyRun, in_layouts, make) -> tuple:
     key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None
     tpl = run.templates.get(key) if key is not None else None
     if tpl is None:
-        tpl = make(inst, in_layouts, deps, deps_key)
+        tpl = make(inst, in_layouts, deps, deps_key, run.shape_fns)
         if key is not None:
             run.templates[key] = tpl
     return deps, deps_key, tpl
 
 
-def _view_template(inst, in_layouts, deps, deps_key) -> Template:
+def _view_template(inst, in_layouts, deps, deps_key, shape_fns) -> Template:
     tpl = Template()
-    out_layouts, unfuse, _ = inst.rt.memos.shape_fns.answer(inst, in_layouts, deps, deps_key, False)
+    out_layouts, unfuse, _ = shape_fns.answer(inst, in_layouts, deps, deps_key, False)
     tpl.ok = not unfuse
     _shapes(tpl, in_layouts, out_layouts)
     return tpl
 
 
-def _kernel_template(inst, in_layouts, deps, deps_key) -> Template:
+def _kernel_template(inst, in_layouts, deps, deps_key, shape_fns) -> Template:
     tpl = Template()
-    out_layouts, unfuse, calls = inst.rt.memos.shape_fns.answer(inst, in_layouts, deps, deps_key, True)
+    out_layouts, unfuse, calls = shape_fns.answer(inst, in_layouts, deps, deps_key, True)
     tpl.ok = calls is not None
     _shapes(tpl, in_layouts, out_layouts)
     if tpl.ok:
@@ -342,10 +343,9 @@ def kv_append(inst, run: SteadyRun) -> bool:
     return True
 
 
-def trace_ahead(insts, appliers) -> None:
+def trace_ahead(insts, appliers, shape_fns) -> None:
     """Trace the shape function of each node a kernel or view step serves, for the input
     layouts and shape values it has now (engine/fast_path/shape_fns.py)."""
     for inst, step in zip(insts, appliers):
         if (step is kernel_step or step is view_step) and inst.in_layouts is not None:
-            inst.rt.memos.shape_fns.answer(inst, inst.in_layouts, inst.deps, inst.deps_key,
-                                           step is kernel_step)
+            shape_fns.answer(inst, inst.in_layouts, inst.deps, inst.deps_key, step is kernel_step)

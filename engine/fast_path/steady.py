@@ -142,8 +142,9 @@ def _class_template(inst, run: SteadyRun, in_layouts, make) -> tuple:
     """(deps, deps_key, the Template of the node's class for these input layouts and shape
     values): `make(inst, in_layouts, deps, deps_key)` once per class and inference."""
     if inst.opdef.shape_deps:
-        deps, _, _ = inst._deps()    # no device read (checked); a value change is a shape change too
-        deps_key = values_key(deps) if deps else ()
+        deps, changed, _ = inst._deps()    # no device read (checked); a value change is a shape change too
+        # values as they were: the node's key of them stands (update_shape keeps it current)
+        deps_key = (values_key(deps) if deps else ()) if changed else inst.deps_key
     else:
         deps, deps_key = {}, ()
     key = (inst.shape_class, tuple(in_layouts), deps_key) if inst.shape_class is not None else None

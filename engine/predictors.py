@@ -55,6 +55,10 @@ def slack_limit(need: int, cap: float, floor_elems: int = 0) -> int:
 
 class _Track:
     """What the adaptive policy remembers about one buffer's requirements."""
+    __slots__ = ("t", "last", "step", "streak", "horizon", "horizon_step", "held", "window", "recent",
+                 "cycle_start", "cycle_max", "prev_cycle_max", "prev_cycle_len")
+    __slots__ = ("t", "last", "step", "streak", "horizon", "horizon_step", "held", "window", "recent",
+                 "cycle_start", "cycle_max", "prev_cycle_max", "prev_cycle_len")
 
     def __init__(self, window: int):
         self.t = 0                    # requirements seen
@@ -154,6 +158,27 @@ class AdaptivePredictor:
             tr = self._tracks[id] = _Track(s.memory_window)
         need = math.prod(shape)       # a tuple of ints (BufferState.realloc_if_needed)
         tr.observe(shape, need)
+        return self._decide(buf, tr, shape, need, dtype_bits, used_bytes)
+
+    def replay(self, calls, used_bytes: int | None = None) -> None:
+        """The calls a plan replay repeats, `(buf, id, shape, need, dtype_bits)` each (shape a
+        tuple of ints, need its product): the same history and decisions as `realloc` one by
+        one, the common answer (keep) without its calls."""
+        tracks, s = self._tracks, self.settings
+        base, window = s.base_iters, s.memory_window
+        for buf, id, shape, need, bits in calls:
+            tr = tracks.get(id)
+            if tr is None:
+                tr = tracks[id] = _Track(window)
+            tr.observe(shape, need)
+            if buf.has_buffer and need <= buf.cap_elems and \
+                    tr.needed_soon(base) * RECLAIM_FACTOR >= buf.cap_elems:
+                continue
+            self._decide(buf, tr, shape, need, bits, used_bytes)
+
+    def _decide(self, buf: BufferState, tr: _Track, shape: tuple, need: int, dtype_bits: int,
+                used_bytes: int | None) -> ReallocDecision:
+        s = self.settings
         soon = tr.needed_soon(s.base_iters)
         reclaimed = False
         if buf.has_buffer and need <= buf.cap_elems:

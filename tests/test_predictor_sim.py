@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from dyncli.cli import app
 from dyncli.sim_patterns import PATTERNS, parse_pattern
 from engine import Network, build_program
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from engine.predictors import AdaptivePredictor, AdaptiveSettings, OraclePredictor, make_predictor
 from engine.shape_predictor import BufferState, simulate
 from tests.conftest import run_vs_ort
@@ -275,3 +277,28 @@ def test_plot_writes_png_or_says_matplotlib_is_missing(tmp_path):
 def test_run_rejects_unknown_predictor():
     r = invoke("run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--predictor", "oracle")
     assert r.exit_code == 2 and "unknown policy 'oracle'" in r.output
+
+
+@given(st.lists(st.lists(st.integers(0, 300), min_size=3, max_size=3), min_size=1, max_size=60))
+@settings(max_examples=60, deadline=None)
+def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(needs):
+    """AdaptivePredictor.replay (a plan replay's predictor calls in one go) leaves every
+    buffer and its history as `realloc` called once per buffer does: growth, shrinks, reclaims."""
+    import math
+    from engine.predictors import AdaptivePredictor
+    from engine.shape_predictor import BufferState
+    one, many = AdaptivePredictor(), AdaptivePredictor()
+    bufs1 = [BufferState() for _ in range(3)]
+    bufs2 = [BufferState() for _ in range(3)]
+    for step in needs:
+        shapes = [(1, n, 8) for n in step]
+        for k, (b, s) in enumerate(zip(bufs1, shapes)):
+            b.realloc_if_needed(one, f"b{k}", s, 32, 1 << 20)
+        many.replay([(b, f"b{k}", s, math.prod(s), 32) for k, (b, s) in enumerate(zip(bufs2, shapes))], 1 << 20)
+        for b1, b2 in zip(bufs1, bufs2):
+            assert (b1.cap_elems, b1.held_elems, b1.has_buffer) == (b2.cap_elems, b2.held_elems, b2.has_buffer)
+        for k in range(3):
+            t1, t2 = one._tracks[f"b{k}"], many._tracks[f"b{k}"]
+            assert [getattr(t1, a) for a in t1.__slots__ if a != "recent"] == \
+                [getattr(t2, a) for a in t2.__slots__ if a != "recent"]
+            assert list(t1.recent) == list(t2.recent)

@@ -2,6 +2,7 @@
 (the package's docstring says when and why)."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 from operator import is_not
 
@@ -221,6 +222,8 @@ class FastPath(Observer):
         self.plans.put((prev, sig), Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches], reallocs=reallocs,
+            calls=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
+                   ((t, tuple(map(int, shape)), bits) for t, shape, bits in reallocs)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=state,
             io_state=[e for e in state if e[0] in self.io_tensors], touches=touches,
@@ -294,8 +297,12 @@ class FastPath(Observer):
             cache.get(key)
         used = self.buffers.used_bytes
         predictor = self.buffers.predictor
-        for t, shape, bits in plan.reallocs:   # the same predictor calls as the flow's
-            t.state.realloc_if_needed(predictor, t.name, shape, bits, used)
+        batch = getattr(predictor, "replay", None)
+        if batch is not None:                  # the policy repeats them in one call
+            batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in plan.calls], used)
+        else:
+            for t, shape, bits in plan.reallocs:   # the same predictor calls as the flow's
+                t.state.realloc_if_needed(predictor, t.name, shape, bits, used)
         for name in want:
             if name in self.device_outputs:
                 queue.read_to_host(tensors[name])

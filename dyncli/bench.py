@@ -202,6 +202,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                                          if not v["model_first"]), default=None),
         "shapes": per_shape,
     }
+    if net.fast is not None:      # the steady steps' compiled shape functions (their coverage)
+        out["shape_functions"] = net.fast.shape_fns.summary()
     if opts.profile and device_ms:
         out["sequence"]["device_ms_mean"] = statistics.mean(device_ms[k] for k in keys)
     for peer in opts.compare:

@@ -11,6 +11,7 @@ from collections import Counter
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -292,6 +293,11 @@ def bench_tables(r: dict, width: int = 80) -> list:
     s.add_row("kernels per inference (mean)", f"{sq['kernels_mean']:.1f}")
     s.add_row("replayed by the fast path: whole / partial",
               f"{sq['replayed']} / {sq.get('partial', 0)} of {r['timed_inferences']}")
+    sf = r.get("shape_functions")
+    if sf is not None:
+        esc = ", ".join(sf["escapes"]) or "none"
+        s.add_row("compiled shape functions: traced / answers", f"{sf['traced']} / {sf['answers']} "
+                  f"(ops left to their Python: {escape(esc)})")
     s.add_row("load / compile (first pass)", f"{r['load_ms']:.1f} / {r['compile_ms']:.1f}")
     if "device_ms_mean" in sq:
         s.add_row("kernel time per inference (mean)", f"{sq['device_ms_mean']:.3f}")

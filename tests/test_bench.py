@@ -47,6 +47,9 @@ def test_bench_model_json():
     # the worst first-seen figure is 1x16's
     assert [k for k, v in res["shapes"].items() if v["model_first"]] == ["1x8"]
     assert res["first_seen_over_warm_max"] == res["shapes"]["1x16"]["first_seen_over_warm"]
+    # the encoder's nodes answer 1x16 from functions traced at its first inference
+    sf = res["shape_functions"]
+    assert sf["traced"] > 0 and sf["answers"] > 0 and sf["escapes"] == {}
 
 
 def test_bench_kernels_json():

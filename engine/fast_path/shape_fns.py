@@ -28,6 +28,11 @@ class ShapeFns:
         # tests: every compiled answer is compared with the op's Python (a mismatch raises)
         self.check = False
 
+    def summary(self) -> dict:
+        """What `dyncli bench --json` reports: functions traced, answers they gave, the ops
+        whose shape Python a traced dim could not follow (and where)."""
+        return {"traced": self.traced, "answers": self.hits, "escapes": dict(self.escapes)}
+
     def answer(self, inst, in_layouts, deps, deps_key, calls: bool) -> tuple:
         """(out layouts, unfuse reason, dynamic kernel calls or None) of `inst` for these input
         layouts and shape values; calls only when `calls` and the fusion holds and the output is

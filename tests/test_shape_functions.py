@@ -143,3 +143,35 @@ def test_a_call_with_no_shape_in_it_is_a_new_object_per_answer(device):
         x[x < 0] = 0
         feeds.append({"x": x})
     run_vs_ort(nonzero_alone(TensorProto.FLOAT, ["a", "b", "c"]), feeds, device)
+
+
+def test_shape_values_that_change_every_inference_are_not_traced_each_time(device):
+    """Reshape(x, Shape(x)[0] * 8): the Reshape's target (a shape value) changes with every new
+    row count along with its input, a new key each time. A key's first miss is answered by the
+    op's Python (a trace costs several times what it replaces once); a key that comes back is
+    traced."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from tests.conftest import run_vs_ort
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Mul", ["n", "eight"], ["target"]),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([8], np.int64), "eight")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "flatten", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m"])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    rng = np.random.default_rng(0)
+    feeds = lambda rows: [{"x": rng.standard_normal((n, 8)).astype(np.float32)} for n in rows]
+    net = Network(build_program(model), device)
+    fns = _check(net)
+    run_vs_ort(model, feeds([2]), device, net=net)
+    first = fns.traced
+    run_vs_ort(model, feeds(range(3, 14)), device, net=net)
+    assert fns.traced == first          # eleven new shape values, no trace
+    run_vs_ort(model, feeds([3, 6, 4, 6]), device, net=net)
+    assert fns.traced > first           # rows that came back: their keys were traced

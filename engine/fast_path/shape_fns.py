@@ -17,6 +17,10 @@ from engine.symbolic import Escape, args_of, structure, trace
 MAX_VARIANTS = 4
 KEYS_KEPT = 4096
 _UNTRACEABLE = ()
+# a key met once outside a trace-ahead: traced when it comes back (a node whose shape values
+# change every inference, a position Slice's start say, meets a new key each time, and a trace
+# costs several times the op's Python it would replace once)
+_ONCE = ("once",)
 
 
 class ShapeFns:
@@ -33,17 +37,23 @@ class ShapeFns:
         whose shape Python a traced dim could not follow (and where)."""
         return {"traced": self.traced, "answers": self.hits, "escapes": dict(self.escapes)}
 
-    def answer(self, inst, in_layouts, deps, deps_key, calls: bool) -> tuple:
+    def answer(self, inst, in_layouts, deps, deps_key, calls: bool, ahead: bool = False) -> tuple:
         """(out layouts, unfuse reason, dynamic kernel calls or None) of `inst` for these input
         layouts and shape values; calls only when `calls` and the fusion holds and the output is
-        not empty."""
+        not empty. `ahead`: trace a key met for the first time at once (FastPath.trace_ahead);
+        otherwise its first time is answered by the op's Python and the second traced."""
         if inst.shape_class is None:
             return _compute(inst, in_layouts, deps, deps_key, calls)
         fixed = frozenset(k for k, t in enumerate(inst.inputs) if t is not None and t.constant)
         key = (inst.shape_class, calls, structure(in_layouts, fixed), deps_key)
         fns = self.table.get(key)
         if fns is None:
+            if not ahead:
+                self.table.put(key, _ONCE)
+                return _compute(inst, in_layouts, deps, deps_key, calls)
             fns = self.table.put(key, [])
+        elif fns is _ONCE:
+            fns = self.table[key] = []
         if fns:
             dims = args_of(in_layouts, fixed)
             for f in fns:

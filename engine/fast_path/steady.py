@@ -349,4 +349,5 @@ def trace_ahead(insts, appliers, shape_fns) -> None:
     layouts and shape values it has now (engine/fast_path/shape_fns.py)."""
     for inst, step in zip(insts, appliers):
         if (step is kernel_step or step is view_step) and inst.in_layouts is not None:
-            shape_fns.answer(inst, inst.in_layouts, inst.deps, inst.deps_key, step is kernel_step)
+            shape_fns.answer(inst, inst.in_layouts, inst.deps, inst.deps_key, step is kernel_step,
+                             ahead=True)

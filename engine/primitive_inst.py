@@ -666,14 +666,18 @@ class PrimitiveInst:
 
     def run_view(self, reason: str = "view") -> None:
         """The output is the input's buffer under the output's layout: nothing to enqueue."""
+        self.view_input()
+        self._rec("realloc", "view")
+        self._rec("execute", "skip", reason)
+
+    def view_input(self) -> None:
+        """run_view's work without its decisions (a steady step counts them in bulk)."""
         src, dst = self.inputs[0], self.outputs[0]
         self._as_slice(dst, src)
         # a host copy the input had is this output's value under the output's shape
         dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
         dst.version = src.version
         dst.dev_version = src.dev_version
-        self._rec("realloc", "view")
-        self._rec("execute", "skip", reason)
 
     def _as_slice(self, t: Tensor, src: Tensor, at: int = 0) -> None:
         """`t` is the run of `src`'s buffer from element `at` (a view, a runtime skip, an

@@ -57,8 +57,6 @@ class _Track:
     """What the adaptive policy remembers about one buffer's requirements."""
     __slots__ = ("t", "last", "step", "streak", "horizon", "horizon_step", "held", "window", "recent",
                  "cycle_start", "cycle_max", "prev_cycle_max", "prev_cycle_len")
-    __slots__ = ("t", "last", "step", "streak", "horizon", "horizon_step", "held", "window", "recent",
-                 "cycle_start", "cycle_max", "prev_cycle_max", "prev_cycle_len")
 
     def __init__(self, window: int):
         self.t = 0                    # requirements seen

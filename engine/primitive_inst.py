@@ -468,20 +468,22 @@ class PrimitiveInst:
             memory.note_live(t.name, t.layout.nbytes)
         return True
 
-    def realloc_if_needed(self) -> bool:
+    def realloc_if_needed(self, reused=None) -> bool:
         """Output memory (preprocessing.md): reuse the buffer when the new size fits, else a
         buffer of the size the ShapePredictor asks for (memory_preallocation.md: its
         preallocation when it predicts and 90% of memory allows): a dead tensor's from the
-        memory pool, or a new one. The impl's internal buffers (scratch) follow the same rules."""
+        memory pool, or a new one. The impl's internal buffers (scratch) follow the same rules.
+        `reused()`, when given, stands for each `realloc reuse` decision (a steady step counts
+        them in bulk where no trace reads them)."""
         changed = False
         for k, t in enumerate(self.outputs):
             # an output other than the first says which (predictor-sim --from-trace replays
             # each buffer's requirements)
-            changed |= self._realloc(t) if k == 0 else self._realloc(t, output=k)
+            changed |= self._realloc(t, reused) if k == 0 else self._realloc(t, reused, output=k)
         for k, l in enumerate(self.internal_layouts):
             t = self._internal(k)
             t.layout = l
-            changed |= self._realloc(t, buffer=f"internal{k}")
+            changed |= self._realloc(t, reused, buffer=f"internal{k}")
         return changed
 
     def _owned(self):
@@ -496,7 +498,7 @@ class PrimitiveInst:
             self.internals.append(t)
         return self.internals[k]
 
-    def _realloc(self, t: Tensor, **label) -> bool:
+    def _realloc(self, t: Tensor, reused=None, **label) -> bool:
         buffers, l = self.rt.buffers, t.layout
         if l.count == 0:
             return False
@@ -506,14 +508,12 @@ class PrimitiveInst:
         d = buffers.realloc_decision(t, l.shape, l.itemsize * 8)
         buffers.memory.note_live(t.name, l.nbytes)
         if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
-            self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
-                      dtype=l.dtype, **label)
+            if reused is not None:
+                reused()
+            else:
+                self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
+                          dtype=l.dtype, **label)
             return False
-        return self.realloc_give(t, d, **label)
-
-    def realloc_give(self, t: Tensor, d, **label) -> bool:
-        """_realloc past a decision that is no reuse: the buffer the decision `d` asks for."""
-        buffers, l = self.rt.buffers, t.layout
         nbytes = max(d.alloc_elems, l.count) * l.itemsize
         how = buffers.give(t, nbytes, exact=l.count * l.itemsize)
         predicted = d.predicted

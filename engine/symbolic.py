@@ -66,9 +66,7 @@ def tracing() -> bool:
 def _expr(x) -> str:
     if x.__class__ is Sym:
         return x.name
-    if x.__class__ is int or x.__class__ is bool:
-        return repr(int(x))
-    if isinstance(x, int):          # numpy ints from a shape value
+    if isinstance(x, int):          # bools and numpy ints (a shape value's) too
         return repr(int(x))
     raise Escape(f"a dim met {type(x).__name__}")
 
@@ -205,16 +203,6 @@ def args_of(in_layouts, fixed) -> list:
     return out
 
 
-def _params(in_layouts, fixed) -> list[str]:
-    out = []
-    for k, l in enumerate(in_layouts):
-        if l is not None and k not in fixed:
-            out += [f"a{k}_{j}" for j in range(len(l.shape))]
-            if l.pad is not None:
-                out += [f"p{k}_{j}" for j in range(len(l.pad))]
-    return out
-
-
 def structure(in_layouts, fixed) -> tuple:
     """What a compiled shape function is specialised on besides its guards: each input's rank,
     type, format and padding rank; the fixed inputs' whole layouts."""
@@ -282,9 +270,8 @@ def concrete(x):
     if c is Layout:
         return Layout(concrete(x.shape), x.dtype, x.format, concrete(x.pad)) if _has_sym(x) else x
     if c is KernelCall:
-        changed = {f.name: concrete(getattr(x, f.name)) for f in dataclasses.fields(x)
-                   if _has_sym(getattr(x, f.name))}
-        return dataclasses.replace(x, **changed)
+        return _replace(x, **{f.name: concrete(getattr(x, f.name)) for f in dataclasses.fields(x)
+                              if _has_sym(getattr(x, f.name))})
     return x
 
 
@@ -300,10 +287,10 @@ def _replace(call: KernelCall, **changes) -> KernelCall:
 class ShapeFunction:
     """A traced shape function: `fn(*dims)` returns the answer rebuilt for those dims, or None
     when a guard fails (the op's Python answers then). `source` is its code, for reading."""
-    __slots__ = ("fn", "source", "guards")
+    __slots__ = ("fn", "source")
 
-    def __init__(self, fn, source: str, guards: int):
-        self.fn, self.source, self.guards = fn, source, guards
+    def __init__(self, fn, source: str):
+        self.fn, self.source = fn, source
 
 
 def trace(compute, in_layouts, fixed=frozenset()) -> tuple:
@@ -320,11 +307,10 @@ def trace(compute, in_layouts, fixed=frozenset()) -> tuple:
         body = _rebuild(result, tr)
     finally:
         _tracing.trace = None
-    guards = sum(1 for line in tr.lines if line.startswith("if "))
-    params = _params(in_layouts, fixed)
+    params = [s.name for s in args_of(syms, fixed)]    # the Syms, in args_of's order
     src = f"def shape_fn({', '.join(params)}):\n" + "".join(f"    {l}\n" for l in tr.lines) + \
         f"    return {body}\n"
     env = {name: obj for name, obj in tr.consts.values()}
     env.update(_L=Layout, _R=_replace)
     exec(compile(src, "<shape function>", "exec"), env)
-    return concrete(result), ShapeFunction(env["shape_fn"], src, guards)
+    return concrete(result), ShapeFunction(env["shape_fn"], src)

@@ -8,7 +8,7 @@ import numpy as np
 
 
 class Plan:
-    __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "calls", "hosts", "counters",
+    __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
                  "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version")
 
     def __init__(self, **kw):

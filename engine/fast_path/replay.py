@@ -221,9 +221,10 @@ class FastPath(Observer):
         state += [(t, t.snapshot()) for t in self.buffers.tensors.values()]
         self.plans.put((prev, sig), Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
-            kernels=[(k, g, l) for _, k, g, l, _, _ in launches], reallocs=reallocs,
-            calls=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
-                   ((t, tuple(map(int, shape)), bits) for t, shape, bits in reallocs)],
+            kernels=[(k, g, l) for _, k, g, l, _, _ in launches],
+            # the flow's predictor calls: (tensor, id, shape, its product, bits)
+            reallocs=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
+                      ((t, tuple(map(int, shape)), bits) for t, shape, bits in reallocs)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=Counter(counters), state=state,
             io_state=[e for e in state if e[0] in self.io_tensors], touches=touches,
@@ -299,10 +300,10 @@ class FastPath(Observer):
         predictor = self.buffers.predictor
         batch = getattr(predictor, "replay", None)
         if batch is not None:                  # the policy repeats them in one call
-            batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in plan.calls], used)
+            batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in plan.reallocs], used)
         else:
-            for t, shape, bits in plan.reallocs:   # the same predictor calls as the flow's
-                t.state.realloc_if_needed(predictor, t.name, shape, bits, used)
+            for t, name, shape, _, bits in plan.reallocs:   # the same predictor calls as the flow's
+                t.state.realloc_if_needed(predictor, name, shape, bits, used)
         for name in want:
             if name in self.device_outputs:
                 queue.read_to_host(tensors[name])

@@ -71,6 +71,10 @@ class SteadyRun:
         self.members = 0                     # nodes that took a steady step
         self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
 
+    def reused(self) -> None:
+        """A `realloc reuse` decision, counted with the others at `finish`."""
+        self.paths[_REUSE] += 1
+
     def took(self, inst) -> None:
         """`inst` took its steady step."""
         self.members += 1
@@ -135,6 +139,7 @@ def _infer(run: SteadyRun, inst, tpl: Template, in_layouts, deps, deps_key) -> N
 
 
 _KERNEL_PATH = (("update_shape", "infer", "shape_changed"),)
+_REUSE = (("realloc", "reuse", ""),)
 _VIEW_PATH = _KERNEL_PATH + (("realloc", "view", ""), ("execute", "skip", "view"))
 _KEEP = ("update_impl", "keep", "dynamic")
 
@@ -211,7 +216,9 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     for call, b, (gws, lws) in zip(tpl.calls, bound, sizes):
         b.call, b.gws, b.lws = call, gws, lws
     inst.internal_layouts = tpl.internal
-    if _realloc(inst, run):
+    # the flow's realloc_if_needed; a kept buffer is counted in bulk where no trace reads it
+    # (the predictor still sees the call, the memory pool the live bytes)
+    if inst.realloc_if_needed(None if run.emit else run.reused):
         inst.set_arguments(True)
     else:
         did_set = inst.bind_arguments(False, same)
@@ -225,41 +232,6 @@ def kernel_step(inst, run: SteadyRun) -> bool:
     run.summed["kernels"] += len(bound)
     run.took(inst)
     return True
-
-
-_REUSE = (("realloc", "reuse", ""),)
-
-
-def _realloc(inst, run: SteadyRun) -> bool:
-    """The flow's realloc_if_needed; a buffer kept (reuse) is counted in bulk instead of
-    traced where no trace reads it (the predictor still sees the call, the memory pool the
-    live bytes). Whether anything changed."""
-    if run.emit:
-        return inst.realloc_if_needed()
-    changed = False
-    for k, t in enumerate(inst.outputs):
-        if t.by_other:
-            changed |= inst._realloc(t, **({"output": k} if k else {}))
-        else:
-            changed |= _realloc_one(inst, t, run, {"output": k} if k else {})
-    for k, l in enumerate(inst.internal_layouts):
-        t = inst._internal(k)
-        t.layout = l
-        changed |= _realloc_one(inst, t, run, {"buffer": f"internal{k}"})
-    return changed
-
-
-def _realloc_one(inst, t, run: SteadyRun, label: dict) -> bool:
-    l = t.layout
-    if l.count == 0:
-        return False
-    buffers = inst.rt.buffers
-    d = buffers.realloc_decision(t, l.shape, l.itemsize * 8)
-    buffers.memory.note_live(t.name, l.nbytes)
-    if d.action == "reuse" and t.capacity:
-        run.paths[_REUSE] += 1
-        return False
-    return inst.realloc_give(t, d, **label)
 
 
 def view_step(inst, run: SteadyRun) -> bool:

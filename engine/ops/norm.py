@@ -7,7 +7,7 @@ import math
 from engine.kernels import KernelCall, StaticVariant
 from engine.layout import Layout
 from engine.ops.registry import register
-from engine.symbolic import dim
+from engine.symbolic import prod
 from engine.ops.common import ShapeInferenceError, norm_axis
 
 
@@ -17,13 +17,6 @@ def _f(v) -> str:
     if not math.isfinite(v):
         raise ShapeInferenceError(f"non-finite float attribute {v}")
     return f"{v!r}f"
-
-
-def _prod(dims) -> int:
-    n = 1
-    for d in dims:
-        n = n * dim(d)
-    return n
 
 
 # GPU row kernels (layer_norm_wg, softmax_wg): one work-group size for every shape (one build),
@@ -88,7 +81,7 @@ def reduce_call(node, shape, axes) -> KernelCall:
         red = [(0, 0)] + red[1:]  # empty reduction: 0 / 0
     params = tuple(n for n, _ in kept) + tuple(s for _, s in kept) + \
         tuple(n for n, _ in red) + tuple(s for _, s in red)
-    out_count = _prod(n for d, n in enumerate(shape) if d not in axes)
+    out_count = prod(n for d, n in enumerate(shape) if d not in axes)
     return KernelCall("norm", "reduce_mean", (("REDUCE_MEAN", 1), ("IMPL_TAG", "ReduceMean")),
                       (("in", 0), ("out", 0)), params=params, gws=(max(out_count, 1),),
                       dims={1: (out_count,)})
@@ -138,11 +131,11 @@ def _softmax_view(node, shape):
     rank = len(shape)
     if node.opset < 13:
         axis = norm_axis(int(node.attrs.get("axis", 1)), rank) if rank else 0
-        return _prod(shape[:axis]), _prod(shape[axis:]), 1, tuple(shape[axis:])
+        return prod(shape[:axis]), prod(shape[axis:]), 1, tuple(shape[axis:])
     axis = norm_axis(int(node.attrs.get("axis", -1)), rank) if rank else 0
     if rank == 0:
         return 1, 1, 1, ()
-    return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:]), (shape[axis],)
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]), (shape[axis],)
 
 
 def _softmax_kernels(node, ins, outs, deps, device="cpu"):
@@ -192,7 +185,7 @@ def _suffix_count(node, what, l, norm_shape):
     if len(s) > n or tuple(s) != tuple(norm_shape[n - len(s):]):
         raise ShapeInferenceError(f"LayerNormalization {node.name}: {what} {l} does not match the "
                                   f"normalised dims {tuple(norm_shape)}")
-    return max(_prod(s), 1)
+    return max(prod(s), 1)
 
 
 def _ln_geometry(node, ins):
@@ -207,7 +200,7 @@ def _ln_geometry(node, ins):
     norm_shape = x.shape[axis:]
     sc = _suffix_count(node, "Scale", scale, norm_shape)
     bc = _suffix_count(node, "B", bias, norm_shape) if bias is not None else 1
-    return _prod(x.shape[:axis]), _prod(norm_shape), sc, bc, bias is not None, norm_shape
+    return prod(x.shape[:axis]), prod(norm_shape), sc, bc, bias is not None, norm_shape
 
 
 def _ln_kernels(node, ins, outs, deps, device="cpu"):
@@ -257,7 +250,7 @@ def _bn_check(node, ins):
 
 def _bn_kernels(node, ins, outs, deps):
     x = _bn_check(node, ins)
-    c, hw = x.shape[1], _prod(x.shape[2:])
+    c, hw = x.shape[1], prod(x.shape[2:])
     jit = (("BATCH_NORM", 1), ("EPS", _f(node.attrs.get("epsilon", 1e-5))),
            ("IMPL_TAG", "BatchNormalization"))
     return [KernelCall("norm", "batch_norm", jit, tuple(("in", i) for i in range(5)) + (("out", 0),),
@@ -279,7 +272,7 @@ def _lrn_kernels(node, ins, outs, deps):
            ("LRN_BETA", _f(a.get("beta", 0.75))), ("LRN_BIAS", _f(a.get("bias", 1.0))),
            ("IMPL_TAG", "LRN"))
     return [KernelCall("norm", "lrn", jit, (("in", 0), ("out", 0)),
-                       params=(x.shape[1], _prod(x.shape[2:])), gws=(max(x.count, 1),))]
+                       params=(x.shape[1], prod(x.shape[2:])), gws=(max(x.count, 1),))]
 
 
 @register("LRN", checked=13, kernels=_lrn_kernels)

@@ -156,20 +156,24 @@ def compile_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = Tr
     return prg, (time.perf_counter() - t0) * 1e3
 
 
-def align_dims(shape) -> list[int]:
-    if len(shape) > MAX_RANK:
-        raise ValueError(f"rank {len(shape)} tensors are not supported (max {MAX_RANK})")
-    return [1] * (MAX_RANK - len(shape)) + [int(d) for d in shape]
+def shape_info_values(blocks: list[tuple[int, tuple]], params: tuple) -> list:
+    """The shape_info block's values: per tensor argument (blocks: (offset, dims), in argument
+    order) its offset and its dims aligned to MAX_RANK, then the kernel's parameters. Dims may
+    be symbolic (engine/symbolic.py: a compiled plan's trace)."""
+    vals = []
+    for off, dims in blocks:
+        if len(dims) > MAX_RANK:
+            raise ValueError(f"rank {len(dims)} tensors are not supported (max {MAX_RANK})")
+        vals.append(off)
+        vals += [1] * (MAX_RANK - len(dims))
+        vals += dims
+    vals += params
+    return vals
 
 
 def compose_shape_info(blocks: list[tuple[int, tuple]], params: tuple) -> np.ndarray:
     """blocks: (offset, dims) per tensor argument, in argument order."""
-    vals = []
-    for off, dims in blocks:
-        vals.append(int(off))
-        vals.extend(align_dims(dims))
-    vals.extend(int(p) for p in params)
-    return np.asarray(vals, dtype=np.int32)
+    return np.asarray([int(v) for v in shape_info_values(blocks, params)], dtype=np.int32)
 
 
 def round_up(x: int, m: int) -> int:

@@ -212,6 +212,16 @@ class AdaptivePredictor:
         return max(need, min(want, limit)), mode
 
 
+def surely_keeps(policy, buf: BufferState, need: int) -> bool:
+    """Whether `policy` keeps `buf` for a requirement of `need` elements whatever its history
+    says: the buffer fits and is not 10x too large (the plugin's ShapePredictor and the adaptive
+    policy reuse then; what they remember only ever keeps more). A compiled plan checks every
+    buffer so before it makes the policy's calls (engine/fast_path/compiled.py); False for
+    other policies."""
+    return isinstance(policy, (AdaptivePredictor, ShapePredictor)) and buf.has_buffer and \
+        need <= buf.cap_elems and need * RECLAIM_FACTOR >= buf.cap_elems
+
+
 class OraclePredictor:
     """Knows each buffer's whole future requirement sequence (simulator only).
 

@@ -45,6 +45,9 @@ class _Trace:
         self.guards: set = set()
         self.n = 0
         self.consts: dict = {}          # id -> (name, object) of objects the code refers to
+        # (op, a, b) -> the Sym already holding it: the layers of a model compute the same
+        # expressions again (a whole plan's trace would otherwise repeat them per node)
+        self.cse: dict = {}
 
     def temp(self) -> str:
         self.n += 1
@@ -96,11 +99,15 @@ class Sym:
             return a
         if a.__class__ is not Sym and ((a == 1 and sym == "*") or (a == 0 and sym == "+")):
             return b
-        v = fn(_value(a), _value(b))
         tr = _tracing.trace
+        expr = f"{_expr(a)} {sym} {_expr(b)}"
+        hit = tr.cse.get(expr)
+        if hit is not None:
+            return hit
         name = tr.temp()
-        tr.lines.append(f"{name} = {_expr(a)} {sym} {_expr(b)}")
-        return Sym(v, name)
+        tr.lines.append(f"{name} = {expr}")
+        hit = tr.cse[expr] = Sym(fn(_value(a), _value(b)), name)
+        return hit
 
     def __add__(self, o): return self._op("+", operator.add, o)
     def __radd__(self, o): return self._op("+", operator.add, o, True)
@@ -185,7 +192,7 @@ def prod(dims):
 
 # ---- tracing and compiling ---------------------------------------------------------------
 
-def _sym_layout(l: Layout, k: int) -> Layout:
+def _sym_layout(l: Layout, k) -> Layout:
     shape = tuple(Sym(d, f"a{k}_{j}") for j, d in enumerate(l.shape))
     pad = tuple(Sym(d, f"p{k}_{j}") for j, d in enumerate(l.pad)) if l.pad is not None else None
     return Layout(shape, l.dtype, l.format, pad)
@@ -314,3 +321,46 @@ def trace(compute, in_layouts, fixed=frozenset()) -> tuple:
     env.update(_L=Layout, _R=_replace)
     exec(compile(src, "<shape function>", "exec"), env)
     return concrete(result), ShapeFunction(env["shape_fn"], src)
+
+
+class Session:
+    """One trace over several computations (a whole plan's nodes, engine/fast_path/compiled.py):
+    `layout` makes the parameters, the computations run inside `with`, and `function` compiles
+    the lines traced so far with a body of statements and a return value."""
+
+    def __init__(self):
+        self.tr = _Trace()
+        self.params: list[str] = []
+
+    def __enter__(self) -> "Session":
+        if tracing():
+            raise Escape("nested trace")
+        _tracing.trace = self.tr
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _tracing.trace = None
+
+    def layout(self, l: Layout) -> Layout:
+        """A symbolic copy of `l` whose dims (and padding) are parameters of the function."""
+        k = len(self.params)
+        sl = _sym_layout(l, f"x{k}")
+        self.params += [s.name for s in args_of([sl], ())]
+        return sl
+
+    def source(self, x) -> str:
+        """Python source that rebuilds `x` (its Syms their variables, other objects constants)."""
+        return _rebuild(x, self.tr)
+
+    def const(self, obj) -> str:
+        return self.tr.const(obj)
+
+    def function(self, name: str, statements: list[str], returns: str = "None"):
+        """(the compiled function of the parameters, its source): the traced lines (guards
+        return None), then `statements`, then `return returns`."""
+        src = f"def {name}({', '.join(self.params)}):\n" + \
+            "".join(f"    {l}\n" for l in self.tr.lines + statements) + f"    return {returns}\n"
+        env = {n: obj for n, obj in self.tr.consts.values()}
+        env.update(_L=Layout, _R=_replace)
+        exec(compile(src, f"<{name}>", "exec"), env)
+        return env[name], src

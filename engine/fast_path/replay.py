@@ -9,7 +9,7 @@ from operator import is_not
 import numpy as np
 
 from engine.device_queue import Observer
-from engine.fast_path import partial, shape_fns, steady
+from engine.fast_path import compiled, partial, shape_fns, steady
 from engine.fast_path.plans import Plan, blocker, input_array, resource_free, signature
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
@@ -18,7 +18,7 @@ from traces.schema import PLAN_BASES_KEPT
 # counters that are measurements or the fast path's own, not the flow's decisions
 NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "plan.replay",
                            "plan.replay.same_signature", "plan.replay.transition",
-                           "plan.partial"})
+                           "plan.partial", "plan.compiled"})
 
 __all__ = ["FastPath", "NOT_DECISIONS", "signature"]
 
@@ -40,7 +40,9 @@ class FastPath(Observer):
         # lengths meets up to their square of them, each holding its own two signatures
         self.seen = Memo(SEEN_KEPT)
         self.last_sig = None
-        self.restore: Plan | None = None   # the replayed plan whose node state is not put back
+        # the replayed plan (or compiled inference: compiled.Pending) whose node state is not
+        # put back yet
+        self.restore: Plan | compiled.Pending | None = None
         self.recording = None          # (previous signature, signature, memory changes)
         self._launches: list | None = None
         self._reallocs: list | None = None
@@ -57,6 +59,11 @@ class FastPath(Observer):
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
+        # compiled plans (compiled.py): untraced runs of whole plans only
+        self.compiled = compiled.CompiledPlans(self) if not decisions.traced and not self.blocker \
+            and not by_value else None
+        self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
+        self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
         tensors = buffers.tensors
         # graph outputs a host impl computes (shape subgraphs) keep their host value; every
@@ -127,9 +134,8 @@ class FastPath(Observer):
         """Put the nodes' state back if plans ran since the flow last did; log what this
         inference enqueues, asks the predictor and decides (`plan`: the partial plan it runs,
         which records nothing)."""
-        if self.restore is not None:
-            _restore(self.restore.state)
-            self.restore = None
+        if plan is not None or self.compiled is None or not isinstance(self.restore, compiled.Pending):
+            self._put_back()           # a compiled inference's state waits for run_flow
         self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
         self._partial = plan
@@ -138,16 +144,35 @@ class FastPath(Observer):
             self._launches, self._reallocs, self._touches = [], [], []
             self.decisions.log = []
 
+    def _put_back(self) -> None:
+        """The nodes' state as the last inference left it, before the flow reads it."""
+        r, self.restore = self.restore, None
+        if r.__class__ is compiled.Pending:
+            r.put_back()
+        elif r is not None:
+            _restore(r.state)
+
     def run_flow(self) -> None:
-        """The nodes' part of an inference of the flow: each node's steady step (steady.py)
-        where it holds (its shapes moved and nothing else did), else its flow."""
+        """The nodes' part of an inference of the flow: its compiled plan (compiled.py) where
+        one holds, else each node's steady step (steady.py) where it holds (its shapes moved and
+        nothing else did), else its flow."""
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
+        ran = self._ran = self.compiled.run(run) if self.compiled is not None else 0
+        if ran == 1:
+            self.decisions.counters["plan.compiled"] = 1
+            return
+        self._put_back()
+        steady_only = True
         try:
-            for inst, compiled in zip(self.insts, self.steady_steps):
-                if compiled is None or not compiled(inst, run):
+            for inst, step in zip(self.insts, self.steady_steps):
+                if ran and inst.node.host:
+                    continue           # run before the compiled plan was tried
+                if step is None or not step(inst, run):
                     inst.execute()
+                    steady_only &= inst.node.host
         finally:
             run.finish()
+        self._all_steady = steady_only
 
     def trace_ahead(self) -> None:
         """After the first inference of the flow, its kernels sent to the device: trace the
@@ -199,6 +224,15 @@ class FastPath(Observer):
                 self._new_epoch()
             return None
         self.current = None
+        ran, self._ran = self._ran, 0
+        if ran == 1:                   # a compiled inference: its plan stands for it
+            return None
+        if not changed and self.compiled is not None and self._all_steady and prev is not None:
+            self.compiled.record(self._steady.counted, launches, reallocs, touches)
+        if ran == 2:                   # its host nodes ran first: no record of its order
+            if changed:
+                self._new_epoch()
+            return None
         if prev is not None and not counters.get("device_reads"):
             self.current = partial.build(self.attribution, log, launches,
                                          self.buffers.memory.live(), set(self.program.outputs),

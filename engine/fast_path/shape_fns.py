@@ -43,14 +43,14 @@ class ShapeFns:
         not empty. `ahead`: trace a key met for the first time at once (FastPath.trace_ahead);
         otherwise its first time is answered by the op's Python and the second traced."""
         if inst.shape_class is None:
-            return _compute(inst, in_layouts, deps, deps_key, calls)
+            return op_answer(inst, in_layouts, deps, deps_key, calls)
         fixed = frozenset(k for k, t in enumerate(inst.inputs) if t is not None and t.constant)
         key = (inst.shape_class, calls, structure(in_layouts, fixed), deps_key)
         fns = self.table.get(key)
         if fns is None:
             if not ahead:
                 self.table.put(key, _ONCE)
-                return _compute(inst, in_layouts, deps, deps_key, calls)
+                return op_answer(inst, in_layouts, deps, deps_key, calls)
             fns = self.table.put(key, [])
         elif fns is _ONCE:
             fns = self.table[key] = []
@@ -64,21 +64,21 @@ class ShapeFns:
                 if got is not None:
                     self.hits += 1
                     if self.check:
-                        want = _compute(inst, in_layouts, deps, deps_key, calls)
+                        want = op_answer(inst, in_layouts, deps, deps_key, calls)
                         if want != got:
                             raise AssertionError(f"{inst.node.name}: compiled shape function gave "
                                                  f"{got}, the op {want}\n{f.source}")
                     return got
         if fns is _UNTRACEABLE or len(fns) >= MAX_VARIANTS:
-            return _compute(inst, in_layouts, deps, deps_key, calls)
+            return op_answer(inst, in_layouts, deps, deps_key, calls)
         try:
-            got, fn = trace(lambda syms: _compute(inst, syms, deps, None, calls), in_layouts, fixed)
+            got, fn = trace(lambda syms: op_answer(inst, syms, deps, None, calls), in_layouts, fixed)
         except Escape as e:
             self.escapes.setdefault(inst.node.op, f"{e} ({_where(e)})")
             self.table[key] = _UNTRACEABLE
-            return _compute(inst, in_layouts, deps, deps_key, calls)
+            return op_answer(inst, in_layouts, deps, deps_key, calls)
         except Exception:               # the op's own error, said by its own Python
-            return _compute(inst, in_layouts, deps, deps_key, calls)
+            return op_answer(inst, in_layouts, deps, deps_key, calls)
         fns.append(fn)
         self.traced += 1
         return got
@@ -95,7 +95,7 @@ def _where(e: Exception) -> str:
     return at
 
 
-def _compute(inst, in_layouts, deps, deps_key, calls: bool) -> tuple:
+def op_answer(inst, in_layouts, deps, deps_key, calls: bool) -> tuple:
     """The op's Python: through the flow's memo tables (`deps_key` given), or bare (a trace:
     symbolic layouts have no hash)."""
     if deps_key is None:

@@ -70,6 +70,7 @@ class SteadyRun:
         self.paths: Counter = Counter()      # a path's events -> how often they were made
         self.members = 0                     # nodes that took a steady step
         self.summed: Counter = Counter()     # counters summed from fields (kv_bytes_copied)
+        self.counted: Counter = Counter()    # what `finish` added to the counters
 
     def reused(self) -> None:
         """A `realloc reuse` decision, counted with the others at `finish`."""
@@ -85,11 +86,12 @@ class SteadyRun:
         self.decisions.write(kind, action, reason, inst.node, **fields)
 
     def finish(self) -> None:
-        c = self.decisions.counters
+        c = Counter(self.summed)
         for events, n in self.paths.items():
             for k, v in _path_counts(events).items():
                 c[k] += v * n
-        c.update(self.summed)
+        self.decisions.counters.update(c)
+        self.counted.update(c)
         self.paths.clear()
         self.summed.clear()
 

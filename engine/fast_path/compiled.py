@@ -1,0 +1,392 @@
+"""Compiled plans: a whole inference of steady steps as one function of the input dims, made
+once and called for every new signature of the same structure (the compiled flow; TVM Relax's
+shape functions composed over a program, tinygrad's JIT with bound variables).
+
+When an inference of the flow changed no resource and every device node took its steady step
+(steady.py: its input layouts moved, nothing else did), any new input dims under which every
+op makes the same choices lead to the same decisions with other numbers. `build` traces that
+inference again on symbolic dims (engine/symbolic.py Session): each device node's op Python in
+order, one node's output layouts the next one's inputs, so that every launch's work sizes and
+shape_info block, every buffer requirement the preallocation policy is asked about, every live
+byte count and every layout become expressions of the input dims, and every choice an op made
+(a tile by size, a broadcast, a fusion's validity) a guard. Each value is checked against what
+the flow did; any difference and nothing is compiled. Two functions come out: `fn` (the guards,
+then what the inference needs) and `state_fn` (the nodes' state the flow reads when it next
+runs, set lazily as plan replays do: `Pending`).
+
+An inference of the flow whose inputs have a compiled structure runs its host nodes (the shape
+subgraph, numpy: the flow's own steps), calls `fn`, and when the guards hold, no resource
+changed and every buffer surely keeps (the policies' reuse without reclaim, whatever their
+history: predictors.surely_keeps) it writes the shape_info image, enqueues the kernels, makes
+the policy's calls in one go and counts the decisions the compiled inference made. Otherwise the
+flow goes on node by node after the host nodes. A compiled plan holds resources of the epoch it
+was bound in (arguments, the nodes' state snapshot) and is bound again, without a new trace, by
+the next inference of the flow that could have built it. Untraced runs only: the trace reader
+cannot yet expand a compiled inference into its events (steady steps serve traced runs).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.bound_kernel import work_sizes
+from engine.fast_path import steady
+from engine.fast_path.shape_fns import op_answer
+from engine.kernels import shape_info_values
+from engine.predictors import surely_keeps
+from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure
+
+MAX_VARIANTS = 4
+
+
+class Compiled:
+    """One traced structure: `fn(*dims)` -> (kernels, image values, predictor calls, live
+    bytes, immediate layouts) or None; `state_fn(*dims)` sets the nodes' state. The rest is
+    what the epoch it is bound in holds."""
+    __slots__ = ("fn", "source", "state_fn", "host_params", "host_structure", "kernel_ids",
+                 "image", "counters", "epoch", "snapshot", "args", "touches", "uploads",
+                 "host_views", "immediate", "io_snapshot", "bounds", "device")
+
+
+class Pending:
+    """The nodes' state a compiled inference left, put back before the flow next reads it;
+    `keys`: each device node's input dims it left."""
+    __slots__ = ("c", "dims", "keys")
+
+    def __init__(self, c: Compiled, dims: list, keys: tuple):
+        self.c, self.dims, self.keys = c, dims, keys
+
+    def put_back(self) -> None:
+        for obj, values in self.c.snapshot:
+            obj.restore(values)
+        self.c.state_fn(*self.dims)
+
+
+class CompiledPlans:
+    def __init__(self, fast):
+        self.fast = fast
+        tensors = fast.buffers.tensors
+        self.inputs = [tensors[n] for n in fast.program.inputs]
+        self.table: dict = {}           # structure of the inputs' layouts -> [Compiled]
+        self.built = 0                  # functions traced
+        self.runs = 0                   # inferences they served
+        self.why_not = ""               # why the last build was refused (for reading)
+
+    def summary(self) -> dict:
+        return {"built": self.built, "runs": self.runs, "refused": self.why_not}
+
+    def _key(self) -> tuple:
+        return structure([t.layout for t in self.inputs], ())
+
+    # ---- an inference ----------------------------------------------------------------------
+    def run(self, run: steady.SteadyRun) -> int:
+        """Try the compiled plan for the inputs just set. 0: none applies (nothing done);
+        1: done; 2: the host nodes ran, the flow goes on from the device nodes."""
+        fast = self.fast
+        cands = self.table.get(self._key())
+        if not cands or not any(c.epoch == fast.epoch for c in cands):
+            return 0
+        for inst in fast.insts:                 # the shape subgraph: the flow's own steps
+            if inst.node.host:
+                inst.execute()
+        if fast.buffers.memory.changes != fast.recording[2]:
+            return 2                            # an input took a new buffer
+        for c in cands:
+            if c.epoch != fast.epoch:
+                continue
+            layouts = [t.layout for t in c.host_params]
+            if structure(layouts, ()) != c.host_structure:
+                continue
+            dims = args_of([t.layout for t in self.inputs] + layouts, ())
+            try:
+                got = c.fn(*dims)
+            except ArithmeticError:            # a division by a dim that is now 0
+                got = None
+            if got is not None and self._apply(c, dims, got, run):
+                self.runs += 1
+                return 1
+        return 2
+
+    def _apply(self, c: Compiled, dims: list, got: tuple, run) -> bool:
+        fast = self.fast
+        kernels, images, calls, live, layouts, keys = got
+        # the state the last inference left must be one from which every device node takes
+        # its steady step: the same kernels bound, nothing skipped or done by another node,
+        # and every node's input layouts moved
+        r = fast.restore
+        if r.__class__ is Pending:
+            ids, prev = r.c.kernel_ids, r.keys
+        else:
+            if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
+                return False
+            ids, prev = _kernel_ids(fast), _node_keys(c.device)
+        if ids != c.kernel_ids or len(prev) != len(keys) or any(map(_eq, keys, prev)):
+            return False
+        buffers, queue = fast.buffers, fast.queue
+        predictor = buffers.predictor
+        for t, _, _, need, _ in calls:
+            if not t.capacity or not surely_keeps(predictor, t.state, need):
+                return False
+        for t in c.uploads:
+            if t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes:
+                return False
+        # from here on the inference is the compiled one
+        for t in c.uploads:
+            if t.host is not None and t.dev_version != t.version:
+                buffers.upload(t)
+        for t, values in c.io_snapshot:
+            t.restore(values)
+        for t, l in zip(c.immediate, layouts):
+            t.layout = l
+            t.host = None
+        for dst, src in c.host_views:
+            dst.buf, dst.offset = src.buf, src.offset
+            dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
+            dst.version, dst.dev_version = src.version, src.dev_version
+        if c.args is not None and fast.queue.args_version != c.args[0]:
+            for b, k, args in c.args[1]:
+                cur = b.arg_ids
+                if cur is not args and (cur is None or any(a is not x for a, x in zip(args, cur))):
+                    k.set_args(*args)
+                    queue.args_version += 1
+                b.arg_ids = args
+            c.args = (queue.args_version, c.args[1])
+        arena = queue.arena
+        image = []
+        for (chunk, idx, base, var, slots, lo, hi), vals in zip(c.image, images):
+            v = base.copy()
+            v[var] = vals
+            image.append((chunk, idx, v, slots, lo, hi))
+        arena.write_image(image)
+        for b in c.bounds:      # their slots hold what no array of theirs says: the flow rewrites
+            b.info = None
+        arena.flush(queue.write)
+        queue.enqueue(kernels)
+        for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
+            cache.get(key)
+        used = buffers.used_bytes
+        batch = getattr(predictor, "replay", None)
+        if batch is not None:
+            batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls], used)
+        else:
+            for t, name, shape, _, bits in calls:
+                t.state.realloc_if_needed(predictor, name, shape, bits, used)
+        buffers.memory.note_many(live)
+        fast.decisions.counters.update(c.counters)
+        fast.restore = Pending(c, dims, keys)
+        return True
+
+    # ---- after an inference of the flow ----------------------------------------------------
+    def record(self, counters, launches, reallocs, touches) -> None:
+        """After an inference of the flow that changed no resource and whose device nodes all
+        took steady steps: bind the compiled plan of its structure to this epoch, tracing it
+        first if no variant's guards hold for these dims."""
+        fast = self.fast
+        key = self._key()
+        cands = self.table.setdefault(key, [])
+        host_params = _host_params(fast)
+        dims = args_of([t.layout for t in self.inputs] + [t.layout for t in host_params], ())
+        ids = _kernel_ids(fast)
+        c = next((c for c in cands if c.kernel_ids == ids and c.host_params == host_params
+                  and c.host_structure == structure([t.layout for t in host_params], ())
+                  and c.fn(*dims) is not None), None)
+        if c is None:
+            try:
+                c = _build(fast, host_params, launches, reallocs)
+            except Escape as e:
+                self.why_not = str(e)
+                return
+            c.kernel_ids = ids
+            self.built += 1
+            if len(cands) >= MAX_VARIANTS:
+                cands.pop(0)
+            cands.append(c)
+        _bind(fast, c, counters, launches, touches)
+
+
+def _kernel_ids(fast) -> tuple:
+    return tuple(id(b) for i in fast.insts for b in i.bound)
+
+
+def _node_keys(device) -> list:
+    """Each device node's input dims as its state says (None: it has not run)."""
+    return [None if i.in_layouts is None else tuple(args_of(i.in_layouts, ())) for i in device]
+
+
+_eq = tuple.__eq__
+
+
+def _host_params(fast) -> list:
+    """Host nodes' outputs that device nodes read (their layouts are parameters too)."""
+    host = {id(t) for i in fast.insts if i.node.host for t in i.outputs}
+    out, seen = [], set()
+    for i in fast.insts:
+        if not i.node.host:
+            for t in i.inputs:
+                if t is not None and id(t) in host and id(t) not in seen:
+                    seen.add(id(t))
+                    out.append(t)
+    return out
+
+
+def _build(fast, host_params, launches, reallocs) -> Compiled:
+    """Trace the inference just run (module docstring); Escape when it cannot be compiled."""
+    insts, steps, tensors = fast.insts, fast.steady_steps, fast.buffers.tensors
+    inputs = [tensors[n] for n in fast.program.inputs]
+    if fast.by_value:
+        raise Escape("shape inference reads input values")
+    host_valued = {id(t) for t in inputs} | {id(t) for i in insts if i.node.host for t in i.outputs}
+    for inst in insts:
+        if inst.node.host and any(t is not None and not t.constant and id(t) not in host_valued
+                                  for t in inst.inputs):
+            raise Escape(f"host node {inst.node.name} reads a device tensor")
+    s = Session()
+    sym: dict = {}                      # id(tensor) -> symbolic layout
+    state: list = []                    # (object, attribute, value) the flow left
+    per_bound: dict = {}                # id(bound kernel) -> (gws, lws, shape_info values)
+    host_views = []
+    device, keys = [], []               # device nodes; their input dims
+    with s:
+        for t in inputs + host_params:
+            sym[id(t)] = s.layout(t.layout)
+        for inst, step in zip(insts, steps):
+            if inst.node.host:
+                continue
+            if step is not steady.kernel_step and step is not steady.view_step:
+                raise Escape(f"{inst.node.name} takes no steady step")
+            for i in inst.opdef.shape_deps:
+                t = inst.inputs[i] if i < len(inst.inputs) else None
+                if t is not None and not t.constant:
+                    raise Escape(f"{inst.node.name} reads shape values that are not constants")
+            in_l = [None if t is None else sym.get(id(t), t.layout) for t in inst.inputs]
+            device.append(inst)
+            keys.append(tuple(args_of(in_l, ())))
+            out, unfuse, calls = op_answer(inst, in_l, inst.deps, None, step is steady.kernel_step)
+            if unfuse:
+                raise Escape(f"{inst.node.name}: fusion invalid")
+            for t, l in zip(inst.outputs, out):
+                _check(concrete(l) == t.layout, inst, "an output layout")
+                sym[id(t)] = l
+                state.append((t, "layout", l))
+            state.append((inst, "in_layouts", in_l))
+            if step is steady.view_step:
+                if id(inst.inputs[0]) in host_valued:
+                    host_valued.add(id(inst.outputs[0]))
+                    host_views.append((inst.outputs[0], inst.inputs[0]))
+                continue
+            _check(calls is not None and len(calls) == len(inst.bound), inst, "its kernel calls")
+            internal = next((c.internal for c in calls if c.internal), ())
+            state.append((inst, "internal_layouts", internal))
+            for k, l in enumerate(internal):
+                t = inst.internals[k]
+                sym[id(t)] = l
+                state.append((t, "layout", l))
+            for call, b in zip(calls, inst.bound):
+                # the same impl (kernel_step's check): what picks it becomes guards
+                rec = b.call
+                _check(call.kernel == rec.kernel and call.source == rec.source and
+                       len(call.args) == len(rec.args) and call.jit == rec.jit, inst, "its impl")
+                gws, lws = work_sizes(call, b.cpu)
+                blocks = [(t.offset, call.dims.get(p, sym.get(id(t), t.layout).shape))
+                          for p, t in enumerate(b.tensors)]
+                per_bound[id(b)] = (gws, lws, shape_info_values(blocks, call.params))
+                state += [(b, "call", call), (b, "gws", gws), (b, "lws", lws)]
+        kernels = []
+        for b, kernel, gws, lws, _, info in launches:
+            got = per_bound.get(id(b)) if b is not None else None
+            _check(got is not None, None, "a launch of no steady kernel")
+            _check(concrete(got[0]) == tuple(gws) and concrete(got[1]) == (tuple(lws) if lws else lws),
+                   None, "a launch's work sizes")
+            if info is not None:
+                _check(np.array_equal(np.asarray(concrete(got[2])), info), None, "a shape_info block")
+            kernels.append((kernel, got[0], got[1]))
+        calls = []
+        for t, shape, bits in reallocs:
+            l = sym.get(id(t))
+            _check(l is not None and concrete(l.shape) == tuple(map(int, shape)), None,
+                   f"a buffer requirement of {t.name}")
+            calls.append((t, t.name, l.shape, prod(l.shape), bits))
+        by_name = {t.name: t for i in insts for t in list(i.outputs) + i.internals}
+        graph_inputs = set(fast.program.inputs)
+        live_names, live_vals = [], []
+        for name, nbytes in fast.buffers.memory.live().items():
+            if name in graph_inputs:
+                continue                        # set_input notes them
+            t = by_name.get(name)
+            l = sym.get(id(t)) if t is not None else None
+            _check(l is not None and concrete(l.nbytes) == nbytes, None, f"the live bytes of {name}")
+            live_names.append(name)
+            live_vals.append(l.nbytes)
+        immediate = [t for t in fast.io_tensors if id(t) in sym and t.name not in graph_inputs]
+        image = _image(fast, launches, per_bound)
+        returns = "(" + ", ".join([
+            s.source(kernels),
+            "(" + "".join(s.source(tuple(v for v in vals if v.__class__ is Sym)) + ", "
+                          for _, vals in image) + ")",
+            s.source(calls),
+            "dict(zip(" + s.const(live_names) + ", " + s.source(tuple(live_vals)) + "))",
+            s.source(tuple(sym[id(t)] for t in immediate)),
+            s.source(tuple(keys))]) + ")"
+        fn, src = s.function("compiled_plan", [], returns)
+        stmts = [f"{s.const(obj)}.{attr} = {s.source(v)}" for obj, attr, v in state]
+        state_fn, _ = s.function("compiled_state", stmts)
+    c = Compiled()
+    c.fn, c.source, c.state_fn = fn, src, state_fn
+    c.host_params = host_params
+    c.host_structure = structure([t.layout for t in host_params], ())
+    c.image = []
+    for (chunk, idx, slots, lo, hi), vals in image:
+        var = [k for k, v in enumerate(vals) if v.__class__ is Sym]
+        base = np.asarray([0 if v.__class__ is Sym else int(v) for v in vals], np.int32)
+        c.image.append((chunk, idx, base, np.asarray(var, np.intp), slots, lo, hi))
+    c.immediate = immediate
+    c.host_views = host_views
+    c.uploads = list(host_params)
+    c.bounds = [b for i in insts for b in i.bound]
+    c.device = device
+    return c
+
+
+def _check(ok: bool, inst, what: str) -> None:
+    """The trace must give what the flow did; anything else and nothing is compiled."""
+    if not ok:
+        raise Escape(f"the trace differs from the flow in {what}" +
+                     (f" of {inst.node.name}" if inst is not None else ""))
+
+
+def _image(fast, launches, per_bound) -> list:
+    """The launches' shape_info blocks by arena chunk: ((chunk, word indices, slots, byte span),
+    values) each, the values symbolic where they move with the dims."""
+    by_chunk: dict = {}
+    seen = set()
+    for b, _, _, _, _, info in launches:
+        if b is None or info is None or b.slot is None or id(b) in seen:
+            continue
+        seen.add(id(b))
+        by_chunk.setdefault(id(b.slot.chunk), (b.slot.chunk, []))[1].append((b.slot, per_bound[id(b)][2]))
+    out = []
+    for chunk, items in by_chunk.values():
+        idx = np.concatenate([np.arange(sl.at // 4, sl.at // 4 + len(v)) for sl, v in items])
+        vals = [x for _, v in items for x in v]
+        lo = min(sl.at for sl, _ in items)
+        hi = max(sl.at + 4 * len(v) for sl, v in items)
+        out.append(((chunk, idx, [sl for sl, _ in items], lo, hi), vals))
+    return out
+
+
+def _bind(fast, c: Compiled, counters, launches, touches) -> None:
+    """The epoch's resources: arguments, the nodes' state (their shapes the function's), the
+    cache touches and the decisions' counters of the inference just run."""
+    c.epoch = fast.epoch
+    c.counters = counters
+    c.touches = list(touches)
+    c.args = (-1, [(b, k, args) for b, k, _, _, args, _ in launches if b is not None])
+    skip = {id(t) for t in c.immediate} | {id(t) for t in c.host_params} | \
+        {id(dst) for dst, _ in c.host_views} | {id(fast.buffers.tensors[n]) for n in fast.program.inputs}
+    snap = []
+    for inst in fast.insts:
+        if inst.node.host:
+            continue
+        snap += inst.snapshot()
+        snap += [(t, t.snapshot()) for t in inst.outputs if id(t) not in skip]
+    c.snapshot = snap
+    c.io_snapshot = [(t, t.snapshot()) for t in c.immediate]

@@ -1,0 +1,107 @@
+"""Compiled plans (engine/fast_path/compiled.py): a whole inference of steady steps traced once
+on symbolic dims and called for new signatures decides what the flow decides and computes
+what it computes.
+
+Random (batch, length) sequences (growth past the buffers, shrink, repeats, batch changes) run
+untraced with the fast path on (compiled plans, whole plans, steady steps) and off (the flow);
+each inference's outputs are bit-identical and its counters (every decision, the live and peak
+bytes) equal, the outputs match onnxruntime, and compiled plans must have served inferences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine import Network, build_program
+from engine.fast_path import NOT_DECISIONS
+from tests.models import bert_encoder
+from tests.test_partial_replay import SETTINGS
+from tests.test_shape_functions import BERT, _bert_steps
+
+# the flow's inferences that build the first compiled plan: the first inference, then a shorter
+# length that every node takes its steady step for and that fits the buffers
+WARM = [(1, 41), (1, 40)]
+
+
+def _run(prog, steps, device, fast: bool, kind: str, predictor: str = "adaptive"):
+    """The command line's default policy (adaptive) unless told: the plugin's reclaim rule
+    reallocates on most shrinks, and a compiled plan serves only inferences that keep their
+    buffers."""
+    net = Network(prog, device, impls="dynamic", fast_path=fast, predictor=predictor)
+    net.impls.device_type = kind
+    outs, counters = [], []
+    for feeds, _ in steps:
+        outs.append({k: np.array(v) for k, v in net.infer(feeds).items()})
+        counters.append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+    return net, outs, counters
+
+
+# unfused, the attention's Transposes take runtime skips (the flow): no plan compiles
+@pytest.mark.parametrize("kind,fusion", [("gpu", True), ("cpu", True)])
+@given(shapes=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 140)), min_size=4, max_size=8))
+@SETTINGS
+def test_compiled_plans_decide_and_compute_as_the_flow(device, kind, fusion, shapes):
+    import onnxruntime as ort
+    model = bert_encoder(**BERT)
+    prog = build_program(model, fusion=fusion)
+    steps = _bert_steps(WARM + [(1, 39)] + shapes)      # 39: compiled (the other tests say)
+    net, on, c_on = _run(prog, steps, device, True, kind)
+    _, off, c_off = _run(prog, steps, device, False, kind)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, ((feeds, _), a, b) in enumerate(zip(steps, on, off)):
+        for name in b:
+            assert np.array_equal(a[name], b[name]), f"inference {i} output {name}"
+        assert c_on[i] == c_off[i], f"inference {i}"
+        np.testing.assert_allclose(a["last_hidden_state"], sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+    cp = net.fast.compiled
+    assert cp.built >= 1 and cp.runs >= 1, cp.summary()
+
+
+def test_a_compiled_inference_is_counted_and_leaves_the_flow_its_state(device):
+    """The third length runs the compiled plan (one `plan.compiled`); a length past the
+    buffers then runs the flow, which reads the nodes' state the compiled inference left (put
+    back lazily) and decides as the flow alone does."""
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps(WARM + [(1, 39), (1, 150), (1, 38), (1, 37)])
+    net, on, c_on = _run(prog, steps, device, True, "gpu")
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    assert net.counters.get("plan.compiled") == 1
+    assert c_on == c_off
+    for a, b in zip(on, off):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"])
+    # 39 and 37; 150 took new buffers (the flow), 38 bound the plan to the new ones (the flow)
+    assert net.fast.compiled.runs == 2
+
+
+def test_a_traced_run_takes_no_compiled_plan(device, tmp_path):
+    """The trace holds every decision of every node (the reader cannot expand a compiled
+    inference yet): traced networks run steady steps instead."""
+    from traces import TraceWriter
+    prog = build_program(bert_encoder(**BERT))
+    net = Network(prog, device, impls="dynamic", trace=TraceWriter(str(tmp_path / "t.jsonl"), {}))
+    for feeds, _ in _bert_steps(WARM + [(1, 30)]):
+        net.infer(feeds)
+    assert net.fast.compiled is None and "plan.compiled" not in net.counters
+
+
+def test_a_guard_that_fails_falls_back_to_the_flow(device):
+    """Length 8 fails a guard of the plan traced at 40 (tiles for short rows): the flow runs
+    after the host nodes the attempt ran and decides as the flow alone; the next flow that
+    keeps every resource (9) traces a second variant, which serves 10 and 11."""
+    prog = build_program(bert_encoder(**BERT))
+    lengths = [41, 40, 39, 8, 9, 10, 11]
+    steps = _bert_steps([(1, n) for n in lengths])
+    net = Network(prog, device, impls="dynamic", predictor="adaptive")
+    net.impls.device_type = "gpu"
+    ref = Network(prog, device, impls="dynamic", predictor="adaptive", fast_path=False)
+    ref.impls.device_type = "gpu"
+    compiled = []
+    for feeds, _ in steps:
+        got, want = net.infer(feeds), ref.infer(feeds)
+        assert np.array_equal(got["last_hidden_state"], want["last_hidden_state"])
+        assert {k: v for k, v in net.counters.items() if k not in NOT_DECISIONS} == \
+            {k: v for k, v in ref.counters.items() if k not in NOT_DECISIONS}
+        compiled.append(net.counters.get("plan.compiled", 0))
+    assert compiled == [0, 0, 1, 0, 0, 1, 1]
+    assert net.fast.compiled.built == 2

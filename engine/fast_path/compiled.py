@@ -44,7 +44,8 @@ class Compiled:
     what the epoch it is bound in holds."""
     __slots__ = ("fn", "source", "state_fn", "host_params", "host_structure", "kernel_ids",
                  "image", "counters", "epoch", "snapshot", "args", "touches", "uploads",
-                 "host_views", "immediate", "io_snapshot", "bounds", "device")
+                 "host_views", "immediate", "io_snapshot", "bounds", "device", "launch_bounds",
+                 "launch_insts")
 
 
 class Pending:
@@ -70,6 +71,7 @@ class CompiledPlans:
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
         self.why_not = ""               # why the last build was refused (for reading)
+        self.last = None                # (Compiled, its answer) of the last compiled inference
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -82,6 +84,8 @@ class CompiledPlans:
         """Try the compiled plan for the inputs just set. 0: none applies (nothing done);
         1: done; 2: the host nodes ran, the flow goes on from the device nodes."""
         fast = self.fast
+        if fast.recording[0] == fast.recording[1]:
+            return 0                            # a repeated signature: the flow records its plan
         cands = self.table.get(self._key())
         if not cands or not any(c.epoch == fast.epoch for c in cands):
             return 0
@@ -173,7 +177,21 @@ class CompiledPlans:
         buffers.memory.note_many(live)
         fast.decisions.counters.update(c.counters)
         fast.restore = Pending(c, dims, keys)
+        self.last = (c, got)
         return True
+
+    def as_launches(self) -> tuple:
+        """The last compiled inference as the flow's observer would have seen it (launches,
+        predictor calls, cache touches), its nodes' state put back: for recording it as the
+        plan of its transition (FastPath._record)."""
+        c, got = self.last
+        kernels, calls = got[0], got[2]
+        launches = []
+        for (k, g, l), b, inst in zip(kernels, c.launch_bounds, c.launch_insts):
+            offsets = tuple(t.offset for t in b.tensors)
+            b.info, b.offsets = inst._shape_info_for(b.call, b.tensors, offsets), offsets
+            launches.append((b, k, g, l, b.arg_ids, b.info))
+        return launches, [(t, shape, bits) for t, _, shape, _, bits in calls], c.touches
 
     # ---- after an inference of the flow ----------------------------------------------------
     def record(self, counters, launches, reallocs, touches) -> None:
@@ -343,6 +361,9 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
     c.uploads = list(host_params)
     c.bounds = [b for i in insts for b in i.bound]
     c.device = device
+    owner = {id(b): i for i in insts for b in i.bound}
+    c.launch_bounds = [b for b, *_ in launches]
+    c.launch_insts = [owner[id(b)] for b in c.launch_bounds]
     return c
 
 

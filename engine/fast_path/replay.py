@@ -225,15 +225,19 @@ class FastPath(Observer):
             return None
         self.current = None
         ran, self._ran = self._ran, 0
-        if ran == 1:                   # a compiled inference: its plan stands for it
-            return None
-        if not changed and self.compiled is not None and self._all_steady and prev is not None:
+        if ran == 1:                   # a compiled inference: the plan of its transition the
+            if (prev, sig) not in self.seen:   # second time, as for the flow's
+                self.seen.put((prev, sig), None)
+                return None
+            self._put_back()
+            launches, reallocs, touches = self.compiled.as_launches()
+            counters = Counter(counters)       # a replay of it is no compiled inference
+            del counters["plan.compiled"]
+        elif not changed and self.compiled is not None and self._all_steady and prev is not None:
             self.compiled.record(self._steady.counted, launches, reallocs, touches)
-        if ran == 2:                   # its host nodes ran first: no record of its order
-            if changed:
-                self._new_epoch()
-            return None
-        if prev is not None and not counters.get("device_reads"):
+        # a partial plan's base is a flow that ran node by node in order (not after the host
+        # nodes a compiled plan's attempt ran first)
+        if ran == 0 and prev is not None and not counters.get("device_reads"):
             self.current = partial.build(self.attribution, log, launches,
                                          self.buffers.memory.live(), set(self.program.outputs),
                                          iteration, self._changed, self._fed)

@@ -39,7 +39,7 @@ class Network:
                  impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
                  profile: bool = False, memory_pool: bool = True, fast_path: bool = True,
                  prebuild_workers: int = 8, context: cl.Context | None = None,
-                 impl_cache: ImplCache | None = None):
+                 impl_cache: ImplCache | None = None, compile_plans: bool = False):
         self.program = program
         self.device = device or select_device()
         # many small networks (the ONNX backend's node tests) may share a context and impl cache
@@ -70,7 +70,7 @@ class Network:
         self._plan_memory(memory_pool)
         # plan replay of repeated input signatures (engine/fast_path); None: the flow runs always
         self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.decisions, self.by_value,
-                             self.index_checks.tensors, bool(self.feedback)) if fast_path else None
+                             self.index_checks.tensors, bool(self.feedback), compile_plans) if fast_path else None
         if self.fast is not None:
             self.queue.observer = self.fast
 

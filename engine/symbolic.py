@@ -282,6 +282,27 @@ def concrete(x):
     return x
 
 
+def substitute(x, env: dict):
+    """`x` with every Sym replaced by the value its variable holds in `env` (a compiled
+    function's variables: engine/fast_path/compiled.py puts a plan's node state back so)."""
+    c = x.__class__
+    if c is Sym:
+        return env[x.name]
+    if c is tuple:
+        return tuple(substitute(e, env) for e in x)
+    if c is list:
+        return [substitute(e, env) for e in x]
+    if c is dict:
+        return {substitute(k, env): substitute(v, env) for k, v in x.items()}
+    if c is Layout:
+        return Layout(substitute(x.shape, env), x.dtype, x.format, substitute(x.pad, env)) \
+            if _has_sym(x) else x
+    if c is KernelCall:
+        return _replace(x, **{f.name: substitute(getattr(x, f.name), env) for f in dataclasses.fields(x)
+                              if _has_sym(getattr(x, f.name))})
+    return x
+
+
 def _replace(call: KernelCall, **changes) -> KernelCall:
     """A copy of `call` with `changes` (dataclasses.replace without __init__'s work)."""
     new = object.__new__(KernelCall)

@@ -28,7 +28,8 @@ def _run(prog, steps, device, fast: bool, kind: str, predictor: str = "adaptive"
     """The command line's default policy (adaptive) unless told: the plugin's reclaim rule
     reallocates on most shrinks, and a compiled plan serves only inferences that keep their
     buffers."""
-    net = Network(prog, device, impls="dynamic", fast_path=fast, predictor=predictor)
+    net = Network(prog, device, impls="dynamic", fast_path=fast, predictor=predictor,
+                  compile_plans=fast)
     net.impls.device_type = kind
     outs, counters = [], []
     for feeds, _ in steps:
@@ -79,7 +80,8 @@ def test_a_traced_run_takes_no_compiled_plan(device, tmp_path):
     inference yet): traced networks run steady steps instead."""
     from traces import TraceWriter
     prog = build_program(bert_encoder(**BERT))
-    net = Network(prog, device, impls="dynamic", trace=TraceWriter(str(tmp_path / "t.jsonl"), {}))
+    net = Network(prog, device, impls="dynamic", trace=TraceWriter(str(tmp_path / "t.jsonl"), {}),
+                  compile_plans=True)
     for feeds, _ in _bert_steps(WARM + [(1, 30)]):
         net.infer(feeds)
     assert net.fast.compiled is None and "plan.compiled" not in net.counters
@@ -92,7 +94,7 @@ def test_a_guard_that_fails_falls_back_to_the_flow(device):
     prog = build_program(bert_encoder(**BERT))
     lengths = [41, 40, 39, 8, 9, 10, 11]
     steps = _bert_steps([(1, n) for n in lengths])
-    net = Network(prog, device, impls="dynamic", predictor="adaptive")
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans=True)
     net.impls.device_type = "gpu"
     ref = Network(prog, device, impls="dynamic", predictor="adaptive", fast_path=False)
     ref.impls.device_type = "gpu"

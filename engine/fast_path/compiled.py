@@ -11,8 +11,8 @@ shape_info block, every buffer requirement the preallocation policy is asked abo
 byte count and every layout become expressions of the input dims, and every choice an op made
 (a tile by size, a broadcast, a fusion's validity) a guard. Each value is checked against what
 the flow did; any difference and nothing is compiled. Two functions come out: `fn` (the guards,
-then what the inference needs) and `state_fn` (the nodes' state the flow reads when it next
-runs, set lazily as plan replays do: `Pending`).
+then what the inference needs, with its variables) and the nodes' state the flow reads when
+it next runs, symbolic, set lazily from those variables as plan replays do (`Pending`).
 
 An inference of the flow whose inputs have a compiled structure runs its host nodes (the shape
 subgraph, numpy: the flow's own steps), calls `fn`, and when the guards hold, no resource
@@ -33,16 +33,16 @@ from engine.fast_path import steady
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
-from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure
+from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
 
-MAX_VARIANTS = 4
+MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
 
 
 class Compiled:
     """One traced structure: `fn(*dims)` -> (kernels, image values, predictor calls, live
-    bytes, immediate layouts) or None; `state_fn(*dims)` sets the nodes' state. The rest is
-    what the epoch it is bound in holds."""
-    __slots__ = ("fn", "source", "state_fn", "host_params", "host_structure", "kernel_ids",
+    bytes, immediate layouts, node keys, its variables) or None; `state`: (object, attribute,
+    symbolic value) the flow leaves. The rest is what the epoch it is bound in holds."""
+    __slots__ = ("fn", "source", "state", "host_params", "host_structure", "kernel_ids",
                  "image", "counters", "epoch", "snapshot", "args", "touches", "uploads",
                  "host_views", "immediate", "io_snapshot", "bounds", "device", "launch_bounds",
                  "launch_insts")
@@ -51,15 +51,17 @@ class Compiled:
 class Pending:
     """The nodes' state a compiled inference left, put back before the flow next reads it;
     `keys`: each device node's input dims it left."""
-    __slots__ = ("c", "dims", "keys")
+    __slots__ = ("c", "env", "keys")
 
-    def __init__(self, c: Compiled, dims: list, keys: tuple):
-        self.c, self.dims, self.keys = c, dims, keys
+    def __init__(self, c: Compiled, env: dict, keys: tuple):
+        self.c, self.env, self.keys = c, env, keys
 
     def put_back(self) -> None:
         for obj, values in self.c.snapshot:
             obj.restore(values)
-        self.c.state_fn(*self.dims)
+        env = self.env
+        for obj, attr, v in self.c.state:
+            setattr(obj, attr, substitute(v, env))
 
 
 class CompiledPlans:
@@ -112,18 +114,8 @@ class CompiledPlans:
 
     def _apply(self, c: Compiled, dims: list, got: tuple, run) -> bool:
         fast = self.fast
-        kernels, images, calls, live, layouts, keys = got
-        # the state the last inference left must be one from which every device node takes
-        # its steady step: the same kernels bound, nothing skipped or done by another node,
-        # and every node's input layouts moved
-        r = fast.restore
-        if r.__class__ is Pending:
-            ids, prev = r.c.kernel_ids, r.keys
-        else:
-            if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
-                return False
-            ids, prev = _kernel_ids(fast), _node_keys(c.device)
-        if ids != c.kernel_ids or len(prev) != len(keys) or any(map(_eq, keys, prev)):
+        kernels, images, calls, live, layouts, keys, env = got
+        if not _steady_from(fast, c, keys):
             return False
         buffers, queue = fast.buffers, fast.queue
         predictor = buffers.predictor
@@ -154,16 +146,8 @@ class CompiledPlans:
                     queue.args_version += 1
                 b.arg_ids = args
             c.args = (queue.args_version, c.args[1])
-        arena = queue.arena
-        image = []
-        for (chunk, idx, base, var, slots, lo, hi), vals in zip(c.image, images):
-            v = base.copy()
-            v[var] = vals
-            image.append((chunk, idx, v, slots, lo, hi))
-        arena.write_image(image)
-        for b in c.bounds:      # their slots hold what no array of theirs says: the flow rewrites
-            b.info = None
-        arena.flush(queue.write)
+        _write_image(queue.arena, c, images)
+        queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
             cache.get(key)
@@ -176,7 +160,7 @@ class CompiledPlans:
                 t.state.realloc_if_needed(predictor, name, shape, bits, used)
         buffers.memory.note_many(live)
         fast.decisions.counters.update(c.counters)
-        fast.restore = Pending(c, dims, keys)
+        fast.restore = Pending(c, env, keys)
         self.last = (c, got)
         return True
 
@@ -210,8 +194,8 @@ class CompiledPlans:
         if c is None:
             try:
                 c = _build(fast, host_params, launches, reallocs)
-            except Escape as e:
-                self.why_not = str(e)
+            except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
+                self.why_not = f"{type(e).__name__}: {e}"
                 return
             c.kernel_ids = ids
             self.built += 1
@@ -219,6 +203,31 @@ class CompiledPlans:
                 cands.pop(0)
             cands.append(c)
         _bind(fast, c, counters, launches, touches)
+
+
+def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
+    """Whether the state the last inference left is one from which every device node takes
+    its steady step: the same kernels bound, nothing skipped or done by another node, every
+    node's input layouts moved."""
+    r = fast.restore
+    if r.__class__ is Pending:
+        ids, prev = r.c.kernel_ids, r.keys
+    else:
+        if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
+            return False
+        ids, prev = _kernel_ids(fast), _node_keys(c.device)
+    return ids == c.kernel_ids and len(prev) == len(keys) and not any(map(_eq, keys, prev))
+
+
+def _write_image(arena, c: Compiled, images: tuple) -> None:
+    image = []
+    for (chunk, idx, base, var, slots, lo, hi), vals in zip(c.image, images):
+        v = base.copy()
+        v[var] = vals
+        image.append((chunk, idx, v, slots, lo, hi))
+    arena.write_image(image)
+    for b in c.bounds:          # their slots hold what no array of theirs says: the flow rewrites
+        b.info = None
 
 
 def _kernel_ids(fast) -> tuple:
@@ -267,74 +276,12 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
         for t in inputs + host_params:
             sym[id(t)] = s.layout(t.layout)
         for inst, step in zip(insts, steps):
-            if inst.node.host:
-                continue
-            if step is not steady.kernel_step and step is not steady.view_step:
-                raise Escape(f"{inst.node.name} takes no steady step")
-            for i in inst.opdef.shape_deps:
-                t = inst.inputs[i] if i < len(inst.inputs) else None
-                if t is not None and not t.constant:
-                    raise Escape(f"{inst.node.name} reads shape values that are not constants")
-            in_l = [None if t is None else sym.get(id(t), t.layout) for t in inst.inputs]
-            device.append(inst)
-            keys.append(tuple(args_of(in_l, ())))
-            out, unfuse, calls = op_answer(inst, in_l, inst.deps, None, step is steady.kernel_step)
-            if unfuse:
-                raise Escape(f"{inst.node.name}: fusion invalid")
-            for t, l in zip(inst.outputs, out):
-                _check(concrete(l) == t.layout, inst, "an output layout")
-                sym[id(t)] = l
-                state.append((t, "layout", l))
-            state.append((inst, "in_layouts", in_l))
-            if step is steady.view_step:
-                if id(inst.inputs[0]) in host_valued:
-                    host_valued.add(id(inst.outputs[0]))
-                    host_views.append((inst.outputs[0], inst.inputs[0]))
-                continue
-            _check(calls is not None and len(calls) == len(inst.bound), inst, "its kernel calls")
-            internal = next((c.internal for c in calls if c.internal), ())
-            state.append((inst, "internal_layouts", internal))
-            for k, l in enumerate(internal):
-                t = inst.internals[k]
-                sym[id(t)] = l
-                state.append((t, "layout", l))
-            for call, b in zip(calls, inst.bound):
-                # the same impl (kernel_step's check): what picks it becomes guards
-                rec = b.call
-                _check(call.kernel == rec.kernel and call.source == rec.source and
-                       len(call.args) == len(rec.args) and call.jit == rec.jit, inst, "its impl")
-                gws, lws = work_sizes(call, b.cpu)
-                blocks = [(t.offset, call.dims.get(p, sym.get(id(t), t.layout).shape))
-                          for p, t in enumerate(b.tensors)]
-                per_bound[id(b)] = (gws, lws, shape_info_values(blocks, call.params))
-                state += [(b, "call", call), (b, "gws", gws), (b, "lws", lws)]
-        kernels = []
-        for b, kernel, gws, lws, _, info in launches:
-            got = per_bound.get(id(b)) if b is not None else None
-            _check(got is not None, None, "a launch of no steady kernel")
-            _check(concrete(got[0]) == tuple(gws) and concrete(got[1]) == (tuple(lws) if lws else lws),
-                   None, "a launch's work sizes")
-            if info is not None:
-                _check(np.array_equal(np.asarray(concrete(got[2])), info), None, "a shape_info block")
-            kernels.append((kernel, got[0], got[1]))
-        calls = []
-        for t, shape, bits in reallocs:
-            l = sym.get(id(t))
-            _check(l is not None and concrete(l.shape) == tuple(map(int, shape)), None,
-                   f"a buffer requirement of {t.name}")
-            calls.append((t, t.name, l.shape, prod(l.shape), bits))
-        by_name = {t.name: t for i in insts for t in list(i.outputs) + i.internals}
-        graph_inputs = set(fast.program.inputs)
-        live_names, live_vals = [], []
-        for name, nbytes in fast.buffers.memory.live().items():
-            if name in graph_inputs:
-                continue                        # set_input notes them
-            t = by_name.get(name)
-            l = sym.get(id(t)) if t is not None else None
-            _check(l is not None and concrete(l.nbytes) == nbytes, None, f"the live bytes of {name}")
-            live_names.append(name)
-            live_vals.append(l.nbytes)
-        immediate = [t for t in fast.io_tensors if id(t) in sym and t.name not in graph_inputs]
+            if not inst.node.host:
+                _trace_node(inst, step, sym, state, per_bound, host_valued, host_views)
+                device.append(inst)
+                keys.append(tuple(args_of([None if t is None else sym.get(id(t), t.layout)
+                                           for t in inst.inputs], ())))
+        kernels, calls, live_names, live_vals, immediate = _answers(fast, launches, reallocs, per_bound, sym)
         image = _image(fast, launches, per_bound)
         returns = "(" + ", ".join([
             s.source(kernels),
@@ -343,12 +290,10 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
             s.source(calls),
             "dict(zip(" + s.const(live_names) + ", " + s.source(tuple(live_vals)) + "))",
             s.source(tuple(sym[id(t)] for t in immediate)),
-            s.source(tuple(keys))]) + ")"
+            s.source(tuple(keys)), "locals()"]) + ")"
         fn, src = s.function("compiled_plan", [], returns)
-        stmts = [f"{s.const(obj)}.{attr} = {s.source(v)}" for obj, attr, v in state]
-        state_fn, _ = s.function("compiled_state", stmts)
     c = Compiled()
-    c.fn, c.source, c.state_fn = fn, src, state_fn
+    c.fn, c.source, c.state = fn, src, state
     c.host_params = host_params
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = []
@@ -365,6 +310,81 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
     c.launch_bounds = [b for b, *_ in launches]
     c.launch_insts = [owner[id(b)] for b in c.launch_bounds]
     return c
+
+
+def _answers(fast, launches, reallocs, per_bound, sym) -> tuple:
+    """What `fn` returns, symbolic, each checked against what the flow did: the launches, the
+    predictor calls, the live bytes (by name), the tensors whose layouts are set at once."""
+    kernels = []
+    for b, kernel, gws, lws, _, info in launches:
+        got = per_bound.get(id(b)) if b is not None else None
+        _check(got is not None, None, "a launch of no steady kernel")
+        _check(concrete(got[0]) == tuple(gws) and concrete(got[1]) == (tuple(lws) if lws else lws),
+               None, "a launch's work sizes")
+        if info is not None:
+            _check(np.array_equal(np.asarray(concrete(got[2])), info), None, "a shape_info block")
+        kernels.append((kernel, got[0], got[1]))
+    calls = []
+    for t, shape, bits in reallocs:
+        l = sym.get(id(t))
+        _check(l is not None and concrete(l.shape) == tuple(map(int, shape)), None,
+               f"a buffer requirement of {t.name}")
+        calls.append((t, t.name, l.shape, prod(l.shape), bits))
+    by_name = {t.name: t for i in fast.insts for t in list(i.outputs) + i.internals}
+    graph_inputs = set(fast.program.inputs)
+    live_names, live_vals = [], []
+    for name, nbytes in fast.buffers.memory.live().items():
+        if name in graph_inputs:
+            continue                        # set_input notes them
+        t = by_name.get(name)
+        l = sym.get(id(t)) if t is not None else None
+        _check(l is not None and concrete(l.nbytes) == nbytes, None, f"the live bytes of {name}")
+        live_names.append(name)
+        live_vals.append(l.nbytes)
+    immediate = [t for t in fast.io_tensors if id(t) in sym and t.name not in graph_inputs]
+    return kernels, calls, live_names, live_vals, immediate
+
+
+def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views) -> None:
+    """One device node of `_build`'s trace: its op's answer on the symbolic input layouts,
+    its kernels' work sizes and shape_info values, the state it leaves."""
+    if step is not steady.kernel_step and step is not steady.view_step:
+        raise Escape(f"{inst.node.name} takes no steady step")
+    for i in inst.opdef.shape_deps:
+        t = inst.inputs[i] if i < len(inst.inputs) else None
+        if t is not None and not t.constant:
+            raise Escape(f"{inst.node.name} reads shape values that are not constants")
+    in_l = [None if t is None else sym.get(id(t), t.layout) for t in inst.inputs]
+    out, unfuse, calls = op_answer(inst, in_l, inst.deps, None, step is steady.kernel_step)
+    if unfuse:
+        raise Escape(f"{inst.node.name}: fusion invalid")
+    for t, l in zip(inst.outputs, out):
+        _check(concrete(l) == t.layout, inst, "an output layout")
+        sym[id(t)] = l
+        state.append((t, "layout", l))
+    state.append((inst, "in_layouts", in_l))
+    if step is steady.view_step:
+        if id(inst.inputs[0]) in host_valued:
+            host_valued.add(id(inst.outputs[0]))
+            host_views.append((inst.outputs[0], inst.inputs[0]))
+        return
+    _check(calls is not None and len(calls) == len(inst.bound), inst, "its kernel calls")
+    internal = next((c.internal for c in calls if c.internal), ())
+    state.append((inst, "internal_layouts", internal))
+    for k, l in enumerate(internal):
+        t = inst.internals[k]
+        sym[id(t)] = l
+        state.append((t, "layout", l))
+    for call, b in zip(calls, inst.bound):
+        # the same impl (kernel_step's check): what picks it becomes guards
+        rec = b.call
+        _check(call.kernel == rec.kernel and call.source == rec.source and
+               len(call.args) == len(rec.args) and call.jit == rec.jit, inst, "its impl")
+        gws, lws = work_sizes(call, b.cpu)
+        blocks = [(t.offset, call.dims.get(p, sym.get(id(t), t.layout).shape))
+                  for p, t in enumerate(b.tensors)]
+        per_bound[id(b)] = (gws, lws, shape_info_values(blocks, call.params))
+        state += [(b, "call", call), (b, "gws", gws), (b, "lws", lws)]
 
 
 def _check(ok: bool, inst, what: str) -> None:

@@ -28,7 +28,7 @@ SEEN_KEPT = 1024
 
 class FastPath(Observer):
     def __init__(self, program, insts, buffers, queue, decisions, by_value: frozenset, read_after=(),
-                 feedback: bool = False):
+                 feedback: bool = False, compile_plans: bool = False):
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
         self.decisions = decisions
         # why whole-inference plans cannot be recorded ("" when they can); partial plans can
@@ -59,9 +59,10 @@ class FastPath(Observer):
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
-        # compiled plans (compiled.py): untraced runs of whole plans only
-        self.compiled = compiled.CompiledPlans(self) if not decisions.traced and not self.blocker \
-            and not by_value else None
+        # compiled plans (compiled.py): untraced runs of whole plans only; off by default while
+        # a trace costs more than the flow it saves (25-60 ms once per variant: performance.md)
+        self.compiled = compiled.CompiledPlans(self) if compile_plans and not decisions.traced \
+            and not self.blocker and not by_value else None
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
         self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
@@ -225,19 +226,13 @@ class FastPath(Observer):
             return None
         self.current = None
         ran, self._ran = self._ran, 0
-        if ran == 1:                   # a compiled inference: the plan of its transition the
-            if (prev, sig) not in self.seen:   # second time, as for the flow's
-                self.seen.put((prev, sig), None)
+        if ran == 1:                   # a compiled inference: its transition's plan the second time
+            if self.seen.put((prev, sig), (prev, sig) in self.seen) is False:
                 return None
-            self._put_back()
-            launches, reallocs, touches = self.compiled.as_launches()
-            counters = Counter(counters)       # a replay of it is no compiled inference
-            del counters["plan.compiled"]
+            launches, reallocs, touches, counters = self._compiled_as_flow(counters)
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
             self.compiled.record(self._steady.counted, launches, reallocs, touches)
-        # a partial plan's base is a flow that ran node by node in order (not after the host
-        # nodes a compiled plan's attempt ran first)
-        if ran == 0 and prev is not None and not counters.get("device_reads"):
+        if ran == 0 and prev is not None and not counters.get("device_reads"):   # node by node
             self.current = partial.build(self.attribution, log, launches,
                                          self.buffers.memory.live(), set(self.program.outputs),
                                          iteration, self._changed, self._fed)
@@ -255,9 +250,17 @@ class FastPath(Observer):
         if self.blocker or (prev != sig and (prev, sig) not in self.seen):
             self.seen.put((prev, sig), None)
             return clean
+        self.plans.put((prev, sig), self._whole_plan(prev, sig, iteration, counters, launches, reallocs, touches))
+        if clean is None:
+            self.bases += 1
+        return clean or []
+
+    def _whole_plan(self, prev, sig, iteration, counters, launches, reallocs, touches) -> Plan:
+        """The plan of the transition (prev, sig) from what the inference just run launched,
+        asked the predictor and left the nodes in."""
         state = [entry for i in self.all_insts for entry in i.snapshot()]
         state += [(t, t.snapshot()) for t in self.buffers.tensors.values()]
-        self.plans.put((prev, sig), Plan(
+        return Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches],
             # the flow's predictor calls: (tensor, id, shape, its product, bits)
@@ -270,10 +273,16 @@ class FastPath(Observer):
                                           if b is not None and info is not None and b.slot is not None]),
             infos=[(b, info) for b, _, _, _, _, info in launches if b is not None],
             args=[(b, k, args) for b, k, _, _, args, _ in launches if b is not None],
-            arena_version=-1, args_version=-1))
-        if clean is None:
-            self.bases += 1
-        return clean or []
+            arena_version=-1, args_version=-1)
+
+    def _compiled_as_flow(self, counters: Counter) -> tuple:
+        """The compiled inference just run as the flow's observer would have logged it, its
+        nodes' state put back: to record it as its transition's plan."""
+        self._put_back()
+        launches, reallocs, touches = self.compiled.as_launches()
+        counters = Counter(counters)       # a replay of it is no compiled inference
+        del counters["plan.compiled"]
+        return launches, reallocs, touches, counters
 
     def _new_epoch(self) -> None:
         self.epoch += 1

@@ -352,6 +352,7 @@ class Session:
     def __init__(self):
         self.tr = _Trace()
         self.params: list[str] = []
+        self._named: dict = {}          # source -> the variable holding it (`named`)
 
     def __enter__(self) -> "Session":
         if tracing():
@@ -375,6 +376,18 @@ class Session:
 
     def const(self, obj) -> str:
         return self.tr.const(obj)
+
+    def named(self, x) -> str:
+        """A variable holding `x` (rebuilt once however often it is named: the layers of a
+        model launch with the same sizes), or its literal when that is short."""
+        src = _rebuild(x, self.tr)
+        if len(src) < 12:
+            return src
+        hit = self._named.get(src)
+        if hit is None:
+            hit = self._named[src] = self.tr.temp()
+            self.tr.lines.append(f"{hit} = {src}")
+        return hit
 
     def function(self, name: str, statements: list[str], returns: str = "None"):
         """(the compiled function of the parameters, its source): the traced lines (guards

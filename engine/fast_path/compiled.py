@@ -272,25 +272,28 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
     per_bound: dict = {}                # id(bound kernel) -> (gws, lws, shape_info values)
     host_views = []
     device, keys = [], []               # device nodes; their input dims
+    answers: dict = {}                  # a class's answer for symbolic inputs
     with s:
         for t in inputs + host_params:
             sym[id(t)] = s.layout(t.layout)
         for inst, step in zip(insts, steps):
             if not inst.node.host:
-                _trace_node(inst, step, sym, state, per_bound, host_valued, host_views)
+                _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
                 device.append(inst)
                 keys.append(tuple(args_of([None if t is None else sym.get(id(t), t.layout)
                                            for t in inst.inputs], ())))
         kernels, calls, live_names, live_vals, immediate = _answers(fast, launches, reallocs, per_bound, sym)
         image = _image(fast, launches, per_bound)
+        n = s.named
         returns = "(" + ", ".join([
-            s.source(kernels),
+            "[" + ", ".join(f"({s.const(k)}, {n(g)}, {n(l)})" for k, g, l in kernels) + "]",
             "(" + "".join(s.source(tuple(v for v in vals if v.__class__ is Sym)) + ", "
                           for _, vals in image) + ")",
-            s.source(calls),
-            "dict(zip(" + s.const(live_names) + ", " + s.source(tuple(live_vals)) + "))",
-            s.source(tuple(sym[id(t)] for t in immediate)),
-            s.source(tuple(keys)), "locals()"]) + ")"
+            "[" + ", ".join(f"({s.const(t)}, {name!r}, {n(shape)}, {n(need)}, {bits})"
+                            for t, name, shape, need, bits in calls) + "]",
+            "dict(zip(" + s.const(live_names) + ", (" + "".join(n(v) + ", " for v in live_vals) + ")))",
+            "(" + "".join(n(sym[id(t)]) + ", " for t in immediate) + ")",
+            "(" + "".join(n(k) + ", " for k in keys) + ")", "locals()"]) + ")"
         fn, src = s.function("compiled_plan", [], returns)
     c = Compiled()
     c.fn, c.source, c.state = fn, src, state
@@ -345,9 +348,10 @@ def _answers(fast, launches, reallocs, per_bound, sym) -> tuple:
     return kernels, calls, live_names, live_vals, immediate
 
 
-def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views) -> None:
-    """One device node of `_build`'s trace: its op's answer on the symbolic input layouts,
-    its kernels' work sizes and shape_info values, the state it leaves."""
+def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers) -> None:
+    """One device node of `_build`'s trace: its op's answer on the symbolic input layouts
+    (once per class of nodes and symbolic inputs: `answers`), its kernels' work sizes and
+    shape_info values, the state it leaves."""
     if step is not steady.kernel_step and step is not steady.view_step:
         raise Escape(f"{inst.node.name} takes no steady step")
     for i in inst.opdef.shape_deps:
@@ -355,7 +359,14 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views) -> N
         if t is not None and not t.constant:
             raise Escape(f"{inst.node.name} reads shape values that are not constants")
     in_l = [None if t is None else sym.get(id(t), t.layout) for t in inst.inputs]
-    out, unfuse, calls = op_answer(inst, in_l, inst.deps, None, step is steady.kernel_step)
+    key = (inst.shape_class, inst.deps_key, step, tuple(map(_sym_key, in_l))) \
+        if inst.shape_class is not None else None
+    got = answers.get(key) if key is not None else None
+    if got is None:
+        got = op_answer(inst, in_l, inst.deps, None, step is steady.kernel_step)
+        if key is not None:
+            answers[key] = got
+    out, unfuse, calls = got
     if unfuse:
         raise Escape(f"{inst.node.name}: fusion invalid")
     for t, l in zip(inst.outputs, out):
@@ -385,6 +396,14 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views) -> N
                   for p, t in enumerate(b.tensors)]
         per_bound[id(b)] = (gws, lws, shape_info_values(blocks, call.params))
         state += [(b, "call", call), (b, "gws", gws), (b, "lws", lws)]
+
+
+def _sym_key(l) -> tuple | None:
+    """A symbolic layout as a key: its dims' variables (a Sym has no hash)."""
+    if l is None:
+        return None
+    return (tuple(d.name if d.__class__ is Sym else d for d in l.shape), l.dtype, l.format,
+            None if l.pad is None else tuple(d.name if d.__class__ is Sym else d for d in l.pad))
 
 
 def _check(ok: bool, inst, what: str) -> None:

@@ -56,6 +56,7 @@ class BenchOptions:
     impls: str = "auto"
     predictor: str = CLI_DEFAULT_POLICY
     fast_path: bool = True
+    compiled_plans: bool = False
     trace: str | None = None
     profile: bool = False
     compare: list = field(default_factory=list)
@@ -112,7 +113,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                                          "options": {"bench": True, "fast_path": opts.fast_path}})
     t0 = time.perf_counter()
     net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path,
-                  predictor=opts.predictor)
+                  predictor=opts.predictor, compile_plans=opts.compiled_plans)
     load_ms = (time.perf_counter() - t0) * 1e3
     n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * opts.same_runs
     done = [0]
@@ -204,6 +205,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     }
     if net.fast is not None:      # the steady steps' compiled shape functions (their coverage)
         out["shape_functions"] = net.fast.shape_fns.summary()
+        if net.fast.compiled is not None:
+            out["compiled_plans"] = net.fast.compiled.summary()
     if opts.profile and device_ms:
         out["sequence"]["device_ms_mean"] = statistics.mean(device_ms[k] for k in keys)
     for peer in opts.compare:

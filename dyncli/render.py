@@ -298,6 +298,9 @@ def bench_tables(r: dict, width: int = 80) -> list:
         esc = ", ".join(sf["escapes"]) or "none"
         s.add_row("compiled shape functions: traced / answers", f"{sf['traced']} / {sf['answers']} "
                   f"(ops left to their Python: {escape(esc)})")
+    cp = r.get("compiled_plans")
+    if cp is not None:
+        s.add_row("compiled plans: traced / inferences served", f"{cp['built']} / {cp['runs']}")
     s.add_row("load / compile (first pass)", f"{r['load_ms']:.1f} / {r['compile_ms']:.1f}")
     if "device_ms_mean" in sq:
         s.add_row("kernel time per inference (mean)", f"{sq['device_ms_mean']:.3f}")

@@ -52,6 +52,22 @@ def test_bench_model_json():
     assert sf["traced"] > 0 and sf["answers"] > 0 and sf["escapes"] == {}
 
 
+def test_bench_compiled_plans_json():
+    """With --compiled-plans, lengths that fit the buffers of the first (41) run from the plan
+    traced at 40: the summary says how many were traced and served (--impls dynamic: on a CPU
+    the MatMuls' static builds would run the flow)."""
+    shapes = [a for n in (41, 40, 39, 38, 37, 36)
+              for a in ("--shapes", f"input_ids:1x{n},attention_mask:1x{n}")]
+    r = invoke("bench", ENCODER, *shapes, "--warmup", "0", "--repeat", "1", "--same-runs", "2",
+               "--impls", "dynamic", "--compiled-plans", "--json")
+    assert r.exit_code == 0, r.output
+    cp = _json(r.output)["compiled_plans"]
+    assert cp["built"] >= 1 and cp["runs"] >= 3, cp
+    r = invoke("bench", ENCODER, *shapes[:6], "--warmup", "0", "--repeat", "1", "--same-runs", "2",
+               "--impls", "dynamic", "--json")
+    assert "compiled_plans" not in _json(r.output)      # off by default
+
+
 def test_bench_kernels_json():
     r = invoke("bench", "--kernel", "gemm:17x33x9", "--kernel", "eltwise:1000", "--repeat", "5", "--json")
     assert r.exit_code == 0, r.output

@@ -237,9 +237,10 @@ def bench(
                                         "inference whose nodes only saw new dims into one function "
                                         "of the input dims and call it for later new shapes of the "
                                         "same structure (untraced runs). Off by default: a new "
-                                        "shape costs less (3.1 vs 4.4 ms on an H200 for the "
-                                        "MiniLM BERT), but each trace costs 13-15 ms once per "
-                                        "range of lengths (docs/performance.md)."),
+                                        "length inside a traced range costs less (3.1 vs 4.4 ms "
+                                        "on an H200, MiniLM BERT), but each range of lengths "
+                                        "(tiles chosen by size) pays a 13-15 ms trace first "
+                                        "(docs/performance.md)."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),
     profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
     compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),

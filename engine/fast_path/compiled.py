@@ -82,7 +82,7 @@ class CompiledPlans:
         return structure([t.layout for t in self.inputs], ())
 
     # ---- an inference ----------------------------------------------------------------------
-    def run(self, run: steady.SteadyRun) -> int:
+    def run(self) -> int:
         """Try the compiled plan for the inputs just set. 0: none applies (nothing done);
         1: done; 2: the host nodes ran, the flow goes on from the device nodes."""
         fast = self.fast
@@ -107,12 +107,14 @@ class CompiledPlans:
                 got = c.fn(*dims)
             except ArithmeticError:            # a division by a dim that is now 0
                 got = None
-            if got is not None and self._apply(c, dims, got, run):
+            if got is not None and self._apply(c, got):
                 self.runs += 1
                 return 1
         return 2
 
-    def _apply(self, c: Compiled, dims: list, got: tuple, run) -> bool:
+    def _apply(self, c: Compiled, got: tuple) -> bool:
+        """The compiled inference, when the state and the buffers allow it (else False,
+        nothing changed)."""
         fast = self.fast
         kernels, images, calls, live, layouts, keys, env = got
         if not _steady_from(fast, c, keys):

@@ -158,7 +158,7 @@ class FastPath(Observer):
         one holds, else each node's steady step (steady.py) where it holds (its shapes moved and
         nothing else did), else its flow."""
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
-        ran = self._ran = self.compiled.run(run) if self.compiled is not None else 0
+        ran = self._ran = self.compiled.run() if self.compiled is not None else 0
         if ran == 1:
             self.decisions.counters["plan.compiled"] = 1
             return

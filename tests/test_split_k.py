@@ -66,8 +66,14 @@ def test_split_k_scratch_is_reused_and_pooled(device):
     # 2x2 rows need 4x the scratch: new buffers; 3 rows fit what 4 rows took
     assert {a for _, a, _ in _internal(trace, 2)} <= {"alloc", "from_pool"}
     assert [a for _, a, _ in _internal(trace, 3)] == ["reuse", "reuse"]
-    # 9 rows: the tiled kernel, no scratch
-    assert _internal(trace, 4) == [] and {e["kernels"] for e in trace.of(4, "execute", "enqueue")} == {1}
+    # 9 rows: on a CPU the register-tiled kernel, no scratch; on a GPU the local-memory GEMM
+    # still splits the second GEMM's long K (1024) across work-groups, its grid being small
+    # (engine/ops/matmul.py), and keeps its scratch
+    if net.impls.device_type == "cpu":
+        assert _internal(trace, 4) == [] and {e["kernels"] for e in trace.of(4, "execute", "enqueue")} == {1}
+    else:
+        assert _internal(trace, 4) == [("MatMul_2", "reuse", "internal0")]
+        assert {e["node"]: e["kernels"] for e in trace.of(4, "execute", "enqueue")} == {"MatMul_1": 1, "MatMul_2": 2}
     assert [a for _, a, _ in _internal(trace, 5)] == ["reuse", "reuse"]
 
 

@@ -10,9 +10,10 @@ order, one node's output layouts the next one's inputs, so that every launch's w
 shape_info block, every buffer requirement the preallocation policy is asked about, every live
 byte count and every layout become expressions of the input dims, and every choice an op made
 (a tile by size, a broadcast, a fusion's validity) a guard. Each value is checked against what
-the flow did; any difference and nothing is compiled. Two functions come out: `fn` (the guards,
-then what the inference needs, with its variables) and the nodes' state the flow reads when
-it next runs, symbolic, set lazily from those variables as plan replays do (`Pending`).
+the flow did; any difference and nothing is compiled. One function comes out, `fn` (the
+guards, then what the inference needs, with its variables); the nodes' state the flow reads
+when it next runs stays symbolic and is set lazily from those variables, as plan replays put
+theirs back (`Pending`).
 
 An inference of the flow whose inputs have a compiled structure runs its host nodes (the shape
 subgraph, numpy: the flow's own steps), calls `fn`, and when the guards hold, no resource
@@ -23,6 +24,8 @@ flow goes on node by node after the host nodes. A compiled plan holds resources 
 was bound in (arguments, the nodes' state snapshot) and is bound again, without a new trace, by
 the next inference of the flow that could have built it. Untraced runs only: the trace reader
 cannot yet expand a compiled inference into its events (steady steps serve traced runs).
+Off by default (`Network(compile_plans=True)`, `dyncli bench --compiled-plans`): each range of
+lengths a model's tiles make pays a trace first (docs/performance.md, session 13).
 """
 from __future__ import annotations
 

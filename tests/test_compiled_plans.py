@@ -107,3 +107,20 @@ def test_a_guard_that_fails_falls_back_to_the_flow(device):
         compiled.append(net.counters.get("plan.compiled", 0))
     assert compiled == [0, 0, 1, 0, 0, 1, 1]
     assert net.fast.compiled.built == 2
+
+
+def test_a_structure_refused_twice_is_not_traced_again(device, monkeypatch):
+    """A trace that escapes (here every one) is tried twice per input structure, then the
+    flow's inferences stop paying for it; the reason is kept for `dyncli bench --json`."""
+    from engine.fast_path import compiled
+    from engine.symbolic import Escape
+    tries = []
+
+    def refuse(*a):
+        tries.append(1)
+        raise Escape("a dim was hashed")
+    monkeypatch.setattr(compiled, "_build", refuse)
+    prog = build_program(bert_encoder(**BERT))
+    net, on, c_on = _run(prog, _bert_steps([(1, n) for n in (41, 40, 39, 38, 37, 36)]), device, True, "gpu")
+    assert len(tries) == compiled.MAX_REFUSALS == 2
+    assert net.fast.compiled.summary() == {"built": 0, "runs": 0, "refused": "Escape: a dim was hashed"}

@@ -39,6 +39,9 @@ from engine.predictors import surely_keeps
 from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
 
 MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
+# traces of one input structure refused before it is no longer tried (a model whose host
+# nodes read device tensors would otherwise pay for a trace at every inference of the flow)
+MAX_REFUSALS = 2
 
 
 class Compiled:
@@ -76,6 +79,7 @@ class CompiledPlans:
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
         self.why_not = ""               # why the last build was refused (for reading)
+        self.refusals: dict = {}        # input structure -> builds refused
         self.last = None                # (Compiled, its answer) of the last compiled inference
 
     def summary(self) -> dict:
@@ -189,6 +193,8 @@ class CompiledPlans:
         first if no variant's guards hold for these dims."""
         fast = self.fast
         key = self._key()
+        if self.refusals.get(key, 0) >= MAX_REFUSALS:
+            return
         cands = self.table.setdefault(key, [])
         host_params = _host_params(fast)
         dims = args_of([t.layout for t in self.inputs] + [t.layout for t in host_params], ())
@@ -201,6 +207,7 @@ class CompiledPlans:
                 c = _build(fast, host_params, launches, reallocs)
             except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
                 self.why_not = f"{type(e).__name__}: {e}"
+                self.refusals[key] = self.refusals.get(key, 0) + 1
                 return
             c.kernel_ids = ids
             self.built += 1

@@ -124,3 +124,26 @@ def test_a_structure_refused_twice_is_not_traced_again(device, monkeypatch):
     net, on, c_on = _run(prog, _bert_steps([(1, n) for n in (41, 40, 39, 38, 37, 36)]), device, True, "gpu")
     assert len(tries) == compiled.MAX_REFUSALS == 2
     assert net.fast.compiled.summary() == {"built": 0, "runs": 0, "refused": "Escape: a dim was hashed"}
+
+
+def test_repeated_shapes_and_cycles_still_replay_whole_plans(device):
+    """A repeated signature is no compiled inference (the flow records its plan, replayed from
+    then on), and a compiled transition met again is recorded as a whole plan: with compiled
+    plans on, a run that cycles between lengths replays as it did without them."""
+    prog = build_program(bert_encoder(**BERT))
+    lengths = [41, 40, 39, 39, 39, 38, 39, 38, 39, 38]
+    net, on, c_on = _run(prog, _bert_steps([(1, n) for n in lengths]), device, True, "gpu")
+    _, off, c_off = _run(prog, _bert_steps([(1, n) for n in lengths]), device, False, "gpu")
+    assert c_on == c_off
+    for a, b in zip(on, off):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"])
+    net2 = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans=True)
+    net2.impls.device_type = "gpu"
+    paths = []
+    for feeds, _ in _bert_steps([(1, n) for n in lengths]):
+        net2.infer(feeds)
+        c = net2.counters
+        paths.append("C" if c.get("plan.compiled") else "R" if c.get("plan.replay") else "F")
+    # 39 compiled; 39 again: the flow, which records it; then its replay. 39 -> 38 and
+    # 38 -> 39 compiled the first time, compiled and recorded the second, replayed the third
+    assert paths == ["F", "F", "C", "F", "R", "C", "C", "C", "C", "R"], paths

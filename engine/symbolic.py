@@ -265,40 +265,31 @@ def _has_sym(x) -> bool:
 
 def concrete(x):
     """`x` with every Sym replaced by its value (the answer for the traced inference)."""
-    c = x.__class__
-    if c is Sym:
-        return x.v
-    if c is tuple:
-        return tuple(concrete(e) for e in x)
-    if c is list:
-        return [concrete(e) for e in x]
-    if c is dict:
-        return {concrete(k): concrete(v) for k, v in x.items()}
-    if c is Layout:
-        return Layout(concrete(x.shape), x.dtype, x.format, concrete(x.pad)) if _has_sym(x) else x
-    if c is KernelCall:
-        return _replace(x, **{f.name: concrete(getattr(x, f.name)) for f in dataclasses.fields(x)
-                              if _has_sym(getattr(x, f.name))})
-    return x
+    return _valued(x, lambda s: s.v)
 
 
 def substitute(x, env: dict):
     """`x` with every Sym replaced by the value its variable holds in `env` (a compiled
     function's variables: engine/fast_path/compiled.py puts a plan's node state back so)."""
+    return _valued(x, lambda s: env[s.name])
+
+
+def _valued(x, value):
+    """`x` rebuilt with each Sym replaced by `value(sym)`."""
     c = x.__class__
     if c is Sym:
-        return env[x.name]
+        return value(x)
     if c is tuple:
-        return tuple(substitute(e, env) for e in x)
+        return tuple(_valued(e, value) for e in x)
     if c is list:
-        return [substitute(e, env) for e in x]
+        return [_valued(e, value) for e in x]
     if c is dict:
-        return {substitute(k, env): substitute(v, env) for k, v in x.items()}
+        return {_valued(k, value): _valued(v, value) for k, v in x.items()}
     if c is Layout:
-        return Layout(substitute(x.shape, env), x.dtype, x.format, substitute(x.pad, env)) \
+        return Layout(_valued(x.shape, value), x.dtype, x.format, _valued(x.pad, value)) \
             if _has_sym(x) else x
     if c is KernelCall:
-        return _replace(x, **{f.name: substitute(getattr(x, f.name), env) for f in dataclasses.fields(x)
+        return _replace(x, **{f.name: _valued(getattr(x, f.name), value) for f in dataclasses.fields(x)
                               if _has_sym(getattr(x, f.name))})
     return x
 
@@ -336,18 +327,25 @@ def trace(compute, in_layouts, fixed=frozenset()) -> tuple:
     finally:
         _tracing.trace = None
     params = [s.name for s in args_of(syms, fixed)]    # the Syms, in args_of's order
-    src = f"def shape_fn({', '.join(params)}):\n" + "".join(f"    {l}\n" for l in tr.lines) + \
-        f"    return {body}\n"
-    env = {name: obj for name, obj in tr.consts.values()}
+    fn, src = _compile("shape_fn", params, tr, body)
+    return concrete(result), ShapeFunction(fn, src)
+
+
+def _compile(name: str, params: list, tr: _Trace, returns: str) -> tuple:
+    """(the function `name` of `params`: the traced lines, guards returning None, then
+    `return returns`; its source)."""
+    src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {l}\n" for l in tr.lines) + \
+        f"    return {returns}\n"
+    env = {n: obj for n, obj in tr.consts.values()}
     env.update(_L=Layout, _R=_replace)
-    exec(compile(src, "<shape function>", "exec"), env)
-    return concrete(result), ShapeFunction(env["shape_fn"], src)
+    exec(compile(src, f"<{name}>", "exec"), env)
+    return env[name], src
 
 
 class Session:
     """One trace over several computations (a whole plan's nodes, engine/fast_path/compiled.py):
     `layout` makes the parameters, the computations run inside `with`, and `function` compiles
-    the lines traced so far with a body of statements and a return value."""
+    the lines traced so far with a return value."""
 
     def __init__(self):
         self.tr = _Trace()
@@ -389,12 +387,7 @@ class Session:
             self.tr.lines.append(f"{hit} = {src}")
         return hit
 
-    def function(self, name: str, statements: list[str], returns: str = "None"):
+    def function(self, name: str, returns: str) -> tuple:
         """(the compiled function of the parameters, its source): the traced lines (guards
-        return None), then `statements`, then `return returns`."""
-        src = f"def {name}({', '.join(self.params)}):\n" + \
-            "".join(f"    {l}\n" for l in self.tr.lines + statements) + f"    return {returns}\n"
-        env = {n: obj for n, obj in self.tr.consts.values()}
-        env.update(_L=Layout, _R=_replace)
-        exec(compile(src, f"<{name}>", "exec"), env)
-        return env[name], src
+        return None), then `return returns`."""
+        return _compile(name, self.params, self.tr, returns)

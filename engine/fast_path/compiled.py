@@ -29,10 +29,13 @@ lengths a model's tiles make pays a trace first (docs/performance.md, session 13
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from engine.bound_kernel import work_sizes
 from engine.fast_path import steady
+from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
@@ -48,8 +51,8 @@ class Compiled:
     """One traced structure: `fn(*dims)` -> (kernels, image values, predictor calls, live
     bytes, immediate layouts, node keys, its variables) or None; `state`: (object, attribute,
     symbolic value) the flow leaves. The rest is what the epoch it is bound in holds."""
-    __slots__ = ("fn", "source", "state", "host_params", "host_structure", "kernel_ids",
-                 "image", "counters", "epoch", "snapshot", "args", "touches", "uploads",
+    __slots__ = ("fn", "source", "state", "host_structure", "kernel_ids",
+                 "image", "counters", "epoch", "snapshot", "args", "touches",
                  "host_views", "immediate", "io_snapshot", "bounds", "device", "launch_bounds",
                  "launch_insts")
 
@@ -75,6 +78,7 @@ class CompiledPlans:
         self.fast = fast
         tensors = fast.buffers.tensors
         self.inputs = [tensors[n] for n in fast.program.inputs]
+        self.host_params = _host_params(fast)   # the graph's: fixed for the network
         self.table: dict = {}           # structure of the inputs' layouts -> [Compiled]
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
@@ -103,13 +107,12 @@ class CompiledPlans:
                 inst.execute()
         if fast.buffers.memory.changes != fast.recording[2]:
             return 2                            # an input took a new buffer
+        layouts = [t.layout for t in self.host_params]
+        host_structure = structure(layouts, ())
+        dims = args_of([t.layout for t in self.inputs] + layouts, ())
         for c in cands:
-            if c.epoch != fast.epoch:
+            if c.epoch != fast.epoch or c.host_structure != host_structure:
                 continue
-            layouts = [t.layout for t in c.host_params]
-            if structure(layouts, ()) != c.host_structure:
-                continue
-            dims = args_of([t.layout for t in self.inputs] + layouts, ())
             try:
                 got = c.fn(*dims)
             except ArithmeticError:            # a division by a dim that is now 0
@@ -131,11 +134,11 @@ class CompiledPlans:
         for t, _, _, need, _ in calls:
             if not t.capacity or not surely_keeps(predictor, t.state, need):
                 return False
-        for t in c.uploads:
+        for t in self.host_params:
             if t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes:
                 return False
         # from here on the inference is the compiled one
-        for t in c.uploads:
+        for t in self.host_params:
             if t.host is not None and t.dev_version != t.version:
                 buffers.upload(t)
         for t, values in c.io_snapshot:
@@ -147,26 +150,15 @@ class CompiledPlans:
             dst.buf, dst.offset = src.buf, src.offset
             dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
             dst.version, dst.dev_version = src.version, src.dev_version
-        if c.args is not None and fast.queue.args_version != c.args[0]:
-            for b, k, args in c.args[1]:
-                cur = b.arg_ids
-                if cur is not args and (cur is None or any(a is not x for a, x in zip(args, cur))):
-                    k.set_args(*args)
-                    queue.args_version += 1
-                b.arg_ids = args
+        if queue.args_version != c.args[0]:
+            put_back_args(queue, c.args[1])
             c.args = (queue.args_version, c.args[1])
         _write_image(queue.arena, c, images)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
             cache.get(key)
-        used = buffers.used_bytes
-        batch = getattr(predictor, "replay", None)
-        if batch is not None:
-            batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls], used)
-        else:
-            for t, name, shape, _, bits in calls:
-                t.state.realloc_if_needed(predictor, name, shape, bits, used)
+        repeat_predictor_calls(buffers, calls)
         buffers.memory.note_many(live)
         fast.decisions.counters.update(c.counters)
         fast.restore = Pending(c, env, keys)
@@ -196,15 +188,15 @@ class CompiledPlans:
         if self.refusals.get(key, 0) >= MAX_REFUSALS:
             return
         cands = self.table.setdefault(key, [])
-        host_params = _host_params(fast)
-        dims = args_of([t.layout for t in self.inputs] + [t.layout for t in host_params], ())
+        layouts = [t.layout for t in self.host_params]
+        host_structure = structure(layouts, ())
+        dims = args_of([t.layout for t in self.inputs] + layouts, ())
         ids = _kernel_ids(fast)
-        c = next((c for c in cands if c.kernel_ids == ids and c.host_params == host_params
-                  and c.host_structure == structure([t.layout for t in host_params], ())
+        c = next((c for c in cands if c.kernel_ids == ids and c.host_structure == host_structure
                   and c.fn(*dims) is not None), None)
         if c is None:
             try:
-                c = _build(fast, host_params, launches, reallocs)
+                c = _build(fast, self.host_params, launches, reallocs)
             except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
                 self.why_not = f"{type(e).__name__}: {e}"
                 self.refusals[key] = self.refusals.get(key, 0) + 1
@@ -214,7 +206,7 @@ class CompiledPlans:
             if len(cands) >= MAX_VARIANTS:
                 cands.pop(0)
             cands.append(c)
-        _bind(fast, c, counters, launches, touches)
+        _bind(fast, c, self.host_params, counters, launches, touches)
 
 
 def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
@@ -228,7 +220,8 @@ def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
         if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
             return False
         ids, prev = _kernel_ids(fast), _node_keys(c.device)
-    return ids == c.kernel_ids and len(prev) == len(keys) and not any(map(_eq, keys, prev))
+    return ids == c.kernel_ids and len(prev) == len(keys) and None not in prev and \
+        not any(map(operator.eq, keys, prev))
 
 
 def _write_image(arena, c: Compiled, images: tuple) -> None:
@@ -249,9 +242,6 @@ def _kernel_ids(fast) -> tuple:
 def _node_keys(device) -> list:
     """Each device node's input dims as its state says (None: it has not run)."""
     return [None if i.in_layouts is None else tuple(args_of(i.in_layouts, ())) for i in device]
-
-
-_eq = tuple.__eq__
 
 
 def _host_params(fast) -> list:
@@ -290,10 +280,9 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
             sym[id(t)] = s.layout(t.layout)
         for inst, step in zip(insts, steps):
             if not inst.node.host:
-                _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
+                in_l = _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
                 device.append(inst)
-                keys.append(tuple(args_of([None if t is None else sym.get(id(t), t.layout)
-                                           for t in inst.inputs], ())))
+                keys.append(tuple(args_of(in_l, ())))
         kernels, calls, live_names, live_vals, immediate = _answers(fast, launches, reallocs, per_bound, sym)
         image = _image(fast, launches, per_bound)
         n = s.named
@@ -306,10 +295,9 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
             "dict(zip(" + s.const(live_names) + ", (" + "".join(n(v) + ", " for v in live_vals) + ")))",
             "(" + "".join(n(sym[id(t)]) + ", " for t in immediate) + ")",
             "(" + "".join(n(k) + ", " for k in keys) + ")", "locals()"]) + ")"
-        fn, src = s.function("compiled_plan", [], returns)
+        fn, src = s.function("compiled_plan", returns)
     c = Compiled()
     c.fn, c.source, c.state = fn, src, state
-    c.host_params = host_params
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = []
     for (chunk, idx, slots, lo, hi), vals in image:
@@ -318,7 +306,6 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
         c.image.append((chunk, idx, base, np.asarray(var, np.intp), slots, lo, hi))
     c.immediate = immediate
     c.host_views = host_views
-    c.uploads = list(host_params)
     c.bounds = [b for i in insts for b in i.bound]
     c.device = device
     owner = {id(b): i for i in insts for b in i.bound}
@@ -360,10 +347,10 @@ def _answers(fast, launches, reallocs, per_bound, sym) -> tuple:
     return kernels, calls, live_names, live_vals, immediate
 
 
-def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers) -> None:
+def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers) -> list:
     """One device node of `_build`'s trace: its op's answer on the symbolic input layouts
     (once per class of nodes and symbolic inputs: `answers`), its kernels' work sizes and
-    shape_info values, the state it leaves."""
+    shape_info values, the state it leaves. Returns its symbolic input layouts."""
     if step is not steady.kernel_step and step is not steady.view_step:
         raise Escape(f"{inst.node.name} takes no steady step")
     for i in inst.opdef.shape_deps:
@@ -390,7 +377,7 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answ
         if id(inst.inputs[0]) in host_valued:
             host_valued.add(id(inst.outputs[0]))
             host_views.append((inst.outputs[0], inst.inputs[0]))
-        return
+        return in_l
     _check(calls is not None and len(calls) == len(inst.bound), inst, "its kernel calls")
     internal = next((c.internal for c in calls if c.internal), ())
     state.append((inst, "internal_layouts", internal))
@@ -408,6 +395,7 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answ
                   for p, t in enumerate(b.tensors)]
         per_bound[id(b)] = (gws, lws, shape_info_values(blocks, call.params))
         state += [(b, "call", call), (b, "gws", gws), (b, "lws", lws)]
+    return in_l
 
 
 def _sym_key(l) -> tuple | None:
@@ -445,14 +433,14 @@ def _image(fast, launches, per_bound) -> list:
     return out
 
 
-def _bind(fast, c: Compiled, counters, launches, touches) -> None:
+def _bind(fast, c: Compiled, host_params, counters, launches, touches) -> None:
     """The epoch's resources: arguments, the nodes' state (their shapes the function's), the
     cache touches and the decisions' counters of the inference just run."""
     c.epoch = fast.epoch
     c.counters = counters
     c.touches = list(touches)
     c.args = (-1, [(b, k, args) for b, k, _, _, args, _ in launches if b is not None])
-    skip = {id(t) for t in c.immediate} | {id(t) for t in c.host_params} | \
+    skip = {id(t) for t in c.immediate} | {id(t) for t in host_params} | \
         {id(dst) for dst, _ in c.host_views} | {id(fast.buffers.tensors[n]) for n in fast.program.inputs}
     snap = []
     for inst in fast.insts:

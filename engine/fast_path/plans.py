@@ -3,6 +3,7 @@ when one may be recorded and replayed."""
 from __future__ import annotations
 
 from collections import Counter
+from operator import is_not
 
 import numpy as np
 
@@ -14,6 +15,29 @@ class Plan:
     def __init__(self, **kw):
         for k, v in kw.items():
             setattr(self, k, v)
+
+
+def put_back_args(queue, args) -> None:
+    """Each kernel's recorded arguments, `(bound, kernel, buffers)`, set where the kernel holds
+    others (a plan replay, a compiled inference); each bound kernel says what it holds."""
+    for b, k, bufs in args:
+        cur = b.arg_ids
+        if cur is not bufs and (cur is None or any(map(is_not, bufs, cur))):
+            k.set_args(*bufs)
+            queue.args_version += 1
+        b.arg_ids = bufs
+
+
+def repeat_predictor_calls(buffers, calls) -> None:
+    """The flow's predictor calls of a plan, `(tensor, id, shape, its product, bits)` each, made
+    again: in one call where the policy batches them (AdaptivePredictor.replay)."""
+    predictor, used = buffers.predictor, buffers.used_bytes
+    batch = getattr(predictor, "replay", None)
+    if batch is not None:
+        batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls], used)
+    else:
+        for t, name, shape, _, bits in calls:
+            t.state.realloc_if_needed(predictor, name, shape, bits, used)
 
 
 def signature(feeds: dict, by_value: frozenset = frozenset()) -> tuple:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from operator import is_not
 
 import numpy as np
 
 from engine.device_queue import Observer
 from engine.fast_path import compiled, partial, shape_fns, steady
-from engine.fast_path.plans import Plan, blocker, input_array, resource_free, signature
+from engine.fast_path.plans import (Plan, blocker, input_array, put_back_args, repeat_predictor_calls,
+                                    resource_free, signature)
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
 from traces.schema import PLAN_BASES_KEPT
@@ -135,7 +135,7 @@ class FastPath(Observer):
         """Put the nodes' state back if plans ran since the flow last did; log what this
         inference enqueues, asks the predictor and decides (`plan`: the partial plan it runs,
         which records nothing)."""
-        if plan is not None or self.compiled is None or not isinstance(self.restore, compiled.Pending):
+        if self.restore.__class__ is not compiled.Pending:   # (no partial plan follows one)
             self._put_back()           # a compiled inference's state waits for run_flow
         self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
@@ -227,7 +227,8 @@ class FastPath(Observer):
         self.current = None
         ran, self._ran = self._ran, 0
         if ran == 1:                   # a compiled inference: its transition's plan the second time
-            if self.seen.put((prev, sig), (prev, sig) in self.seen) is False:
+            if (prev, sig) not in self.seen:
+                self.seen.put((prev, sig), None)
                 return None
             launches, reallocs, touches, counters = self._compiled_as_flow(counters)
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
@@ -331,26 +332,14 @@ class FastPath(Observer):
                 b.info = info
             plan.arena_version = arena.version
         if plan.args_version != queue.args_version:
-            for b, k, args in plan.args:
-                cur = b.arg_ids
-                if cur is not args and (cur is None or any(map(is_not, args, cur))):
-                    k.set_args(*args)
-                    queue.args_version += 1
-                b.arg_ids = args
+            put_back_args(queue, plan.args)
             plan.args_version = queue.args_version
         # one shape_info write before the kernels: a write behind them would wait for them
         arena.flush(queue.write)
         queue.enqueue(plan.kernels)
         for cache, key in plan.touches:        # the flow's cache hits, in the LRU orders too
             cache.get(key)
-        used = self.buffers.used_bytes
-        predictor = self.buffers.predictor
-        batch = getattr(predictor, "replay", None)
-        if batch is not None:                  # the policy repeats them in one call
-            batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in plan.reallocs], used)
-        else:
-            for t, name, shape, _, bits in plan.reallocs:   # the same predictor calls as the flow's
-                t.state.realloc_if_needed(predictor, name, shape, bits, used)
+        repeat_predictor_calls(self.buffers, plan.reallocs)   # the same calls as the flow's
         for name in want:
             if name in self.device_outputs:
                 queue.read_to_host(tensors[name])

@@ -113,7 +113,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                                          "options": {"bench": True, "fast_path": opts.fast_path}})
     t0 = time.perf_counter()
     net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path,
-                  predictor=opts.predictor, compile_plans=opts.compiled_plans)
+                  predictor=opts.predictor, compile_plans="all" if opts.compiled_plans else "partial")
     load_ms = (time.perf_counter() - t0) * 1e3
     n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * opts.same_runs
     done = [0]

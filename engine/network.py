@@ -39,7 +39,7 @@ class Network:
                  impls: str = "auto", async_compile: bool = True, compile_workers: int = 1,
                  profile: bool = False, memory_pool: bool = True, fast_path: bool = True,
                  prebuild_workers: int = 8, context: cl.Context | None = None,
-                 impl_cache: ImplCache | None = None, compile_plans: bool = False):
+                 impl_cache: ImplCache | None = None, compile_plans: str = "partial"):
         self.program = program
         self.device = device or select_device()
         # many small networks (the ONNX backend's node tests) may share a context and impl cache

@@ -29,7 +29,7 @@ def _run(prog, steps, device, fast: bool, kind: str, predictor: str = "adaptive"
     reallocates on most shrinks, and a compiled plan serves only inferences that keep their
     buffers."""
     net = Network(prog, device, impls="dynamic", fast_path=fast, predictor=predictor,
-                  compile_plans=fast)
+                  compile_plans="all" if fast else "off")
     net.impls.device_type = kind
     outs, counters = [], []
     for feeds, _ in steps:
@@ -81,7 +81,7 @@ def test_a_traced_run_takes_no_compiled_plan(device, tmp_path):
     from traces import TraceWriter
     prog = build_program(bert_encoder(**BERT))
     net = Network(prog, device, impls="dynamic", trace=TraceWriter(str(tmp_path / "t.jsonl"), {}),
-                  compile_plans=True)
+                  compile_plans="all")
     for feeds, _ in _bert_steps(WARM + [(1, 30)]):
         net.infer(feeds)
     assert net.fast.compiled is None and "plan.compiled" not in net.counters
@@ -94,7 +94,7 @@ def test_a_guard_that_fails_falls_back_to_the_flow(device):
     prog = build_program(bert_encoder(**BERT))
     lengths = [41, 40, 39, 8, 9, 10, 11]
     steps = _bert_steps([(1, n) for n in lengths])
-    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans=True)
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
     net.impls.device_type = "gpu"
     ref = Network(prog, device, impls="dynamic", predictor="adaptive", fast_path=False)
     ref.impls.device_type = "gpu"
@@ -137,7 +137,7 @@ def test_repeated_shapes_and_cycles_still_replay_whole_plans(device):
     assert c_on == c_off
     for a, b in zip(on, off):
         assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"])
-    net2 = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans=True)
+    net2 = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
     net2.impls.device_type = "gpu"
     paths = []
     for feeds, _ in _bert_steps([(1, n) for n in lengths]):

@@ -153,7 +153,7 @@ class CompiledPlans:
         if queue.args_version != c.args[0]:
             put_back_args(queue, c.args[1])
             c.args = (queue.args_version, c.args[1])
-        _write_image(queue.arena, c, images)
+        write_image(queue.arena, c, images)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
@@ -219,12 +219,23 @@ def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
     else:
         if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
             return False
-        ids, prev = _kernel_ids(fast), _node_keys(c.device)
+        ids, prev = _kernel_ids(fast), node_keys(c.device)
     return ids == c.kernel_ids and len(prev) == len(keys) and None not in prev and \
         not any(map(operator.eq, keys, prev))
 
 
-def _write_image(arena, c: Compiled, images: tuple) -> None:
+def compiled_image(image: list) -> list:
+    """image_blocks' blocks as write_image takes them: (chunk, word indices, the values with 0
+    where they are symbolic, the positions of those, slots, byte span)."""
+    out = []
+    for (chunk, idx, slots, lo, hi), vals in image:
+        var = [k for k, v in enumerate(vals) if v.__class__ is Sym]
+        base = np.asarray([0 if v.__class__ is Sym else int(v) for v in vals], np.int32)
+        out.append((chunk, idx, base, np.asarray(var, np.intp), slots, lo, hi))
+    return out
+
+
+def write_image(arena, c: Compiled, images: tuple) -> None:
     image = []
     for (chunk, idx, base, var, slots, lo, hi), vals in zip(c.image, images):
         v = base.copy()
@@ -239,7 +250,7 @@ def _kernel_ids(fast) -> tuple:
     return tuple(id(b) for i in fast.insts for b in i.bound)
 
 
-def _node_keys(device) -> list:
+def node_keys(device) -> list:
     """Each device node's input dims as its state says (None: it has not run)."""
     return [None if i.in_layouts is None else tuple(args_of(i.in_layouts, ())) for i in device]
 
@@ -280,11 +291,11 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
             sym[id(t)] = s.layout(t.layout)
         for inst, step in zip(insts, steps):
             if not inst.node.host:
-                in_l = _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
+                in_l = trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
                 device.append(inst)
                 keys.append(tuple(args_of(in_l, ())))
-        kernels, calls, live_names, live_vals, immediate = _answers(fast, launches, reallocs, per_bound, sym)
-        image = _image(fast, launches, per_bound)
+        kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound, sym)
+        image = image_blocks(fast, launches, per_bound)
         n = s.named
         returns = "(" + ", ".join([
             "[" + ", ".join(f"({s.const(k)}, {n(g)}, {n(l)})" for k, g, l in kernels) + "]",
@@ -299,11 +310,7 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state = fn, src, state
     c.host_structure = structure([t.layout for t in host_params], ())
-    c.image = []
-    for (chunk, idx, slots, lo, hi), vals in image:
-        var = [k for k, v in enumerate(vals) if v.__class__ is Sym]
-        base = np.asarray([0 if v.__class__ is Sym else int(v) for v in vals], np.int32)
-        c.image.append((chunk, idx, base, np.asarray(var, np.intp), slots, lo, hi))
+    c.image = compiled_image(image)
     c.immediate = immediate
     c.host_views = host_views
     c.bounds = [b for i in insts for b in i.bound]
@@ -314,40 +321,41 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
     return c
 
 
-def _answers(fast, launches, reallocs, per_bound, sym) -> tuple:
+def answers_of(fast, launches, reallocs, per_bound, sym, only=None) -> tuple:
     """What `fn` returns, symbolic, each checked against what the flow did: the launches, the
-    predictor calls, the live bytes (by name), the tensors whose layouts are set at once."""
+    predictor calls, the live bytes (by name; `only`: of these names), the tensors whose
+    layouts are set at once."""
     kernels = []
     for b, kernel, gws, lws, _, info in launches:
         got = per_bound.get(id(b)) if b is not None else None
-        _check(got is not None, None, "a launch of no steady kernel")
-        _check(concrete(got[0]) == tuple(gws) and concrete(got[1]) == (tuple(lws) if lws else lws),
+        check(got is not None, None, "a launch of no steady kernel")
+        check(concrete(got[0]) == tuple(gws) and concrete(got[1]) == (tuple(lws) if lws else lws),
                None, "a launch's work sizes")
         if info is not None:
-            _check(np.array_equal(np.asarray(concrete(got[2])), info), None, "a shape_info block")
+            check(np.array_equal(np.asarray(concrete(got[2])), info), None, "a shape_info block")
         kernels.append((kernel, got[0], got[1]))
     calls = []
     for t, shape, bits in reallocs:
         l = sym.get(id(t))
-        _check(l is not None and concrete(l.shape) == tuple(map(int, shape)), None,
+        check(l is not None and concrete(l.shape) == tuple(map(int, shape)), None,
                f"a buffer requirement of {t.name}")
         calls.append((t, t.name, l.shape, prod(l.shape), bits))
     by_name = {t.name: t for i in fast.insts for t in list(i.outputs) + i.internals}
     graph_inputs = set(fast.program.inputs)
     live_names, live_vals = [], []
     for name, nbytes in fast.buffers.memory.live().items():
-        if name in graph_inputs:
+        if name in graph_inputs or (only is not None and name not in only):
             continue                        # set_input notes them
         t = by_name.get(name)
         l = sym.get(id(t)) if t is not None else None
-        _check(l is not None and concrete(l.nbytes) == nbytes, None, f"the live bytes of {name}")
+        check(l is not None and concrete(l.nbytes) == nbytes, None, f"the live bytes of {name}")
         live_names.append(name)
         live_vals.append(l.nbytes)
     immediate = [t for t in fast.io_tensors if id(t) in sym and t.name not in graph_inputs]
     return kernels, calls, live_names, live_vals, immediate
 
 
-def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers) -> list:
+def trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers) -> list:
     """One device node of `_build`'s trace: its op's answer on the symbolic input layouts
     (once per class of nodes and symbolic inputs: `answers`), its kernels' work sizes and
     shape_info values, the state it leaves. Returns its symbolic input layouts."""
@@ -369,7 +377,7 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answ
     if unfuse:
         raise Escape(f"{inst.node.name}: fusion invalid")
     for t, l in zip(inst.outputs, out):
-        _check(concrete(l) == t.layout, inst, "an output layout")
+        check(concrete(l) == t.layout, inst, "an output layout")
         sym[id(t)] = l
         state.append((t, "layout", l))
     state.append((inst, "in_layouts", in_l))
@@ -378,7 +386,7 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answ
             host_valued.add(id(inst.outputs[0]))
             host_views.append((inst.outputs[0], inst.inputs[0]))
         return in_l
-    _check(calls is not None and len(calls) == len(inst.bound), inst, "its kernel calls")
+    check(calls is not None and len(calls) == len(inst.bound), inst, "its kernel calls")
     internal = next((c.internal for c in calls if c.internal), ())
     state.append((inst, "internal_layouts", internal))
     for k, l in enumerate(internal):
@@ -388,7 +396,7 @@ def _trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answ
     for call, b in zip(calls, inst.bound):
         # the same impl (kernel_step's check): what picks it becomes guards
         rec = b.call
-        _check(call.kernel == rec.kernel and call.source == rec.source and
+        check(call.kernel == rec.kernel and call.source == rec.source and
                len(call.args) == len(rec.args) and call.jit == rec.jit, inst, "its impl")
         gws, lws = work_sizes(call, b.cpu)
         blocks = [(t.offset, call.dims.get(p, sym.get(id(t), t.layout).shape))
@@ -406,14 +414,14 @@ def _sym_key(l) -> tuple | None:
             None if l.pad is None else tuple(d.name if d.__class__ is Sym else d for d in l.pad))
 
 
-def _check(ok: bool, inst, what: str) -> None:
+def check(ok: bool, inst, what: str) -> None:
     """The trace must give what the flow did; anything else and nothing is compiled."""
     if not ok:
         raise Escape(f"the trace differs from the flow in {what}" +
                      (f" of {inst.node.name}" if inst is not None else ""))
 
 
-def _image(fast, launches, per_bound) -> list:
+def image_blocks(fast, launches, per_bound) -> list:
     """The launches' shape_info blocks by arena chunk: ((chunk, word indices, slots, byte span),
     values) each, the values symbolic where they move with the dims."""
     by_chunk: dict = {}

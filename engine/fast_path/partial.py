@@ -44,9 +44,11 @@ SEG, DIRTY = 0, 1
 
 
 class PartialPlan:
-    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_sums")
+    __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_sums",
+                 "dirty")
 
     def __init__(self, **kw):
+        self.dirty = None               # its dirty nodes as compiled steps see them (compiled_steps.py)
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -168,18 +170,33 @@ def _seg_sums(steps, upto: int) -> tuple[dict, dict]:
     return dict(counts), live
 
 
-def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun") -> int | None:
+def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun",
+        hosts_done: bool = False) -> int | None:
     """Run the dirty nodes between the clean blocks (a dirty node's steady step, steady.py,
-    where it holds; else its flow). Returns None when every block repeated, else how many of
-    `plan.clean_nodes` had their decisions repeated before a boundary tensor differed from
-    the base's (every node after it then ran the flow)."""
+    where it holds; else its flow; `hosts_done`: the host nodes ran already). Returns None when
+    every block repeated, else how many of `plan.clean_nodes` had their decisions repeated
+    before a boundary tensor differed from the base's (every node after it then ran the flow)."""
     try:
-        return _run(plan, queue, counters, buffers, fast)
+        return _run(plan, queue, counters, buffers, fast, hosts_done)
     finally:
         fast.finish()
 
 
-def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | None:
+def holds(checks, buffers) -> bool:
+    """Whether a dirty node's outputs that clean nodes read are as in the base; a new host
+    value read as data goes into the same buffer on the way."""
+    for t, layout, buf, offset, host, by_value in checks:
+        # a new host value (a host node keeps its array while the value repeats) that a
+        # clean node reads as a value (shape inference, a host impl) is a new input to it
+        new_value = host is not None and t.host is not host
+        if new_value and t.layout == layout and not by_value:
+            buffers.device_buffer(t)          # the new value, into the same buffer
+        if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
+            return False
+    return True
+
+
+def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast, hosts_done: bool) -> int | None:
     applied = 0
     steps, memory = plan.steps, buffers.memory
     for at, step in enumerate(steps):
@@ -195,18 +212,14 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast) -> int | No
             applied = names
             continue
         inst, checks, compiled = step[1], step[2], step[3]
-        if compiled is None or not compiled(inst, fast):
+        if hosts_done and inst.node.host:
+            pass
+        elif compiled is None or not compiled(inst, fast):
             inst.execute()
-        for t, layout, buf, offset, host, by_value in checks:
-            # a new host value (a host node keeps its array while the value repeats) that a
-            # clean node reads as a value (shape inference, a host impl) is a new input to it
-            new_value = host is not None and t.host is not host
-            if new_value and t.layout == layout and not by_value:
-                buffers.device_buffer(t)          # the new value, into the same buffer
-            if t.layout != layout or t.buf is not buf or t.offset != offset or (new_value and by_value):
-                _add_blocks(_seg_sums(steps, at), counters, memory)
-                _flow_from(steps, at + 1)
-                return applied
+        if not holds(checks, buffers):
+            _add_blocks(_seg_sums(steps, at), counters, memory)
+            _flow_from(steps, at + 1)
+            return applied
     _add_blocks(plan.seg_sums, counters, memory)     # every block repeated: once
     return None
 

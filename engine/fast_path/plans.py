@@ -91,11 +91,12 @@ def blocker(insts, feedback: bool = False) -> str:
 
 
 # decisions that leave every resource as it was (the memory pool's own count covers buffers);
-# a cache hit only moves its entry in the cache's LRU order, which a replay repeats (`touches`)
+# a cache hit only moves its entry in the cache's LRU order, which a replay repeats (`touches`);
+# a KV append writes within the room its buffer has
 _FREE = ("update_shape.", "update_impl.keep", "update_impl.fallback", "update_impl.cache_hit",
          "update_weights.skip", "update_weights.cache_hit", "update_weights.reset", "realloc.reuse", "realloc.view",
          "realloc.external", "realloc.by_other", "realloc.empty", "set_args.", "execute.",
-         "fusion.unfuse", "in_place_concat.apply")
+         "fusion.unfuse", "in_place_concat.apply", "kv_cache.append")
 
 
 def resource_free(insts, counters: Counter) -> bool:

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 
 from engine.device_queue import Observer
-from engine.fast_path import compiled, partial, shape_fns, steady
+from engine.fast_path import compiled, compiled_steps, partial, shape_fns, steady
 from engine.fast_path.plans import (Plan, blocker, input_array, put_back_args, repeat_predictor_calls,
                                     resource_free, signature)
 from engine.layout import dtype_from_numpy
@@ -28,7 +28,7 @@ SEEN_KEPT = 1024
 
 class FastPath(Observer):
     def __init__(self, program, insts, buffers, queue, decisions, by_value: frozenset, read_after=(),
-                 feedback: bool = False, compile_plans: bool = False):
+                 feedback: bool = False, compile_plans: str = "partial"):
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
         self.decisions = decisions
         # why whole-inference plans cannot be recorded ("" when they can); partial plans can
@@ -59,10 +59,15 @@ class FastPath(Observer):
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
-        # compiled plans (compiled.py): untraced runs of whole plans only; off by default while
-        # a trace costs more than the flow it saves (25-60 ms once per variant: performance.md)
-        self.compiled = compiled.CompiledPlans(self) if compile_plans and not decisions.traced \
+        # compiled plans, untraced runs only (`compile_plans`: "off", "partial" or "all"): a
+        # partial plan's dirty steps (compiled_steps.py: a decode step) by default; whole plans
+        # (compiled.py) only when asked while a trace costs more than the flow it saves (a trace
+        # per range of lengths a model's tiles make: performance.md)
+        self.compiled = compiled.CompiledPlans(self) if compile_plans == "all" and not decisions.traced \
             and not self.blocker and not by_value else None
+        self.steps = compiled_steps.CompiledSteps(self) if compile_plans != "off" and not decisions.traced \
+            else None
+        self._steps_ran = False        # this partial replay was a compiled one
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
         self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
@@ -125,8 +130,10 @@ class FastPath(Observer):
 
     def partial_for(self, feeds: dict, fed_back: dict) -> "partial.PartialPlan | None":
         """The partial plan the coming inference may run, if any (partial.py says when)."""
-        p = self.current
-        if p is None or self.restore is not None or p.fed != frozenset(fed_back) or \
+        p, r = self.current, self.restore
+        if p is None or (r is not None and not (r.__class__ is compiled.Pending and
+                                                getattr(r.c, "plan", None) is p)) or \
+                p.fed != frozenset(fed_back) or \
                 self.bases - p.base_no >= PLAN_BASES_KEPT:   # a reader no longer holds its base
             return None
         return p if self.input_changes(feeds, fed_back) <= p.changed else None
@@ -140,6 +147,8 @@ class FastPath(Observer):
         self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
         self._partial = plan
+        if plan is not None and self.steps is not None:    # what compiled steps are traced from
+            self._launches, self._reallocs, self._touches = [], [], []
         if plan is None:
             self._changed, self._fed = self.input_changes(feeds, fed_back), frozenset(fed_back)
             self._launches, self._reallocs, self._touches = [], [], []
@@ -188,8 +197,14 @@ class FastPath(Observer):
     def run_partial(self) -> int | None:
         """The nodes' part of the inference begun with a partial plan (partial.run), its
         dirty nodes' steady steps (steady.py) where they hold."""
-        self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
-        return partial.run(self._partial, self.queue, self.decisions.counters, self.buffers, self._steady)
+        run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
+        done, hosts_done = self.steps.run(self._partial) if self.steps is not None else (False, False)
+        self._steps_ran = done
+        if done:
+            self.decisions.counters["plan.compiled"] = 1
+            return None
+        self._put_back()
+        return partial.run(self._partial, self.queue, self.decisions.counters, self.buffers, run, hosts_done)
 
     def end_flow(self, counters: Counter, iteration: int, upto: int | None = None) -> dict:
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
@@ -216,6 +231,10 @@ class FastPath(Observer):
         self.last_sig = sig
         changed = self.buffers.memory.changes != mem or not resource_free(self.insts, counters)
         if self._partial is not None:
+            if self.steps is not None and not self._steps_ran and not diverged and not changed and \
+                    not counters.get("device_reads"):
+                self.steps.record(self._partial, self._steady.members, self._steady.counted, launches,
+                                  reallocs, touches)
             # a dirty node that switched impls may only repeat from now on: the next flow
             # records a plan with fewer dirty nodes
             if diverged or any(k.startswith(_IMPL_CHANGES) for k in counters):

@@ -1,0 +1,352 @@
+"""Compiled steps: a partial plan's dirty device nodes (partial.py; a decode step's KV appends
+and attentions) as one function of the input dims, so that the KV length is a parameter of
+one plan instead of a walk of the dirty nodes at every step (compiled.py's compiled flow over
+a partial plan; tinygrad's JIT with its bound `start_pos`, gpt-fast's static-cache replay).
+
+When a partial replay ran its dirty device nodes by their steady steps (steady.py) and changed
+no resource, `record` traces those nodes again on symbolic dims (engine/symbolic.py Session):
+the graph inputs' layouts, a fed-back KV cache's room included (one function serves every
+length within every room), and the dirty host nodes' outputs they read are the parameters;
+the clean nodes' outputs are what they were in the base. Out come the dirty kernels' work
+sizes and shape_info, the predictor calls, the live bytes, the layouts the graph's outputs take
+and those the clean nodes read (the boundary), the KV bytes appended; each is checked against
+the partial replay it was traced from, and every choice an op made is a guard.
+
+`run`, for a partial replay: the dirty host nodes' flow (with partial.run's checks), then the
+function. When its guards hold, the boundary is the base's, every dirty node would take its
+steady step (the same kernels bound, its inputs moved, the cache fed back its own buffer) and
+every buffer surely keeps (predictors.surely_keeps; a KV append within its room keeps whatever
+the policy says), the inference writes the shape_info image, enqueues the base's blocks with
+the dirty kernels between them, makes the policy's calls in one go and counts what the partial
+replay would have. The dirty nodes' state is put back lazily (compiled.Pending). Otherwise the
+partial replay goes on as before, its host nodes already run. A variant holds the resources
+of the epoch it was bound in and is bound again, without a new trace, by the next partial
+replay that could have built it (a KV cache grown into a new room). Untraced runs only, as
+compiled plans.
+"""
+from __future__ import annotations
+
+import operator
+from collections import Counter
+
+from engine.fast_path import steady
+from engine.fast_path.compiled import (Pending, answers_of, check, compiled_image, image_blocks, node_keys,
+                                       trace_node, write_image)
+from engine.fast_path.partial import DIRTY, SEG, holds
+from engine.fast_path.plans import put_back_args, repeat_predictor_calls
+from engine.layout import Layout
+from engine.ops.common import norm_axis
+from engine.predictors import surely_keeps
+from engine.symbolic import Escape, Session, Sym, args_of, concrete, structure
+
+MAX_VARIANTS = 8      # an attention's tiles by KV length may split the lengths into ranges
+MAX_REFUSALS = 2      # traces of one partial plan refused before it is no longer tried
+
+
+class Steps:
+    """One traced variant: `fn(*dims)` -> (kernels, image values, predictor calls, live bytes,
+    immediate layouts, node keys, boundary layouts, KV bytes appended, its variables) or None;
+    `state`: (object, attribute, symbolic value) the dirty nodes leave. The rest is what the
+    epoch it is bound in holds."""
+    __slots__ = ("fn", "source", "state", "plan", "structure", "kernel_ids", "device", "kv",
+                 "image", "immediate", "bounds", "order", "boundary", "keep", "written",
+                 "epoch", "changes", "snapshot", "io_snapshot", "args", "touches", "counters")
+
+
+class Dirty:
+    """A partial plan's dirty nodes as compiled steps see them (fixed per plan)."""
+    __slots__ = ("hosts", "device", "steps", "host_params", "variants", "refused")
+
+    def __init__(self, plan):
+        dirty = [s for s in plan.steps if s[0] == DIRTY]
+        self.hosts = [(s[1], s[2]) for s in dirty if s[1].node.host]
+        self.device = [s[1] for s in dirty if not s[1].node.host]
+        self.steps = [s[3] for s in dirty if not s[1].node.host]
+        host = {id(t) for i, _ in self.hosts for t in i.outputs}
+        self.host_params = list({id(t): t for i in self.device for t in i.inputs
+                                 if t is not None and id(t) in host}.values())
+        self.variants: list = []
+        self.refused = 0
+
+
+class CompiledSteps:
+    def __init__(self, fast):
+        self.fast = fast
+        tensors = fast.buffers.tensors
+        self.inputs = [tensors[n] for n in fast.program.inputs]
+        self.built = 0                  # functions traced
+        self.runs = 0                   # inferences they served
+        self.why_not = ""               # why the last build was refused (for reading)
+
+    def summary(self) -> dict:
+        return {"built": self.built, "runs": self.runs, "refused": self.why_not}
+
+    def _dims(self, d: Dirty) -> tuple:
+        """(the structure of the parameters' layouts (a padded cache or not), their dims)"""
+        layouts = [t.layout for t in self.inputs + d.host_params]
+        return structure(layouts, ()), args_of(layouts, ())
+
+    # ---- a partial replay ------------------------------------------------------------------
+    def run(self, plan) -> tuple[bool, bool]:
+        """Try the compiled steps of `plan` for the inputs just set: (done, host nodes ran)."""
+        fast = self.fast
+        d = plan.dirty
+        memory = fast.buffers.memory
+        if d is None or not any(c.epoch == fast.epoch and c.changes == memory.changes for c in d.variants):
+            return False, False
+        for inst, checks in d.hosts:            # the shape subgraph: the flow's own steps
+            inst.execute()
+            if not holds(checks, fast.buffers):
+                return False, True
+        struct, dims = self._dims(d)
+        for c in d.variants:
+            if c.epoch != fast.epoch or c.changes != memory.changes or c.structure != struct:
+                continue
+            try:
+                got = c.fn(*dims)
+            except ArithmeticError:            # a division by a dim that is now 0
+                got = None
+            if got is not None and self._apply(plan, d, c, got):
+                self.runs += 1
+                return True, True
+        return False, True
+
+    def _apply(self, plan, d: Dirty, c: Steps, got: tuple) -> bool:
+        fast = self.fast
+        kernels, images, calls, live, layouts, keys, boundary, copied, env = got
+        if boundary != c.boundary or not _steady_from(fast, c, keys):
+            return False
+        buffers, queue = fast.buffers, fast.queue
+        predictor = buffers.predictor
+        for k in c.keep:
+            t, _, _, need, _ = calls[k]
+            if not t.capacity or not surely_keeps(predictor, t.state, need):
+                return False
+        for t in d.host_params:
+            if t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes:
+                return False
+        # from here on the inference is the compiled one
+        for t in d.host_params:
+            if t.host is not None and t.dev_version != t.version:
+                buffers.upload(t)
+        for t, values in c.io_snapshot:
+            t.restore(values)
+        for t, l in zip(c.immediate, layouts):
+            t.layout = l
+            t.host = None
+        if queue.args_version != c.args[0]:
+            put_back_args(queue, c.args[1])
+            c.args = (queue.args_version, c.args[1])
+        write_image(queue.arena, c, images)
+        seq, at = [], 0
+        for item in c.order:                   # the base's blocks, the dirty kernels between
+            if item.__class__ is int:
+                seq += kernels[at:at + item]
+                at += item
+            else:
+                seq += item
+        queue.launches += seq
+        queue.flush()
+        for t in c.written:
+            t.version += 1
+            t.dev_version = t.version
+            t.host = None
+        for cache, key in c.touches:
+            cache.get(key)
+        repeat_predictor_calls(buffers, calls)
+        counters = fast.decisions.counters
+        counts, blocks_live = plan.seg_sums
+        counters.update(counts)
+        counters.update(c.counters)
+        if c.kv:
+            counters["kv_bytes_copied"] += copied
+        buffers.memory.note_many(blocks_live)
+        buffers.memory.note_many(live)
+        fast.restore = Pending(c, env, keys)
+        return True
+
+    # ---- after a partial replay of steady steps --------------------------------------------
+    def record(self, plan, members: int, counted: Counter, launches, reallocs, touches) -> None:
+        """After a partial replay that changed no resource: when every dirty device node took
+        its steady step, bind the variant whose guards hold, tracing one if none does."""
+        fast = self.fast
+        if plan.dirty is None:
+            plan.dirty = Dirty(plan)
+        d = plan.dirty
+        if members != len(d.device) or d.refused >= MAX_REFUSALS:
+            return
+        struct, dims = self._dims(d)
+        ids = _kernel_ids(d.device)
+        c, got = None, None
+        for v in d.variants:
+            if v.kernel_ids == ids and v.structure == struct:
+                got = _call(v, dims)
+                if got is not None:
+                    c = v
+                    break
+        if c is None:
+            try:
+                c = _build(fast, plan, d, self.inputs, launches, reallocs)
+                got = _call(c, dims)
+                check(got is not None, None, "its own dims")
+            except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
+                self.why_not = f"{type(e).__name__}: {e}"
+                d.refused += 1
+                return
+            c.plan, c.kernel_ids, c.structure = plan, ids, struct
+            self.built += 1
+            if len(d.variants) >= MAX_VARIANTS:
+                d.variants.pop(0)
+            d.variants.append(c)
+        _bind(fast, c, self.inputs, counted, got[7], launches, touches)
+
+
+def _call(c: Steps, dims) -> tuple | None:
+    try:
+        return c.fn(*dims)
+    except ArithmeticError:
+        return None
+
+
+def _kernel_ids(device) -> tuple:
+    return tuple(id(b) for i in device for b in i.bound)
+
+
+def _steady_from(fast, c: Steps, keys: tuple) -> bool:
+    """Whether every dirty node takes its steady step from the state the last inference left:
+    the same kernels bound, nothing skipped or done by another node, its inputs moved, and each
+    KV cache fed back its own buffer with the room the node holds."""
+    r = fast.restore
+    if r.__class__ is Pending:
+        if r.c.__class__ is not Steps:
+            return False
+        ids, prev = r.c.kernel_ids, r.keys
+    elif r is not None:
+        return False
+    else:
+        if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
+            return False
+        ids, prev = _kernel_ids(c.device), node_keys(c.device)
+    for inst in c.kv:
+        past, out = inst.inputs[0], inst.outputs[0]
+        if inst.bound or out.buf is None or past.buf is not out.buf or past.offset != out.offset or \
+                past.layout.phys != inst.kv_pad:
+            return False
+    return ids == c.kernel_ids and len(prev) == len(keys) and None not in prev and \
+        not any(map(operator.eq, keys, prev))
+
+
+def _build(fast, plan, d: Dirty, inputs: list, launches, reallocs) -> Steps:
+    """Trace the dirty device nodes of the partial replay just run (module docstring)."""
+    host_valued = {id(t) for t in inputs} | {id(t) for i in fast.insts if i.node.host for t in i.outputs}
+    for inst, _ in d.hosts:
+        if any(t is not None and not t.constant and id(t) not in host_valued for t in inst.inputs):
+            raise Escape(f"host node {inst.node.name} reads a device tensor")
+    s = Session()
+    sym, state, per_bound, answers = {}, [], {}, {}
+    host_views, keys, kv, copied = [], [], [], []
+    with s:
+        for t in inputs + d.host_params:
+            sym[id(t)] = s.layout(t.layout)
+        for inst, step in zip(d.device, d.steps):
+            if step is steady.kv_append:
+                in_l = _trace_kv(inst, sym, state, copied)
+                kv.append(inst)
+            else:
+                in_l = trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
+            keys.append(tuple(args_of(in_l, ())))
+        if host_views:
+            raise Escape("a dirty view of a host value")
+        names = {t.name for i in d.device for t in list(i.outputs) + i.internals}
+        kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound,
+                                                                      sym, names)
+        image = image_blocks(fast, launches, per_bound)
+        boundary = _boundary(plan, d)
+        for t, layout in boundary:
+            check(concrete(sym[id(t)]) == layout, None, f"the boundary layout of {t.name}")
+        n = s.named
+        returns = "(" + ", ".join([
+            "[" + ", ".join(f"({s.const(k)}, {n(g)}, {n(l)})" for k, g, l in kernels) + "]",
+            "(" + "".join(s.source(tuple(v for v in vals if v.__class__ is Sym)) + ", "
+                          for _, vals in image) + ")",
+            "[" + ", ".join(f"({s.const(t)}, {name!r}, {n(shape)}, {n(need)}, {bits})"
+                            for t, name, shape, need, bits in calls) + "]",
+            "dict(zip(" + s.const(live_names) + ", (" + "".join(n(v) + ", " for v in live_vals) + ")))",
+            "(" + "".join(n(sym[id(t)]) + ", " for t in immediate) + ")",
+            "(" + "".join(n(k) + ", " for k in keys) + ")",
+            "(" + "".join(n(sym[id(t)]) + ", " for t, _ in boundary) + ")",
+            n(sum(copied)), "locals()"]) + ")"
+        fn, src = s.function("compiled_steps", returns)
+    c = Steps()
+    c.fn, c.source, c.state, c.device, c.kv = fn, src, state, d.device, kv
+    c.image = compiled_image(image)
+    c.immediate = immediate
+    c.bounds = [b for i in d.device for b in i.bound]
+    c.boundary = tuple(layout for _, layout in boundary)
+    kv_outs = {id(i.outputs[0]) for i in kv}
+    c.keep = [k for k, (t, *_) in enumerate(calls) if id(t) not in kv_outs]
+    c.order = _order(plan, d, launches)
+    c.written = [t for i in d.device for t in i.outputs] + \
+        [t for st in plan.steps if st[0] == SEG for t in st[6]]
+    return c
+
+
+def _trace_kv(inst, sym, state, copied) -> list:
+    """A KV append's steady step on symbolic layouts (steady.kv_append): the room it holds is
+    the past's padding, a parameter, so the function serves every room."""
+    in_l = [sym.get(id(t), t.layout) for t in inst.inputs]
+    past, new = in_l
+    out_layouts, unfuse = inst.infer_layouts(in_l, {})
+    if unfuse:
+        raise Escape(f"{inst.node.name}: fusion invalid")
+    l = out_layouts[0]
+    shape, held = l.shape, past.phys
+    axis = norm_axis(inst.node.attrs["axis"], len(shape))
+    fits = len(held) == len(shape) and shape[axis] <= held[axis] and \
+        all(h == x for i, (h, x) in enumerate(zip(held, shape)) if i != axis)
+    check(fits, inst, "its room")
+    out = inst.outputs[0]
+    padded = Layout(shape, l.dtype, pad=held if held != shape else None)
+    check(concrete(padded) == out.layout, inst, "an output layout")
+    sym[id(out)] = padded
+    state += [(out, "layout", padded), (inst, "in_layouts", in_l)]
+    copied.append(new.nbytes)
+    return in_l
+
+
+def _boundary(plan, d: Dirty) -> list:
+    """(tensor, layout) a dirty device node writes and a clean node reads, as in the base."""
+    device = {id(i) for i in d.device}
+    return [(t, layout) for s in plan.steps if s[0] == DIRTY and id(s[1]) in device
+            for t, layout, *_ in s[2]]
+
+
+def _order(plan, d: Dirty, launches) -> list:
+    """The inference's launches as the base's blocks (lists) and counts of dirty kernels."""
+    owner = {id(b): i for i in d.device for b in i.bound}
+    per = Counter(id(owner[id(b)]) for b, *_ in launches)
+    order = []
+    for s in plan.steps:
+        if s[0] == SEG:
+            order.append(s[1])
+        elif not s[1].node.host and per[id(s[1])]:
+            order.append(per[id(s[1])])
+    return order
+
+
+def _bind(fast, c: Steps, inputs: list, counted: Counter, copied: int, launches, touches) -> None:
+    """The epoch's resources: arguments, the dirty nodes' state, the cache touches and the
+    decisions' counters of the partial replay just run."""
+    c.epoch, c.changes = fast.epoch, fast.buffers.memory.changes
+    c.counters = Counter(counted)
+    if c.kv:
+        c.counters["kv_bytes_copied"] -= copied       # counted from the function's
+    c.touches = list(touches)
+    c.args = (-1, [(b, k, args) for b, k, _, _, args, _ in launches if b is not None])
+    skip = {id(t) for t in c.immediate} | {id(t) for t in inputs}
+    snap = []
+    for inst in c.device:
+        snap += inst.snapshot()
+        snap += [(t, t.snapshot()) for t in inst.outputs if id(t) not in skip]
+    c.snapshot = snap
+    c.io_snapshot = [(t, t.snapshot()) for t in c.immediate]

@@ -1,0 +1,111 @@
+"""Compiled steps (engine/fast_path/compiled_steps.py): a partial replay's dirty device nodes
+(a decode step's KV appends and attentions) traced once on symbolic dims, the KV length and
+the cache's room parameters, decide what the flow decides and compute what it computes.
+
+Decode loops run untraced (compiled steps serve untraced runs) with the fast path on (the
+default: compiled steps, partial replays, steady steps) and off (the flow): every inference's
+outputs are bit-identical and its counters (every decision, KV bytes appended, live and peak
+bytes) equal, and compiled steps must have served inferences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine import Network, build_program
+from engine.fast_path import NOT_DECISIONS
+from tests.models import kv_decoder_step
+from tests.test_partial_replay import KV_FEEDBACK, SETTINGS, _decode_steps
+from tests.test_steady_steps import GPT2_FEEDBACK, _gpt2_steps, _tiny_gpt2
+
+
+def _run(prog, steps, device, feedback, fast: bool, kind: str = "cpu", predictor: str = "adaptive",
+         **kw):
+    net = Network(prog, device, impls="dynamic", fast_path=fast, feedback=feedback, predictor=predictor,
+                  **kw)
+    net.impls.device_type = kind
+    back = {v: k for k, v in feedback.items()}
+    outs, counters, compiled = [], [], []
+    for feeds, fed in steps:
+        o = net.infer(feeds, fed_back=back if fed else None)
+        outs.append({k: np.array(v) for k, v in o.items()})
+        counters.append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+        compiled.append(bool(net.counters.get("plan.compiled")))
+    return net, outs, counters, compiled
+
+
+def _same(prog, steps, device, feedback, **kw):
+    """On and off agree inference by inference; returns the run with the fast path on and
+    which of its inferences were compiled."""
+    net, on, c_on, compiled = _run(prog, steps, device, feedback, True, **kw)
+    _, off, c_off, _ = _run(prog, steps, device, feedback, False, **kw)
+    for i, (a, b) in enumerate(zip(on, off)):
+        for name in b:
+            assert np.array_equal(a[name], b[name]), f"inference {i} output {name}"
+        assert c_on[i] == c_off[i], f"inference {i}"
+    return net, on, compiled
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+@pytest.mark.parametrize("predictor", ["adaptive", "openvino"])
+def test_a_gpt2_decode_runs_compiled_steps_as_the_flow(device, kind, predictor):
+    """Thirty tokens: the fed-back steps after the prompt run the flow (they grow the caches and
+    record the partial plan), the next its steady steps (traced), and from then on the compiled
+    steps serve every token whose caches keep their room; caches that grow take the flow, and
+    a later step binds the same function to the new buffers without a new trace. The logits
+    match onnxruntime."""
+    import onnxruntime as ort
+    from tests.models import gpt2_decoder
+    from tests.test_steady_steps import D_HEAD, HEADS, LAYERS
+    prog = _tiny_gpt2()
+    steps = _gpt2_steps(2, 30)
+    net, on, compiled = _same(prog, steps, device, GPT2_FEEDBACK, kind=kind, predictor=predictor)
+    cs = net.fast.steps
+    # per growth of the caches: the step that fills the room (another structure: no padding),
+    # the flow's reallocation, the append after it (a copy kernel bound) and the rebinding
+    assert compiled[:3] == [False, False, False] and sum(compiled) >= 15, compiled
+    assert cs.runs == sum(compiled)
+    assert 1 <= cs.built <= 3, cs.summary()          # a variant per cache structure at most
+    model = gpt2_decoder(layers=LAYERS, d_model=HEADS * D_HEAD, heads=HEADS, vocab=50, max_pos=64)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    pasts = {f"past_{k}_{i}": np.zeros((1, HEADS, 0, D_HEAD), np.float32)
+             for i in range(LAYERS) for k in ("key", "value")}
+    for (feeds, _), got in zip(steps, on):
+        ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {**feeds, **pasts})))
+        np.testing.assert_allclose(got["logits"], ref["logits"], rtol=1e-4, atol=1e-4)
+        pasts = {f"past_{k}_{i}": ref[f"present_{k}_{i}"] for i in range(LAYERS) for k in ("key", "value")}
+
+
+@SETTINGS
+@given(chunks=st.lists(st.sampled_from([1, 1, 1, 1, 1, 2, 3]), min_size=8, max_size=28),
+       predictor=st.sampled_from(["adaptive", "openvino"]), kind=st.sampled_from(["cpu", "gpu"]))
+def test_random_decodes_with_compiled_steps(device, chunks, predictor, kind):
+    """Random chunked decodes through the fused attention: chunks of several tokens change more
+    than the KV length (the guards or the boundary fail, the partial replay or the flow runs),
+    caches grow past their room; on and off agree on every inference."""
+    prog = build_program(kv_decoder_step())
+    _same(prog, _decode_steps([2] + chunks), device, KV_FEEDBACK, kind=kind, predictor=predictor)
+
+
+def test_compiled_steps_serve_a_decode_and_can_be_turned_off(device):
+    prog = build_program(kv_decoder_step())
+    steps = _decode_steps([2] + [1] * 14)
+    net, _, compiled = _same(prog, steps, device, KV_FEEDBACK)
+    assert sum(compiled) >= 6 and net.fast.steps.built <= 2, (compiled, net.fast.steps.summary())
+    net, _, compiled, _ = _run(prog, steps, device, KV_FEEDBACK, True, compile_plans="off")
+    assert net.fast.steps is None and not any(compiled)
+
+
+def test_a_traced_decode_takes_no_compiled_steps(device, tmp_path):
+    """The trace holds every dirty node's decisions (the reader cannot expand compiled steps
+    yet): a traced network runs steady steps."""
+    from traces import TraceWriter
+    prog = build_program(kv_decoder_step())
+    net = Network(prog, device, impls="dynamic", feedback=KV_FEEDBACK, predictor="adaptive",
+                  trace=TraceWriter(str(tmp_path / "t.jsonl"), {}))
+    back = {v: k for k, v in KV_FEEDBACK.items()}
+    for feeds, fed in _decode_steps([2] + [1] * 8):
+        net.infer(feeds, fed_back=back if fed else None)
+        assert not net.counters.get("plan.compiled")
+    assert net.fast.steps is None

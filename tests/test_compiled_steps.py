@@ -93,7 +93,7 @@ def test_compiled_steps_serve_a_decode_and_can_be_turned_off(device):
     steps = _decode_steps([2] + [1] * 14)
     net, _, compiled = _same(prog, steps, device, KV_FEEDBACK)
     assert sum(compiled) >= 6 and net.fast.steps.built <= 2, (compiled, net.fast.steps.summary())
-    net, _, compiled, _ = _run(prog, steps, device, KV_FEEDBACK, True, compile_plans="off")
+    net, _, _, compiled = _run(prog, steps, device, KV_FEEDBACK, True, compile_plans="off")
     assert net.fast.steps is None and not any(compiled)
 
 

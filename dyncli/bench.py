@@ -56,11 +56,20 @@ class BenchOptions:
     impls: str = "auto"
     predictor: str = CLI_DEFAULT_POLICY
     fast_path: bool = True
-    compiled_plans: bool = False
+    compiled_plans: str = "partial"
     trace: str | None = None
     profile: bool = False
     compare: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
+
+
+def compiled_summary(net, mode: str) -> dict | None:
+    """What compiled plans did (engine/fast_path: compiled_steps.py, compiled.py), by kind."""
+    fast = net.fast
+    if fast is None:
+        return None
+    return {"mode": mode, "partial": fast.steps.summary() if fast.steps is not None else None,
+            "whole": fast.compiled.summary() if fast.compiled is not None else None}
 
 
 def pct(values, q) -> float:
@@ -77,10 +86,13 @@ def _key(feeds: dict) -> str:
 def load_sequence(opts: BenchOptions) -> tuple:
     """(model, program, shape sequence, random feeds) of a benchmark; the user's mistakes as
     UsageError."""
+    from engine.fast_path import COMPILE_MODES
     from engine.predictors import ENGINE_POLICIES
     if opts.predictor not in ENGINE_POLICIES:
         raise UsageError(f"--predictor: unknown policy {opts.predictor!r}: choose from "
                          f"{', '.join(ENGINE_POLICIES)}")
+    if opts.compiled_plans not in COMPILE_MODES:
+        raise UsageError(f"--compiled-plans must be one of {', '.join(COMPILE_MODES)}, not {opts.compiled_plans!r}")
     check_peers(opts.compare)
     model = read_model(opts.model)
     try:
@@ -113,7 +125,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                                          "options": {"bench": True, "fast_path": opts.fast_path}})
     t0 = time.perf_counter()
     net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path,
-                  predictor=opts.predictor, compile_plans="all" if opts.compiled_plans else "partial")
+                  predictor=opts.predictor, compile_plans=opts.compiled_plans)
     load_ms = (time.perf_counter() - t0) * 1e3
     n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * opts.same_runs
     done = [0]
@@ -205,8 +217,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     }
     if net.fast is not None:      # the steady steps' compiled shape functions (their coverage)
         out["shape_functions"] = net.fast.shape_fns.summary()
-        if net.fast.compiled is not None:
-            out["compiled_plans"] = net.fast.compiled.summary()
+        out["compiled_plans"] = compiled_summary(net, opts.compiled_plans)
     if opts.profile and device_ms:
         out["sequence"]["device_ms_mean"] = statistics.mean(device_ms[k] for k in keys)
     for peer in opts.compare:

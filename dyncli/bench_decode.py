@@ -5,7 +5,8 @@ The sequence of --shapes is one decode: its first inference takes every input fr
 inference's outputs on the device (the KV cache) and the others from the shapes (the new
 token). The first pass builds kernels and buffers (cold); --warmup more passes are untimed;
 --repeat timed passes give the per-step latency (mean, median, p90), kernels per step, how the
-fast path served the steps (partial replays: only the nodes the KV length reaches run the flow)
+fast path served the steps (partial replays: only the nodes the KV length reaches run the flow;
+compiled: those nodes as one function of the KV length, engine/fast_path/compiled_steps.py)
 and where a step's time went (infer_end's time_ms), with the host time per kernel next to it.
 The last step is then run again on its own --same-runs times, its fed-back inputs as host
 values (`repeated`): a step that repeats a shape, next to the decode's steps that each bring a
@@ -18,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from dyncli.bench import BenchOptions, _mean_parts, load_sequence, pct
+from dyncli.bench import BenchOptions, _mean_parts, compiled_summary, load_sequence, pct
 from dyncli.gc_policy import long_lived_frozen
 from dyncli.runner import UsageError, parse_feedback
 from engine import Network, select_device
@@ -32,7 +33,7 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
     feedback = parse_feedback(feedback_specs, prog, model)
     device = select_device(opts.device)
     net = Network(prog, device, impls=opts.impls, fast_path=opts.fast_path, predictor=opts.predictor,
-                  feedback=feedback)
+                  feedback=feedback, compile_plans=opts.compiled_plans)
     read = [o for o in prog.outputs if o not in feedback]
     back = {inp: out for out, inp in feedback.items()}
     total = len(seq) * (1 + opts.warmup + opts.repeat)
@@ -52,6 +53,7 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
             ms = (time.perf_counter() - t0) * 1e3
             c = net.counters
             steps.append({"ms": ms, "kernels": c.get("kernels", 0), "partial": bool(c.get("plan.partial")),
+                          "compiled": bool(c.get("plan.compiled")),
                           "kv_copies": c.get("kv_cache.copy", 0), "time_ms": dict(net.time_ms)})
             done[0] += 1
             if progress:
@@ -67,7 +69,8 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
            "steps": len(seq), "impls": opts.impls, "predictor": opts.predictor,
            "fast_path": opts.fast_path, "first_inference_ms": cold[0]["ms"],
            "cold": _summary(cold[1:]), "decode": _summary(timed),
-           "repeated": _repeated(prog, device, opts, last)}
+           "repeated": _repeated(prog, device, opts, last),
+           "compiled_plans": compiled_summary(net, opts.compiled_plans)}
     if "onnxruntime" in opts.compare:
         out["peers"] = {"onnxruntime": _ort_decode(model, feeds, feedback, opts.repeat)}
     return out
@@ -92,7 +95,8 @@ def _summary(steps: list) -> dict:
     kernels = statistics.mean(s["kernels"] for s in steps)
     host = statistics.mean(s["ms"] - s["time_ms"].get("device_wait", 0.0) for s in steps)
     return {"mean_ms": statistics.mean(lat), "median_ms": statistics.median(lat), "p90_ms": pct(lat, 90),
-            "kernels_mean": kernels, "partial": sum(s["partial"] for s in steps), "steps": len(steps),
+            "kernels_mean": kernels, "partial": sum(s["partial"] for s in steps),
+            "compiled": sum(s["compiled"] for s in steps), "steps": len(steps),
             "kv_copies": sum(s["kv_copies"] for s in steps), "time_ms": parts,
             "host_us_per_kernel": host * 1e3 / kernels if kernels else None}
 

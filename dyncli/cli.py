@@ -233,14 +233,13 @@ def bench(
     fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated "
                                    "signatures and transitions, partial replay of changes that reach "
                                    "few nodes, as for `dyncli run`."),
-    compiled_plans: bool = typer.Option(False, "--compiled-plans/--no-compiled-plans", help="Trace an "
-                                        "inference whose nodes only saw new dims into one function "
-                                        "of the input dims and call it for later new shapes of the "
-                                        "same structure (untraced runs). Off by default: a new "
-                                        "length inside a traced range costs less (3.1 vs 4.4 ms "
-                                        "on an H200, MiniLM BERT), but each range of lengths "
-                                        "(tiles chosen by size) pays a 13-15 ms trace first "
-                                        "(docs/performance.md)."),
+    compiled_plans: str = typer.Option("partial", "--compiled-plans", metavar="MODE", help="What is "
+                                       "traced into one function of the input dims and called for "
+                                       "later new shapes (untraced runs): 'partial' (default): the "
+                                       "nodes a decode step's KV length reaches; 'all': whole "
+                                       "inferences too (a new BERT length inside a traced range "
+                                       "costs 3.1 vs 4.4 ms on an H200, but each range of lengths "
+                                       "pays a 13-15 ms trace first: docs/performance.md); 'off'."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),
     profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
     compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),

@@ -298,9 +298,7 @@ def bench_tables(r: dict, width: int = 80) -> list:
         esc = ", ".join(sf["escapes"]) or "none"
         s.add_row("compiled shape functions: traced / answers", f"{sf['traced']} / {sf['answers']} "
                   f"(ops left to their Python: {escape(esc)})")
-    cp = r.get("compiled_plans")
-    if cp is not None:
-        s.add_row("compiled plans: traced / inferences served", f"{cp['built']} / {cp['runs']}")
+    compiled_rows(s, r.get("compiled_plans"))
     s.add_row("load / compile (first pass)", f"{r['load_ms']:.1f} / {r['compile_ms']:.1f}")
     if "device_ms_mean" in sq:
         s.add_row("kernel time per inference (mean)", f"{sq['device_ms_mean']:.3f}")
@@ -310,17 +308,26 @@ def bench_tables(r: dict, width: int = 80) -> list:
     return [head, *tables, s, *bench_time_table(r)]
 
 
+def compiled_rows(s: Table, cp: dict | None) -> None:
+    """The summary's rows on compiled plans (--compiled-plans), each kind that ran."""
+    for kind, what in (("partial", "compiled steps (partial plans)"), ("whole", "compiled whole plans")):
+        c = (cp or {}).get(kind)
+        if c is not None:
+            s.add_row(f"{what}: traced / inferences served", f"{c['built']} / {c['runs']}")
+
+
 def decode_tables(r: dict, width: int = 80) -> list:
     """`dyncli bench --feedback`: the decode steps of the first pass and of the timed ones."""
     head = f"{r['model']}: a decode of {r['steps']} inferences on {r['device']}"
     t = Table(title="decode steps (ms)", title_justify="left")
     for name, just in (("pass", "left"), ("mean", "right"), ("median", "right"), ("p90", "right"),
-                       ("kernels", "right"), ("partial", "right"), ("KV copies", "right")):
+                       ("kernels", "right"), ("partial", "right"), ("compiled", "right"), ("KV copies", "right")):
         t.add_column(name, justify=just, no_wrap=True)
     for label, key in (("first", "cold"), ("timed", "decode")):
         d = r[key]
         t.add_row(label, f"{d['mean_ms']:.3f}", f"{d['median_ms']:.3f}", f"{d['p90_ms']:.3f}",
-                  f"{d['kernels_mean']:.1f}", f"{d['partial']}/{d['steps']}", str(d["kv_copies"]))
+                  f"{d['kernels_mean']:.1f}", f"{d['partial']}/{d['steps']}", f"{d['compiled']}/{d['steps']}",
+                  str(d["kv_copies"]))
     d = r["decode"]
     s = Table(title="summary", show_header=False, title_justify="left")
     s.add_column("what")
@@ -332,6 +339,7 @@ def decode_tables(r: dict, width: int = 80) -> list:
                   f"median {rep['median_ms']:.3f} ms (decode step x{d['median_ms'] / rep['median_ms']:.2f})")
     if d["host_us_per_kernel"] is not None:
         s.add_row("host us per kernel, timed steps", f"{d['host_us_per_kernel']:.1f}")
+    compiled_rows(s, r.get("compiled_plans"))
     for name, p in r.get("peers", {}).items():
         s.add_row(f"{name} per step", f"mean {p['mean_ms']:.3f} ms (x{d['mean_ms'] / p['mean_ms']:.2f})")
     parts = Table(title="time by part (ms)", title_justify="left")

@@ -53,19 +53,22 @@ def test_bench_model_json():
 
 
 def test_bench_compiled_plans_json():
-    """With --compiled-plans, lengths that fit the buffers of the first (41) run from the plan
-    traced at 40: the summary says how many were traced and served (--impls dynamic: on a CPU
-    the MatMuls' static builds would run the flow)."""
+    """With --compiled-plans all, lengths that fit the buffers of the first (41) run from the
+    plan traced at 40: the summary says how many were traced and served (--impls dynamic: on a
+    CPU the MatMuls' static builds would run the flow). Whole plans are off by default; a mode
+    that is not one is refused in words."""
     shapes = [a for n in (41, 40, 39, 38, 37, 36)
               for a in ("--shapes", f"input_ids:1x{n},attention_mask:1x{n}")]
     r = invoke("bench", ENCODER, *shapes, "--warmup", "0", "--repeat", "1", "--same-runs", "2",
-               "--impls", "dynamic", "--compiled-plans", "--json")
+               "--impls", "dynamic", "--compiled-plans", "all", "--json")
     assert r.exit_code == 0, r.output
-    cp = _json(r.output)["compiled_plans"]
+    cp = _json(r.output)["compiled_plans"]["whole"]
     assert cp["built"] >= 1 and cp["runs"] >= 3, cp
     r = invoke("bench", ENCODER, *shapes[:6], "--warmup", "0", "--repeat", "1", "--same-runs", "2",
                "--impls", "dynamic", "--json")
-    assert "compiled_plans" not in _json(r.output)      # off by default
+    assert _json(r.output)["compiled_plans"]["whole"] is None      # off by default
+    r = invoke("bench", ENCODER, *shapes[:2], "--compiled-plans", "yes")
+    assert r.exit_code == 2 and "--compiled-plans must be one of off, partial, all" in r.output
 
 
 def test_bench_kernels_json():
@@ -147,8 +150,9 @@ DECODER = os.path.join(ROOT, "examples", "decoder.onnx")
 
 def test_bench_decode_loop_json():
     """--feedback times the sequence as one decode: the steps after the first are served by
-    partial replays, the KV cache appends (no copies in the timed passes once it has room),
-    and every step says where its time went."""
+    partial replays, most of them compiled (the KV length a parameter: the default), the KV
+    cache appends (no copies in the timed passes once it has room), and every step says where
+    its time went."""
     r = invoke("bench", DECODER, "--shapes", "x:1x4x32,past_k:1x2x0x16,past_v:1x2x0x16",
                "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16*12",
                "--feedback", "present_k:past_k,present_v:past_v", "--warmup", "1", "--repeat", "2",
@@ -157,7 +161,9 @@ def test_bench_decode_loop_json():
     res = _json(r.output)
     assert res["mode"] == "decode" and res["steps"] == 13
     d = res["decode"]
-    assert d["steps"] == 24 and d["kernels_mean"] > 0 and d["partial"] >= 20
+    assert d["steps"] == 24 and d["kernels_mean"] > 0 and d["partial"] >= 20 and d["compiled"] >= 12
+    cp = res["compiled_plans"]
+    assert cp["mode"] == "partial" and cp["partial"]["built"] >= 1 and cp["whole"] is None
     assert set(d["time_ms"]) >= {"flow", "enqueue", "device_wait"} and d["host_us_per_kernel"] > 0
     assert res["peers"]["onnxruntime"]["mean_ms"] > 0
     rep = res["repeated"]         # the last step alone, repeated: its shape, its inputs

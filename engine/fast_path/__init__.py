@@ -42,6 +42,6 @@ and applied to each member, after checking every condition under which the flow 
 that path; the flow runs where one fails. They serve the dirty nodes of partial plans and
 every node of an inference of the flow.
 """
-from engine.fast_path.replay import NOT_DECISIONS, FastPath, signature
+from engine.fast_path.replay import COMPILE_MODES, NOT_DECISIONS, FastPath, signature
 
-__all__ = ["FastPath", "NOT_DECISIONS", "signature"]
+__all__ = ["COMPILE_MODES", "FastPath", "NOT_DECISIONS", "signature"]

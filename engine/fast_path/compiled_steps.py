@@ -48,14 +48,18 @@ class Steps:
     immediate layouts, node keys, boundary layouts, KV bytes appended, its variables) or None;
     `state`: (object, attribute, symbolic value) the dirty nodes leave. The rest is what the
     epoch it is bound in holds."""
-    __slots__ = ("fn", "source", "state", "plan", "structure", "kernel_ids", "device", "kv",
-                 "image", "immediate", "bounds", "order", "boundary", "keep", "written",
+    __slots__ = ("fn", "source", "state", "structure", "kernel_ids", "device", "kv", "image",
+                 "immediate", "bounds", "keep", "per_node",
+                 # the partial plan it is bound to: its blocks, what they write, its boundary
+                 "plan", "order", "written", "boundary",
                  "epoch", "changes", "snapshot", "io_snapshot", "args", "touches", "counters")
 
 
 class Dirty:
-    """A partial plan's dirty nodes as compiled steps see them (fixed per plan)."""
-    __slots__ = ("hosts", "device", "steps", "host_params", "variants", "refused")
+    """A partial plan's dirty nodes as compiled steps see them. `key`: the nodes and the
+    boundary, which the partial plans of later decodes (a new prompt, a new base) share with
+    this one: they share its traced variants too."""
+    __slots__ = ("hosts", "device", "steps", "host_params", "boundary", "key")
 
     def __init__(self, plan):
         dirty = [s for s in plan.steps if s[0] == DIRTY]
@@ -65,8 +69,10 @@ class Dirty:
         host = {id(t) for i, _ in self.hosts for t in i.outputs}
         self.host_params = list({id(t): t for i in self.device for t in i.inputs
                                  if t is not None and id(t) in host}.values())
-        self.variants: list = []
-        self.refused = 0
+        # (tensor, layout) a dirty device node writes and a clean node reads, as in the base
+        self.boundary = [(t, layout) for s in dirty if not s[1].node.host for t, layout, *_ in s[2]]
+        self.key = (tuple(map(id, self.device)), tuple(id(t) for t, _ in self.boundary),
+                    tuple(id(i) for i, _ in self.hosts))
 
 
 class CompiledSteps:
@@ -74,6 +80,8 @@ class CompiledSteps:
         self.fast = fast
         tensors = fast.buffers.tensors
         self.inputs = [tensors[n] for n in fast.program.inputs]
+        self.table: dict = {}           # Dirty.key -> traced variants
+        self.refusals: dict = {}        # Dirty.key -> traces refused
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
         self.why_not = ""               # why the last build was refused (for reading)
@@ -92,15 +100,18 @@ class CompiledSteps:
         fast = self.fast
         d = plan.dirty
         memory = fast.buffers.memory
-        if d is None or not any(c.epoch == fast.epoch and c.changes == memory.changes for c in d.variants):
+        variants = self.table.get(d.key) if d is not None else None
+        if not variants or not any(c.plan is plan and c.epoch == fast.epoch and c.changes == memory.changes
+                                   for c in variants):
             return False, False
         for inst, checks in d.hosts:            # the shape subgraph: the flow's own steps
             inst.execute()
             if not holds(checks, fast.buffers):
                 return False, True
         struct, dims = self._dims(d)
-        for c in d.variants:
-            if c.epoch != fast.epoch or c.changes != memory.changes or c.structure != struct:
+        for c in variants:
+            if c.plan is not plan or c.epoch != fast.epoch or c.changes != memory.changes or \
+                    c.structure != struct:
                 continue
             try:
                 got = c.fn(*dims)
@@ -173,12 +184,13 @@ class CompiledSteps:
         if plan.dirty is None:
             plan.dirty = Dirty(plan)
         d = plan.dirty
-        if members != len(d.device) or d.refused >= MAX_REFUSALS:
+        if members != len(d.device) or self.refusals.get(d.key, 0) >= MAX_REFUSALS:
             return
         struct, dims = self._dims(d)
         ids = _kernel_ids(d.device)
         c, got = None, None
-        for v in d.variants:
+        variants = self.table.setdefault(d.key, [])
+        for v in variants:
             if v.kernel_ids == ids and v.structure == struct:
                 got = _call(v, dims)
                 if got is not None:
@@ -186,18 +198,20 @@ class CompiledSteps:
                     break
         if c is None:
             try:
-                c = _build(fast, plan, d, self.inputs, launches, reallocs)
+                c = _build(fast, d, self.inputs, launches, reallocs)
                 got = _call(c, dims)
                 check(got is not None, None, "its own dims")
             except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
                 self.why_not = f"{type(e).__name__}: {e}"
-                d.refused += 1
+                self.refusals[d.key] = self.refusals.get(d.key, 0) + 1
                 return
-            c.plan, c.kernel_ids, c.structure = plan, ids, struct
+            c.kernel_ids, c.structure = ids, struct
             self.built += 1
-            if len(d.variants) >= MAX_VARIANTS:
-                d.variants.pop(0)
-            d.variants.append(c)
+            if len(variants) >= MAX_VARIANTS:
+                variants.pop(0)
+            variants.append(c)
+        if c.plan is not plan:
+            _to_plan(c, plan, d)
         _bind(fast, c, self.inputs, counted, got[7], launches, touches)
 
 
@@ -236,7 +250,7 @@ def _steady_from(fast, c: Steps, keys: tuple) -> bool:
         not any(map(operator.eq, keys, prev))
 
 
-def _build(fast, plan, d: Dirty, inputs: list, launches, reallocs) -> Steps:
+def _build(fast, d: Dirty, inputs: list, launches, reallocs) -> Steps:
     """Trace the dirty device nodes of the partial replay just run (module docstring)."""
     host_valued = {id(t) for t in inputs} | {id(t) for i in fast.insts if i.node.host for t in i.outputs}
     for inst, _ in d.hosts:
@@ -261,7 +275,7 @@ def _build(fast, plan, d: Dirty, inputs: list, launches, reallocs) -> Steps:
         kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound,
                                                                       sym, names)
         image = image_blocks(fast, launches, per_bound)
-        boundary = _boundary(plan, d)
+        boundary = d.boundary
         for t, layout in boundary:
             check(concrete(sym[id(t)]) == layout, None, f"the boundary layout of {t.name}")
         n = s.named
@@ -282,13 +296,30 @@ def _build(fast, plan, d: Dirty, inputs: list, launches, reallocs) -> Steps:
     c.image = compiled_image(image)
     c.immediate = immediate
     c.bounds = [b for i in d.device for b in i.bound]
-    c.boundary = tuple(layout for _, layout in boundary)
     kv_outs = {id(i.outputs[0]) for i in kv}
     c.keep = [k for k, (t, *_) in enumerate(calls) if id(t) not in kv_outs]
-    c.order = _order(plan, d, launches)
-    c.written = [t for i in d.device for t in i.outputs] + \
-        [t for st in plan.steps if st[0] == SEG for t in st[6]]
+    owner = {id(b): k for k, i in enumerate(d.device) for b in i.bound}
+    per = Counter(owner[id(b)] for b, *_ in launches)
+    c.per_node = [per[k] for k in range(len(d.device))]
+    c.plan = None
     return c
+
+
+def _to_plan(c: Steps, plan, d: Dirty) -> None:
+    """Bind a variant to a partial plan: its blocks with the dirty kernels between them, the
+    tensors the inference writes, the boundary layouts its clean nodes read."""
+    c.plan = plan
+    per = iter(c.per_node)
+    c.order = []
+    for s in plan.steps:
+        if s[0] == SEG:
+            c.order.append(s[1])
+        elif not s[1].node.host:
+            n = next(per)
+            if n:
+                c.order.append(n)
+    c.written = [t for i in d.device for t in i.outputs] + [t for s in plan.steps if s[0] == SEG for t in s[6]]
+    c.boundary = tuple(layout for _, layout in d.boundary)
 
 
 def _trace_kv(inst, sym, state, copied) -> list:
@@ -312,26 +343,6 @@ def _trace_kv(inst, sym, state, copied) -> list:
     state += [(out, "layout", padded), (inst, "in_layouts", in_l)]
     copied.append(new.nbytes)
     return in_l
-
-
-def _boundary(plan, d: Dirty) -> list:
-    """(tensor, layout) a dirty device node writes and a clean node reads, as in the base."""
-    device = {id(i) for i in d.device}
-    return [(t, layout) for s in plan.steps if s[0] == DIRTY and id(s[1]) in device
-            for t, layout, *_ in s[2]]
-
-
-def _order(plan, d: Dirty, launches) -> list:
-    """The inference's launches as the base's blocks (lists) and counts of dirty kernels."""
-    owner = {id(b): i for i in d.device for b in i.bound}
-    per = Counter(id(owner[id(b)]) for b, *_ in launches)
-    order = []
-    for s in plan.steps:
-        if s[0] == SEG:
-            order.append(s[1])
-        elif not s[1].node.host and per[id(s[1])]:
-            order.append(per[id(s[1])])
-    return order
 
 
 def _bind(fast, c: Steps, inputs: list, counted: Counter, copied: int, launches, touches) -> None:

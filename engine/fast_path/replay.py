@@ -20,15 +20,20 @@ NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "p
                            "plan.replay.same_signature", "plan.replay.transition",
                            "plan.partial", "plan.compiled"})
 
-__all__ = ["FastPath", "NOT_DECISIONS", "signature"]
+__all__ = ["COMPILE_MODES", "FastPath", "NOT_DECISIONS", "signature"]
 
 _IMPL_CHANGES = ("update_impl.switch", "update_impl.build", "update_weights.")
+# what is compiled (untraced runs): nothing, a partial plan's dirty steps (a decode step), or
+# whole plans too
+COMPILE_MODES = ("off", "partial", "all")
 SEEN_KEPT = 1024
 
 
 class FastPath(Observer):
     def __init__(self, program, insts, buffers, queue, decisions, by_value: frozenset, read_after=(),
                  feedback: bool = False, compile_plans: str = "partial"):
+        if compile_plans not in COMPILE_MODES:
+            raise ValueError(f"compile_plans must be one of {', '.join(COMPILE_MODES)}, not {compile_plans!r}")
         self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
         self.decisions = decisions
         # why whole-inference plans cannot be recorded ("" when they can); partial plans can

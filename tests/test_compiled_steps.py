@@ -62,9 +62,9 @@ def test_a_gpt2_decode_runs_compiled_steps_as_the_flow(device, kind, predictor):
     steps = _gpt2_steps(2, 30)
     net, on, compiled = _same(prog, steps, device, GPT2_FEEDBACK, kind=kind, predictor=predictor)
     cs = net.fast.steps
-    # per growth of the caches: the step that fills the room (another structure: no padding),
-    # the flow's reallocation, the append after it (a copy kernel bound) and the rebinding
-    assert compiled[:3] == [False, False, False] and sum(compiled) >= 15, compiled
+    # per growth of the caches: the flow's reallocation, and the step after it (steady steps
+    # again) binds the variants to the new buffers
+    assert compiled[:3] == [False, False, False] and sum(compiled) >= 20, compiled
     assert cs.runs == sum(compiled)
     assert 1 <= cs.built <= 3, cs.summary()          # a variant per cache structure at most
     model = gpt2_decoder(layers=LAYERS, d_model=HEADS * D_HEAD, heads=HEADS, vocab=50, max_pos=64)

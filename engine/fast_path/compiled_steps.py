@@ -52,7 +52,7 @@ class Steps:
                  "immediate", "bounds", "keep", "per_node",
                  # the partial plan it is bound to: its blocks, what they write, its boundary
                  "plan", "order", "written", "boundary",
-                 "epoch", "changes", "snapshot", "io_snapshot", "args", "touches", "counters")
+                 "epoch", "changes", "snapshot", "args", "touches", "counters")
 
 
 class Dirty:
@@ -140,9 +140,7 @@ class CompiledSteps:
         for t in d.host_params:
             if t.host is not None and t.dev_version != t.version:
                 buffers.upload(t)
-        for t, values in c.io_snapshot:
-            t.restore(values)
-        for t, l in zip(c.immediate, layouts):
+        for t, l in zip(c.immediate, layouts):     # (their versions move with `written`)
             t.layout = l
             t.host = None
         if queue.args_version != c.args[0]:
@@ -210,9 +208,13 @@ class CompiledSteps:
             if len(variants) >= MAX_VARIANTS:
                 variants.pop(0)
             variants.append(c)
-        if c.plan is not plan:
-            _to_plan(c, plan, d)
-        _bind(fast, c, self.inputs, counted, got[7], launches, touches)
+        # the variants of other ranges of the same kernels and structure (the step that fills
+        # a cache's room exactly) leave the same state and decisions: bound with it
+        for v in variants:
+            if v is c or (v.kernel_ids == ids and v.structure == struct):
+                if v.plan is not plan:
+                    _to_plan(v, plan, d)
+                _bind(fast, v, self.inputs, counted, got[7], launches, touches)
 
 
 def _call(c: Steps, dims) -> tuple | None:
@@ -243,7 +245,7 @@ def _steady_from(fast, c: Steps, keys: tuple) -> bool:
         ids, prev = _kernel_ids(c.device), node_keys(c.device)
     for inst in c.kv:
         past, out = inst.inputs[0], inst.outputs[0]
-        if inst.bound or out.buf is None or past.buf is not out.buf or past.offset != out.offset or \
+        if out.buf is None or past.buf is not out.buf or past.offset != out.offset or \
                 past.layout.phys != inst.kv_pad:
             return False
     return ids == c.kernel_ids and len(prev) == len(keys) and None not in prev and \
@@ -360,4 +362,3 @@ def _bind(fast, c: Steps, inputs: list, counted: Counter, copied: int, launches,
         snap += inst.snapshot()
         snap += [(t, t.snapshot()) for t in inst.outputs if id(t) not in skip]
     c.snapshot = snap
-    c.io_snapshot = [(t, t.snapshot()) for t in c.immediate]

@@ -151,7 +151,7 @@ class FastPath(Observer):
             self._put_back()           # a compiled inference's state waits for run_flow
         self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
-        self._partial = plan
+        self._partial, self._steps_ran = plan, False
         if plan is not None and self.steps is not None:    # what compiled steps are traced from
             self._launches, self._reallocs, self._touches = [], [], []
         if plan is None:
@@ -234,7 +234,9 @@ class FastPath(Observer):
         launches, reallocs, log, touches = self._launches, self._reallocs, self.decisions.log, self._touches
         self._launches = self._reallocs = self._touches = self.decisions.log = None
         self.last_sig = sig
-        changed = self.buffers.memory.changes != mem or not resource_free(self.insts, counters)
+        # (compiled steps change nothing but what the memory pool counts: they check it first)
+        changed = self.buffers.memory.changes != mem or \
+            (not self._steps_ran and not resource_free(self.insts, counters))
         if self._partial is not None:
             if self.steps is not None and not self._steps_ran and not diverged and not changed and \
                     not counters.get("device_reads"):

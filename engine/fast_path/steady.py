@@ -283,9 +283,10 @@ def _kv_template(inst, in_layouts, held) -> Template:
 def kv_append(inst, run: SteadyRun) -> bool:
     """execute() of a KV-cache concat whose attention writes the new entries, fed back its own
     buffer and still within its room: update_shape infer, the predictor's call, realloc reuse,
-    kv_cache append, nothing enqueued (PrimitiveInst.run_kv_append's first branch)."""
+    kv_cache append, nothing enqueued (PrimitiveInst.run_kv_append's first branch, which also
+    unbinds the copy kernels of a step that grew the cache)."""
     in_layouts = _moved(inst)
-    if in_layouts is None or inst.bound:
+    if in_layouts is None:
         return False
     past, new = inst.inputs
     out = inst.outputs[0]
@@ -301,6 +302,8 @@ def kv_append(inst, run: SteadyRun) -> bool:
     if not tpl.ok:
         return False
     _infer(run, inst, tpl, in_layouts, {}, ())
+    if inst.bound:                 # the copy of the step that grew the cache: the flow unbinds it
+        inst._bind([], [])
     buffers = inst.rt.buffers
     buffers.realloc_decision(out, tpl.shape, tpl.bits)   # the predictor sees every step
     if run.emit:

@@ -34,7 +34,7 @@ from engine.weights import WeightsCache, weights_cache_capacity
 _OFFSET = attrgetter("offset")
 
 
-def _same_value(a: np.ndarray, b: np.ndarray) -> bool:
+def same_value(a: np.ndarray, b: np.ndarray) -> bool:
     """np.array_equal of two host values; integer and bool ones (shape math) by their bytes,
     several times cheaper, with the same answer (floats keep array_equal: NaN, -0.0)."""
     if a.dtype != b.dtype or a.shape != b.shape:
@@ -606,7 +606,7 @@ class PrimitiveInst:
             vals = host_outputs(node, in_layouts, [])
             prev = self.outputs[0].host
             self.in_layouts = in_layouts
-            if prev is not None and _same_value(prev, vals[0]):
+            if prev is not None and same_value(prev, vals[0]):
                 # e.g. Shape(start=1) when only the batch changed: its users see the same dims
                 self._rec("update_shape", "infer", "shape_changed", value_unchanged=True,
                           out_shapes=[self.outputs[0].layout.shape])
@@ -622,7 +622,7 @@ class PrimitiveInst:
             vals = self._host_values(in_layouts)
         self.in_layouts = in_layouts
         for t, v in zip(self.outputs, vals):
-            if t.host is not None and (t.host is v or _same_value(t.host, v)):
+            if t.host is not None and (t.host is v or same_value(t.host, v)):
                 continue     # same value: its device copy and its readers' deps stay valid
             t.host = v
             l, dtype = t.layout, dtype_from_numpy(v.dtype)

@@ -296,17 +296,8 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
                 keys.append(tuple(args_of(in_l, ())))
         kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound, sym)
         image = image_blocks(fast, launches, per_bound)
-        n = s.named
-        returns = "(" + ", ".join([
-            "[" + ", ".join(f"({s.const(k)}, {n(g)}, {n(l)})" for k, g, l in kernels) + "]",
-            "(" + "".join(s.source(tuple(v for v in vals if v.__class__ is Sym)) + ", "
-                          for _, vals in image) + ")",
-            "[" + ", ".join(f"({s.const(t)}, {name!r}, {n(shape)}, {n(need)}, {bits})"
-                            for t, name, shape, need, bits in calls) + "]",
-            "dict(zip(" + s.const(live_names) + ", (" + "".join(n(v) + ", " for v in live_vals) + ")))",
-            "(" + "".join(n(sym[id(t)]) + ", " for t in immediate) + ")",
-            "(" + "".join(n(k) + ", " for k in keys) + ")", "locals()"]) + ")"
-        fn, src = s.function("compiled_plan", returns)
+        parts = answer_sources(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys)
+        fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
     c.fn, c.source, c.state = fn, src, state
     c.host_structure = structure([t.layout for t in host_params], ())
@@ -319,6 +310,21 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
     c.launch_bounds = [b for b, *_ in launches]
     c.launch_insts = [owner[id(b)] for b in c.launch_bounds]
     return c
+
+
+def answer_sources(s: Session, sym, kernels, image, calls, live_names, live_vals, immediate, keys) -> list:
+    """Source of what a generated function returns (answers_of's, symbolic): the launches, the
+    shape_info image's symbolic values, the predictor calls, the live bytes, the immediate
+    layouts, each device node's input dims."""
+    n = s.named
+    return [
+        "[" + ", ".join(f"({s.const(k)}, {n(g)}, {n(l)})" for k, g, l in kernels) + "]",
+        "(" + "".join(s.source(tuple(v for v in vals if v.__class__ is Sym)) + ", " for _, vals in image) + ")",
+        "[" + ", ".join(f"({s.const(t)}, {name!r}, {n(shape)}, {n(need)}, {bits})"
+                        for t, name, shape, need, bits in calls) + "]",
+        "dict(zip(" + s.const(live_names) + ", (" + "".join(n(v) + ", " for v in live_vals) + ")))",
+        "(" + "".join(n(sym[id(t)]) + ", " for t in immediate) + ")",
+        "(" + "".join(n(k) + ", " for k in keys) + ")"]
 
 
 def answers_of(fast, launches, reallocs, per_bound, sym, only=None) -> tuple:

@@ -30,14 +30,15 @@ import operator
 from collections import Counter
 
 from engine.fast_path import steady
-from engine.fast_path.compiled import (Pending, answers_of, check, compiled_image, image_blocks, node_keys,
-                                       trace_node, write_image)
+from engine.fast_path.compiled import (Pending, answer_sources, answers_of, check, compiled_image, image_blocks,
+                                       node_keys, trace_node, write_image)
+from engine.fast_path.host_values import apply_hosts, host_part, trace_hosts
 from engine.fast_path.partial import DIRTY, SEG, holds
 from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.layout import Layout
 from engine.ops.common import norm_axis
 from engine.predictors import surely_keeps
-from engine.symbolic import Escape, Session, Sym, args_of, concrete, structure
+from engine.symbolic import Escape, Session, args_of, concrete, structure
 
 MAX_VARIANTS = 8      # an attention's tiles by KV length may split the lengths into ranges
 MAX_REFUSALS = 2      # traces of one partial plan refused before it is no longer tried
@@ -50,6 +51,10 @@ class Steps:
     epoch it is bound in holds."""
     __slots__ = ("fn", "source", "state", "structure", "kernel_ids", "device", "kv", "image",
                  "immediate", "bounds", "keep", "per_node",
+                 # the dirty host nodes computed by the function (None: they all run their flow
+                 # first): (node, a Shape?, [(output, shape, dtype)], checks); what they count;
+                 # the host nodes that run their flow after them
+                 "hosts", "host_counts", "run_hosts",
                  # the partial plan it is bound to: its blocks, what they write, its boundary
                  "plan", "order", "written", "boundary",
                  "epoch", "changes", "snapshot", "args", "touches", "counters")
@@ -104,27 +109,34 @@ class CompiledSteps:
         if not variants or not any(c.plan is plan and c.epoch == fast.epoch and c.changes == memory.changes
                                    for c in variants):
             return False, False
-        for inst, checks in d.hosts:            # the shape subgraph: the flow's own steps
-            inst.execute()
-            if not holds(checks, fast.buffers):
-                return False, True
+        if variants[0].hosts is None:
+            for inst, checks in d.hosts:        # the shape subgraph: the flow's own steps
+                inst.execute()
+                if not holds(checks, fast.buffers):
+                    return False, True
         struct, dims = self._dims(d)
         for c in variants:
             if c.plan is not plan or c.epoch != fast.epoch or c.changes != memory.changes or \
                     c.structure != struct:
                 continue
-            try:
-                got = c.fn(*dims)
-            except ArithmeticError:            # a division by a dim that is now 0
-                got = None
-            if got is not None and self._apply(plan, d, c, got):
+            got = _call(c, dims)
+            if got is None:
+                continue
+            if c.hosts is not None:
+                if not apply_hosts(c, got[8], fast.decisions.counters):
+                    return False, False         # nothing done: the partial replay runs them
+                if memory.changes != c.changes or not all(holds(h[-1], fast.buffers) for h in c.hosts) or \
+                        not all(holds(checks, fast.buffers) for _, checks in c.run_hosts):
+                    return False, True
+            if self._apply(plan, d, c, got):
                 self.runs += 1
                 return True, True
-        return False, True
+            return False, True
+        return False, variants[0].hosts is None
 
     def _apply(self, plan, d: Dirty, c: Steps, got: tuple) -> bool:
         fast = self.fast
-        kernels, images, calls, live, layouts, keys, boundary, copied, env = got
+        kernels, images, calls, live, layouts, keys, boundary, copied, _, env = got
         if boundary != c.boundary or not _steady_from(fast, c, keys):
             return False
         buffers, queue = fast.buffers, fast.queue
@@ -196,7 +208,9 @@ class CompiledSteps:
                     break
         if c is None:
             try:
-                c = _build(fast, d, self.inputs, launches, reallocs)
+                # the variants of a key compute their host nodes alike (run() relies on it)
+                c = _build(fast, d, self.inputs, launches, reallocs,
+                           variants[0].hosts is not None if variants else None)
                 got = _call(c, dims)
                 check(got is not None, None, "its own dims")
             except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
@@ -252,8 +266,10 @@ def _steady_from(fast, c: Steps, keys: tuple) -> bool:
         not any(map(operator.eq, keys, prev))
 
 
-def _build(fast, d: Dirty, inputs: list, launches, reallocs) -> Steps:
-    """Trace the dirty device nodes of the partial replay just run (module docstring)."""
+def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | None) -> Steps:
+    """Trace the dirty device nodes of the partial replay just run (module docstring), and its
+    dirty host nodes' integer math where it can (`sym_hosts`: None where it can, True: must,
+    False: never)."""
     host_valued = {id(t) for t in inputs} | {id(t) for i in fast.insts if i.node.host for t in i.outputs}
     for inst, _ in d.hosts:
         if any(t is not None and not t.constant and id(t) not in host_valued for t in inst.inputs):
@@ -264,6 +280,9 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs) -> Steps:
     with s:
         for t in inputs + d.host_params:
             sym[id(t)] = s.layout(t.layout)
+        hosts = trace_hosts(fast, d, sym) if sym_hosts is not False else None
+        if sym_hosts and hosts is None:
+            raise Escape("the host nodes are not symbolic for these dims")
         for inst, step in zip(d.device, d.steps):
             if step is steady.kv_append:
                 in_l = _trace_kv(inst, sym, state, copied)
@@ -280,18 +299,8 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs) -> Steps:
         boundary = d.boundary
         for t, layout in boundary:
             check(concrete(sym[id(t)]) == layout, None, f"the boundary layout of {t.name}")
-        n = s.named
-        returns = "(" + ", ".join([
-            "[" + ", ".join(f"({s.const(k)}, {n(g)}, {n(l)})" for k, g, l in kernels) + "]",
-            "(" + "".join(s.source(tuple(v for v in vals if v.__class__ is Sym)) + ", "
-                          for _, vals in image) + ")",
-            "[" + ", ".join(f"({s.const(t)}, {name!r}, {n(shape)}, {n(need)}, {bits})"
-                            for t, name, shape, need, bits in calls) + "]",
-            "dict(zip(" + s.const(live_names) + ", (" + "".join(n(v) + ", " for v in live_vals) + ")))",
-            "(" + "".join(n(sym[id(t)]) + ", " for t in immediate) + ")",
-            "(" + "".join(n(k) + ", " for k in keys) + ")",
-            "(" + "".join(n(sym[id(t)]) + ", " for t, _ in boundary) + ")",
-            n(sum(copied)), "locals()"]) + ")"
+        returns = _returns(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys, boundary,
+                           copied, hosts)
         fn, src = s.function("compiled_steps", returns)
     c = Steps()
     c.fn, c.source, c.state, c.device, c.kv = fn, src, state, d.device, kv
@@ -304,7 +313,21 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs) -> Steps:
     per = Counter(owner[id(b)] for b, *_ in launches)
     c.per_node = [per[k] for k in range(len(d.device))]
     c.plan = None
+    host_part(c, hosts)
     return c
+
+
+def _returns(s: Session, sym, kernels, image, calls, live_names, live_vals, immediate, keys, boundary,
+             copied, hosts) -> str:
+    """The generated function's return value (Steps' tuple), as source."""
+    n = s.named
+    parts = answer_sources(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys)
+    return "(" + ", ".join(parts + [
+        "(" + "".join(n(sym[id(t)]) + ", " for t, _ in boundary) + ")",
+        n(sum(copied)),
+        "(" + "".join("(" + "".join("(" + "".join(n(x) + ", " for x in v.ravel()) + "), " for v in vals)
+                      + "), " for _, vals in (hosts[0] if hosts else ())) + ")",
+        "locals()"]) + ")"
 
 
 def _to_plan(c: Steps, plan, d: Dirty) -> None:

@@ -1,0 +1,161 @@
+"""Symbolic host values: the integer shape math of a decode step's dirty host nodes (the Shape
+of a cache, the Gather of its length, Unsqueeze, Add...) evaluated on symbolic dims, so that a
+compiled step's function computes them with the rest (compiled_steps.py) instead of each node
+running its flow. Values are numpy object arrays of Syms and ints; the ops are the few that
+shape subgraphs use around a dynamic dim, with the same semantics as engine/host_ops.py's
+numpy (ONNX's): any other op, dtype or case gives None and the node runs its flow.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from engine.decisions import count
+from engine.fast_path.compiled import check
+from engine.primitive_inst import same_value
+from engine.symbolic import concrete
+
+_INT = ("i64", "i32")
+_ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+
+
+def _obj(v) -> np.ndarray:
+    """An object array of `v` (an array, a list of dims, one dim), filled slot by slot: numpy
+    would ask a Sym for an array of its own."""
+    if isinstance(v, np.ndarray):
+        return v if v.dtype == object else v.astype(object)
+    items = v if isinstance(v, list) else [v]
+    out = np.empty(len(items), dtype=object)
+    for k, x in enumerate(items):
+        out[k] = x
+    return out if isinstance(v, list) else out.reshape(())
+
+
+def _axes(node, vals, k) -> list | None:
+    if len(vals) > k and vals[k] is not None:
+        return [int(a) for a in np.asarray(vals[k]).reshape(-1)]
+    a = node.attrs.get("axes")
+    return None if a is None else [int(x) for x in a]
+
+
+def sym_outputs(inst, in_layouts, vals) -> list | None:
+    """`inst`'s output values for these input layouts (symbolic) and values (object arrays for
+    symbolic host values, ndarrays for constants, None for inputs it reads no value of), or
+    None when it is not symbolic integer math."""
+    out = _outputs(inst, in_layouts, vals)
+    return None if out is None else [_obj(v) for v in out]   # (numpy gives 0-d results as scalars)
+
+
+def _outputs(inst, in_layouts, vals) -> list | None:
+    node = inst.node
+    op = node.op
+    if any(t.layout is None or t.layout.dtype not in _INT for t in inst.outputs):
+        return None
+    if op == "Shape":
+        shape = in_layouts[0].shape
+        return [_obj(list(shape[slice(node.attrs.get("start", 0), node.attrs.get("end", len(shape)))]))]
+    if any(v is None for v in vals):
+        return None
+    if op == "Gather":
+        idx = vals[1]
+        if idx.dtype == object:                # a symbolic index picks nothing numpy can take
+            return None
+        return [np.take(_obj(vals[0]), idx, axis=int(node.attrs.get("axis", 0)))]
+    if op in ("Unsqueeze", "Squeeze"):
+        axes = _axes(node, vals, 1)
+        if any(v.dtype == object for v in vals[1:]):
+            return None
+        x = _obj(vals[0])
+        if op == "Squeeze":
+            return [np.squeeze(x, axis=None if axes is None else tuple(a % x.ndim for a in axes))]
+        rank = x.ndim + len(axes)
+        shape = list(x.shape)
+        for a in sorted(a % rank for a in axes):
+            shape.insert(a, 1)
+        return [x.reshape(shape)]
+    if op == "Concat":
+        return [np.concatenate([_obj(v) for v in vals], axis=int(node.attrs["axis"]))]
+    if op in _ARITH:
+        return [_ARITH[op](_obj(vals[0]), _obj(vals[1]))]
+    if op == "Identity":
+        return [_obj(vals[0])]
+    return None
+
+
+def host_part(c, hosts) -> None:
+    """The host nodes a compiled step computes (trace_hosts), and what their flow would count."""
+    c.hosts = c.host_counts = c.run_hosts = None
+    if hosts is None:
+        return
+    sym_nodes, c.run_hosts = hosts
+    c.hosts = [(inst, inst.node.op == "Shape", [(t, v.shape, t.host.dtype) for t, v in zip(inst.outputs, vals)],
+                checks) for (inst, checks), vals in sym_nodes]
+    c.host_counts = Counter()
+    for _ in sym_nodes:                     # run_host's two decisions, each node
+        count(c.host_counts, "update_shape", "infer", "shape_changed", {})
+        count(c.host_counts, "execute", "host", "", {})
+
+
+def trace_hosts(fast, d, sym) -> tuple | None:
+    """(the dirty host nodes of `d` (compiled_steps.Dirty) whose values are symbolic integer
+    math, each with its checks and output values, in order; those that run their flow) or None
+    when none is, or when a parameter of the function comes from one that runs its flow."""
+    dirty_out = {id(t) for i, _ in d.hosts for t in i.outputs}
+    clean_host = {id(t) for i in fast.insts if i.node.host for t in i.outputs} - dirty_out
+    hv: dict = {}
+    sym_nodes, run_nodes = [], []
+    for inst, checks in d.hosts:
+        vals = [None if t is None else hv.get(id(t), t.host if t.host is not None and
+                                               (t.constant or id(t) in clean_host) else None)
+                for t in inst.inputs]
+        in_l = [None if t is None else sym.get(id(t), t.layout) for t in inst.inputs]
+        out = sym_outputs(inst, in_l, vals)
+        if out is None or len(out) != len(inst.outputs):
+            run_nodes.append((inst, checks))
+            continue
+        for t, v in zip(inst.outputs, out):
+            got = np.array([concrete(x) for x in v.ravel()], t.host.dtype).reshape(v.shape) \
+                if t.host is not None else None
+            check(got is not None and same_value(got, t.host), inst, "a host value")
+            hv[id(t)] = v
+        sym_nodes.append(((inst, checks), out))
+    shapes = {i.node.name for (i, _), _ in sym_nodes if i.node.op == "Shape"}
+    run = {id(t) for i, _ in run_nodes for t in i.outputs}
+    if not sym_nodes or any(id(t) in run for t in d.host_params):
+        return None
+    for (inst, _), _ in sym_nodes:      # each computes again because a Shape before it changed
+        if inst.node.op != "Shape" and not inst.node.shape_sources & shapes:
+            return None
+    return sym_nodes, run_nodes
+
+
+def apply_hosts(c, values: tuple, counters) -> bool:
+    """A compiled step's dirty host nodes (compiled_steps.Steps.hosts): the values its function
+    computed, when each node's flow would have computed them (a Shape's input moved and its
+    value changed: the nodes after it compute again), then the nodes that run their flow.
+    False: nothing done."""
+    new = []
+    for (inst, is_shape, outs, _), flat in zip(c.hosts, values):
+        if is_shape and inst.in_layouts is not None and inst.inputs[0].layout == inst.in_layouts[0]:
+            return False
+        for (t, shape, dtype), f in zip(outs, flat):
+            v = np.array(f, dtype).reshape(shape)
+            same = t.host is not None and same_value(t.host, v)
+            if same and is_shape:
+                return False
+            if not same and (t.layout is None or t.layout.shape != shape or t.layout.pad is not None):
+                return False
+            new.append((t, v, same))
+    for t, v, same in new:                  # (run_host's own assignments)
+        if not same:
+            t.host = v
+            t.version += 1
+    for inst, is_shape, _, _ in c.hosts:
+        inst.in_layouts = [t.layout if t is not None else None for t in inst.inputs]
+        if is_shape:
+            inst.rt.shape_of_changed.add(inst.node.name)
+    counters.update(c.host_counts)
+    for inst, _ in c.run_hosts:
+        inst.execute()
+    return True

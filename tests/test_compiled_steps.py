@@ -88,6 +88,32 @@ def test_random_decodes_with_compiled_steps(device, chunks, predictor, kind):
     _same(prog, _decode_steps([2] + chunks), device, KV_FEEDBACK, kind=kind, predictor=predictor)
 
 
+@SETTINGS
+@given(chunks=st.lists(st.sampled_from([1, 1, 1, 1, 1, 2, 4]), min_size=10, max_size=30),
+       kind=st.sampled_from(["cpu", "gpu"]))
+def test_random_gpt2_decodes_with_compiled_steps(device, chunks, kind):
+    """GPT-2 decodes of random chunks: a chunk of several tokens changes the positions' shape
+    math (the host values the function computes) and the attention's shapes; on and off agree."""
+    rng = np.random.default_rng(len(chunks))
+    steps = [(dict(_gpt2_steps(2, 0)[0][0]), False)]
+    for n in chunks:
+        steps.append(({"input_ids": rng.integers(0, 50, (1, n)).astype(np.int64)}, True))
+    _same(_tiny_gpt2(), steps, device, GPT2_FEEDBACK, kind=kind)
+
+
+def test_after_a_chunk_the_same_function_serves_the_new_base(device):
+    """A chunk of three tokens sends the decode through the flow, which records a new partial
+    plan; its steps are served by the function traced before the chunk (no new trace), bound
+    to the new plan's blocks and host checks."""
+    rng = np.random.default_rng(0)
+    steps = [(dict(_gpt2_steps(2, 0)[0][0]), False)]
+    for n in [1] * 8 + [3] + [1] * 10:
+        steps.append(({"input_ids": rng.integers(0, 50, (1, n)).astype(np.int64)}, True))
+    net, _, compiled = _same(_tiny_gpt2(), steps, device, GPT2_FEEDBACK)
+    assert sum(compiled[:9]) >= 3 and sum(compiled[10:]) >= 5, compiled
+    assert net.fast.steps.built == 1, net.fast.steps.summary()
+
+
 def test_compiled_steps_serve_a_decode_and_can_be_turned_off(device):
     prog = build_program(kv_decoder_step())
     steps = _decode_steps([2] + [1] * 14)

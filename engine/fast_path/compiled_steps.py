@@ -332,7 +332,8 @@ def _returns(s: Session, sym, kernels, image, calls, live_names, live_vals, imme
 
 def _to_plan(c: Steps, plan, d: Dirty) -> None:
     """Bind a variant to a partial plan: its blocks with the dirty kernels between them, the
-    tensors the inference writes, the boundary layouts its clean nodes read."""
+    tensors the inference writes, the boundary layouts its clean nodes read, its host nodes'
+    checks (a variant traced under another plan of the same nodes keeps none of that one's)."""
     c.plan = plan
     per = iter(c.per_node)
     c.order = []
@@ -345,6 +346,10 @@ def _to_plan(c: Steps, plan, d: Dirty) -> None:
                 c.order.append(n)
     c.written = [t for i in d.device for t in i.outputs] + [t for s in plan.steps if s[0] == SEG for t in s[6]]
     c.boundary = tuple(layout for _, layout in d.boundary)
+    if c.hosts is not None:             # the host nodes' checks against this plan's base
+        checks = {id(i): ch for i, ch in d.hosts}
+        c.hosts = [(i, shape, outs, checks[id(i)]) for i, shape, outs, _ in c.hosts]
+        c.run_hosts = [(i, checks[id(i)]) for i, _ in c.run_hosts]
 
 
 def _trace_kv(inst, sym, state, copied) -> list:

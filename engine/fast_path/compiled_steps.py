@@ -10,10 +10,13 @@ length within every room), and the dirty host nodes' outputs they read are the p
 the clean nodes' outputs are what they were in the base. Out come the dirty kernels' work
 sizes and shape_info, the predictor calls, the live bytes, the layouts the graph's outputs take
 and those the clean nodes read (the boundary), the KV bytes appended; each is checked against
-the partial replay it was traced from, and every choice an op made is a guard.
+the partial replay it was traced from, and every choice an op made is a guard. The dirty host
+nodes' integer shape math (a cache's Shape, the Gather of its length...) is traced with them
+(host_values.py) where every host parameter of the function comes from such math.
 
-`run`, for a partial replay: the dirty host nodes' flow (with partial.run's checks), then the
-function. When its guards hold, the boundary is the base's, every dirty node would take its
+`run`, for a partial replay: the function, the dirty host nodes' values it computed (set where
+each node's flow would have computed them; the others run their flow), or first the dirty host
+nodes' flow where none is traced, with partial.run's checks. When its guards hold, the boundary is the base's, every dirty node would take its
 steady step (the same kernels bound, its inputs moved, the cache fed back its own buffer) and
 every buffer surely keeps (predictors.surely_keeps; a KV append within its room keeps whatever
 the policy says), the inference writes the shape_info image, enqueues the base's blocks with
@@ -21,8 +24,9 @@ the dirty kernels between them, makes the policy's calls in one go and counts wh
 replay would have. The dirty nodes' state is put back lazily (compiled.Pending). Otherwise the
 partial replay goes on as before, its host nodes already run. A variant holds the resources
 of the epoch it was bound in and is bound again, without a new trace, by the next partial
-replay that could have built it (a KV cache grown into a new room). Untraced runs only, as
-compiled plans.
+replay that could have built it (a KV cache grown into a new room), with the variants of the
+same kernels; variants are kept by the dirty nodes and the boundary, so the partial plan of a
+new decode (a new base) binds them too. Untraced runs only, as compiled plans.
 """
 from __future__ import annotations
 

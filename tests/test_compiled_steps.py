@@ -114,6 +114,41 @@ def test_after_a_chunk_the_same_function_serves_the_new_base(device):
     assert net.fast.steps.built == 1, net.fast.steps.summary()
 
 
+def test_a_step_that_diverges_after_its_host_nodes_ran_counts_them_once(device, monkeypatch):
+    """A compiled step computes the host nodes, then finds a device node's boundary differing
+    from the base's (made to happen here at one step: a check that fails): the partial replay
+    goes on with the flow from there and must not run those host nodes a second time (their
+    decisions would count twice)."""
+    from engine.fast_path import compiled_steps, partial
+    steps = _gpt2_steps(2, 20)
+    state = {"armed": False, "checks": 0, "done": False}
+    real_holds, real_apply = partial.holds, compiled_steps.CompiledSteps._apply
+
+    def holds(checks, buffers):         # the chosen step's second check fails
+        if state["armed"]:
+            state["checks"] += 1
+            if state["checks"] == 2:
+                state["armed"], state["done"] = False, True
+                return False
+        return real_holds(checks, buffers)
+
+    def apply(self, plan, d, c, got):   # the chosen step (after six compiled ones) is not compiled
+        if not state["done"] and self.runs >= 6:
+            state["armed"] = True
+            return False
+        return real_apply(self, plan, d, c, got)
+    monkeypatch.setattr(partial, "holds", holds)
+    monkeypatch.setattr(compiled_steps, "holds", holds)
+    monkeypatch.setattr(compiled_steps.CompiledSteps, "_apply", apply)
+    net, on, c_on, compiled = _run(_tiny_gpt2(), steps, device, GPT2_FEEDBACK, True)
+    monkeypatch.undo()
+    _, off, c_off, _ = _run(_tiny_gpt2(), steps, device, GPT2_FEEDBACK, False)
+    assert state["done"]
+    for i, (a, b) in enumerate(zip(on, off)):
+        assert np.array_equal(a["logits"], b["logits"]), i
+        assert c_on[i] == c_off[i], f"inference {i}"
+
+
 def test_compiled_steps_serve_a_decode_and_can_be_turned_off(device):
     prog = build_program(kv_decoder_step())
     steps = _decode_steps([2] + [1] * 14)

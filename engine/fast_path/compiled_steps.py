@@ -33,6 +33,8 @@ from __future__ import annotations
 import operator
 from collections import Counter
 
+import numpy as np
+
 from engine.fast_path import steady
 from engine.fast_path.compiled import (Pending, answer_sources, answers_of, check, compiled_image, image_blocks,
                                        node_keys, trace_node, write_image)
@@ -104,20 +106,22 @@ class CompiledSteps:
         return structure(layouts, ()), args_of(layouts, ())
 
     # ---- a partial replay ------------------------------------------------------------------
-    def run(self, plan) -> tuple[bool, bool]:
-        """Try the compiled steps of `plan` for the inputs just set: (done, host nodes ran)."""
+    def run(self, plan) -> tuple[bool, frozenset]:
+        """Try the compiled steps of `plan` for the inputs just set: (done, the host nodes that
+        ran)."""
         fast = self.fast
         d = plan.dirty
         memory = fast.buffers.memory
         variants = self.table.get(d.key) if d is not None else None
         if not variants or not any(c.plan is plan and c.epoch == fast.epoch and c.changes == memory.changes
                                    for c in variants):
-            return False, False
+            return False, frozenset()
+        ran = frozenset(i for i, _ in d.hosts)
         if variants[0].hosts is None:
-            for inst, checks in d.hosts:        # the shape subgraph: the flow's own steps
+            for k, (inst, checks) in enumerate(d.hosts):     # the shape subgraph: the flow's own steps
                 inst.execute()
                 if not holds(checks, fast.buffers):
-                    return False, True
+                    return False, frozenset(i for i, _ in d.hosts[:k + 1])
         struct, dims = self._dims(d)
         for c in variants:
             if c.plan is not plan or c.epoch != fast.epoch or c.changes != memory.changes or \
@@ -128,15 +132,15 @@ class CompiledSteps:
                 continue
             if c.hosts is not None:
                 if not apply_hosts(c, got[8], fast.decisions.counters):
-                    return False, False         # nothing done: the partial replay runs them
+                    return False, frozenset()   # nothing done: the partial replay runs them
                 if memory.changes != c.changes or not all(holds(h[-1], fast.buffers) for h in c.hosts) or \
                         not all(holds(checks, fast.buffers) for _, checks in c.run_hosts):
-                    return False, True
+                    return False, ran
             if self._apply(plan, d, c, got):
                 self.runs += 1
-                return True, True
-            return False, True
-        return False, variants[0].hosts is None
+                return True, ran
+            return False, ran
+        return False, ran if variants[0].hosts is None else frozenset()
 
     def _apply(self, plan, d: Dirty, c: Steps, got: tuple) -> bool:
         fast = self.fast
@@ -198,7 +202,7 @@ class CompiledSteps:
         if plan.dirty is None:
             plan.dirty = Dirty(plan)
         d = plan.dirty
-        if members != len(d.device) or self.refusals.get(d.key, 0) >= MAX_REFUSALS:
+        if members != len(d.device):
             return
         struct, dims = self._dims(d)
         ids = _kernel_ids(d.device)
@@ -210,7 +214,12 @@ class CompiledSteps:
                 if got is not None:
                     c = v
                     break
+        if c is not None and not _agrees(fast, c, got, launches, reallocs):
+            variants.remove(c)          # it holds something of another base: traced again
+            c = None
         if c is None:
+            if self.refusals.get(d.key, 0) >= MAX_REFUSALS:
+                return
             try:
                 # the variants of a key compute their host nodes alike (run() relies on it)
                 c = _build(fast, d, self.inputs, launches, reallocs,
@@ -226,6 +235,7 @@ class CompiledSteps:
             if len(variants) >= MAX_VARIANTS:
                 variants.pop(0)
             variants.append(c)
+        self._release(fast)
         # the variants of other ranges of the same kernels and structure (the step that fills
         # a cache's room exactly) leave the same state and decisions: bound with it
         for v in variants:
@@ -233,6 +243,51 @@ class CompiledSteps:
                 if v.plan is not plan:
                     _to_plan(v, plan, d)
                 _bind(fast, v, self.inputs, counted, got[7], launches, touches)
+
+
+    def _release(self, fast) -> None:
+        """Variants bound in an earlier epoch let go of its buffers (their arguments and the
+        nodes' state hold them): the device memory the pool gave back is really free."""
+        for variants in self.table.values():
+            for v in variants:
+                if v.epoch != fast.epoch and v.snapshot is not None:
+                    v.args = v.snapshot = v.touches = None
+                    v.epoch = -1
+
+
+def _agrees(fast, c: Steps, got: tuple, launches, reallocs) -> bool:
+    """Whether a variant traced before (another epoch, another partial plan) answers for the
+    partial replay just run what it did: the launches, their shape_info, the predictor calls,
+    the live bytes, the outputs' layouts and the host values (what _build checks a new trace
+    against): a variant bakes in the clean nodes' layouts and the constants of its base."""
+    kernels, images, calls, live, layouts = got[:5]
+    now = fast.buffers.memory.live()
+    if _sizes(kernels) != _sizes((k, g, lw) for _, k, g, lw, _, _ in launches) or \
+            [(t, tuple(map(int, sh)), bits) for t, sh, bits in reallocs] != \
+            [(t, tuple(sh), bits) for t, _, sh, _, bits in calls] or \
+            any(now.get(name) != n for name, n in live.items()) or \
+            list(layouts) != [t.layout for t in c.immediate]:
+        return False
+    infos = {}
+    for b, *_, info in launches:
+        if b is not None and info is not None and b.slot is not None:
+            infos.setdefault(id(b.slot.chunk), {})[id(b)] = info
+    for (chunk, _, base, var, _, _, _), vals in zip(c.image, images):
+        v = base.copy()
+        v[var] = vals
+        seen = list(infos.get(id(chunk), {}).values())
+        if not seen or not np.array_equal(v, np.concatenate(seen)):
+            return False
+    if c.hosts is not None:
+        for (_, _, outs, _), flat in zip(c.hosts, got[8]):
+            for (t, shape, dtype), f in zip(outs, flat):
+                if not np.array_equal(np.array(f, dtype).reshape(shape), t.host):
+                    return False
+    return True
+
+
+def _sizes(kernels) -> list:
+    return [(k, tuple(g), tuple(lw) if lw else None) for k, g, lw in kernels]
 
 
 def _call(c: Steps, dims) -> tuple | None:
@@ -316,7 +371,7 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | N
     owner = {id(b): k for k, i in enumerate(d.device) for b in i.bound}
     per = Counter(owner[id(b)] for b, *_ in launches)
     c.per_node = [per[k] for k in range(len(d.device))]
-    c.plan = None
+    c.plan, c.epoch, c.changes, c.snapshot, c.args, c.touches = None, -1, -1, None, None, None
     host_part(c, hosts)
     return c
 

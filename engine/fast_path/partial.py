@@ -171,9 +171,9 @@ def _seg_sums(steps, upto: int) -> tuple[dict, dict]:
 
 
 def run(plan: PartialPlan, queue, counters: Counter, buffers, fast: "steady.SteadyRun",
-        hosts_done: bool = False) -> int | None:
+        hosts_done: frozenset = frozenset()) -> int | None:
     """Run the dirty nodes between the clean blocks (a dirty node's steady step, steady.py,
-    where it holds; else its flow; `hosts_done`: the host nodes ran already). Returns None when
+    where it holds; else its flow; `hosts_done`: host nodes that ran already). Returns None when
     every block repeated, else how many of `plan.clean_nodes` had their decisions repeated
     before a boundary tensor differed from the base's (every node after it then ran the flow)."""
     try:
@@ -196,7 +196,7 @@ def holds(checks, buffers) -> bool:
     return True
 
 
-def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast, hosts_done: bool) -> int | None:
+def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast, hosts_done: frozenset) -> int | None:
     applied = 0
     steps, memory = plan.steps, buffers.memory
     for at, step in enumerate(steps):
@@ -212,13 +212,13 @@ def _run(plan: PartialPlan, queue, counters: Counter, buffers, fast, hosts_done:
             applied = names
             continue
         inst, checks, compiled = step[1], step[2], step[3]
-        if hosts_done and inst.node.host:
+        if inst in hosts_done:
             pass
         elif compiled is None or not compiled(inst, fast):
             inst.execute()
         if not holds(checks, buffers):
             _add_blocks(_seg_sums(steps, at), counters, memory)
-            _flow_from(steps, at + 1)
+            _flow_from(steps, at + 1, hosts_done)
             return applied
     _add_blocks(plan.seg_sums, counters, memory)     # every block repeated: once
     return None
@@ -230,11 +230,12 @@ def _add_blocks(sums: tuple, counters: Counter, memory) -> None:
     memory.note_many(live)
 
 
-def _flow_from(steps, at: int) -> None:
-    """Every node from step `at` on runs the flow (a boundary differed from the base's)."""
+def _flow_from(steps, at: int, hosts_done: frozenset) -> None:
+    """Every node from step `at` on runs the flow (a boundary differed from the base's), but
+    the host nodes that ran already."""
     for step in steps[at:]:
         if step[0] == SEG:
             for inst in step[4]:
                 inst.execute()
-        else:
+        elif step[1] not in hosts_done:
             step[1].execute()

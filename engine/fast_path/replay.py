@@ -203,7 +203,7 @@ class FastPath(Observer):
         """The nodes' part of the inference begun with a partial plan (partial.run), its
         dirty nodes' steady steps (steady.py) where they hold."""
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
-        done, hosts_done = self.steps.run(self._partial) if self.steps is not None else (False, False)
+        done, hosts_done = self.steps.run(self._partial) if self.steps is not None else (False, frozenset())
         self._steps_ran = done
         if done:
             self.decisions.counters["plan.compiled"] = 1

@@ -41,6 +41,11 @@ Steady steps (steady.py) take the flow's own path for a node whose input layouts
 and applied to each member, after checking every condition under which the flow would take
 that path; the flow runs where one fails. They serve the dirty nodes of partial plans and
 every node of an inference of the flow.
+
+Compiled steps (compiled_steps.py, on by default for untraced runs) trace a partial plan's
+dirty nodes once on symbolic dims, the KV length and the cache's room among them, and call the
+one function for every later step; compiled plans (compiled.py, `compile_plans="all"`) do the
+same for whole inferences of the flow.
 """
 from engine.fast_path.replay import COMPILE_MODES, NOT_DECISIONS, FastPath, signature
 

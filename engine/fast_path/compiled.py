@@ -130,17 +130,10 @@ class CompiledPlans:
         if not _steady_from(fast, c, keys):
             return False
         buffers, queue = fast.buffers, fast.queue
-        predictor = buffers.predictor
-        for t, _, _, need, _ in calls:
-            if not t.capacity or not surely_keeps(predictor, t.state, need):
-                return False
-        for t in self.host_params:
-            if t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes:
-                return False
+        if not buffers_keep(buffers, calls, self.host_params):
+            return False
         # from here on the inference is the compiled one
-        for t in self.host_params:
-            if t.host is not None and t.dev_version != t.version:
-                buffers.upload(t)
+        upload_host_params(buffers, self.host_params)
         for t, values in c.io_snapshot:
             t.restore(values)
         for t, l in zip(c.immediate, layouts):
@@ -207,6 +200,24 @@ class CompiledPlans:
                 cands.pop(0)
             cands.append(c)
         _bind(fast, c, self.host_params, counters, launches, touches)
+
+
+def buffers_keep(buffers, calls, host_params) -> bool:
+    """Whether a compiled inference changes no buffer: every predictor call `(tensor, id,
+    shape, need, bits)` surely keeps its buffer, every new host value fits its buffer."""
+    predictor = buffers.predictor
+    for t, _, _, need, _ in calls:
+        if not t.capacity or not surely_keeps(predictor, t.state, need):
+            return False
+    return not any(t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes
+                   for t in host_params)
+
+
+def upload_host_params(buffers, host_params) -> None:
+    """The host values device kernels read, uploaded where the device holds an older one."""
+    for t in host_params:
+        if t.host is not None and t.dev_version != t.version:
+            buffers.upload(t)
 
 
 def _steady_from(fast, c: Compiled, keys: tuple) -> bool:

@@ -36,14 +36,13 @@ from collections import Counter
 import numpy as np
 
 from engine.fast_path import steady
-from engine.fast_path.compiled import (Pending, answer_sources, answers_of, check, compiled_image, image_blocks,
-                                       node_keys, trace_node, write_image)
+from engine.fast_path.compiled import (Pending, answer_sources, answers_of, buffers_keep, check, compiled_image,
+                                       image_blocks, node_keys, trace_node, upload_host_params, write_image)
 from engine.fast_path.host_values import apply_hosts, host_part, trace_hosts
 from engine.fast_path.partial import DIRTY, SEG, holds
 from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.layout import Layout
 from engine.ops.common import norm_axis
-from engine.predictors import surely_keeps
 from engine.symbolic import Escape, Session, args_of, concrete, structure
 
 MAX_VARIANTS = 8      # an attention's tiles by KV length may split the lengths into ranges
@@ -148,18 +147,10 @@ class CompiledSteps:
         if boundary != c.boundary or not _steady_from(fast, c, keys):
             return False
         buffers, queue = fast.buffers, fast.queue
-        predictor = buffers.predictor
-        for k in c.keep:
-            t, _, _, need, _ = calls[k]
-            if not t.capacity or not surely_keeps(predictor, t.state, need):
-                return False
-        for t in d.host_params:
-            if t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes:
-                return False
+        if not buffers_keep(buffers, [calls[k] for k in c.keep], d.host_params):
+            return False
         # from here on the inference is the compiled one
-        for t in d.host_params:
-            if t.host is not None and t.dev_version != t.version:
-                buffers.upload(t)
+        upload_host_params(buffers, d.host_params)
         for t, l in zip(c.immediate, layouts):     # (their versions move with `written`)
             t.layout = l
             t.host = None

@@ -59,6 +59,21 @@ class Decisions:
         count(self.counters, kind, action, reason, fields)
         self.write(kind, action, reason, node, **fields)
 
+    @property
+    def read(self) -> bool:
+        """Whether each decision is read one by one (a trace, the fast path's log); when not,
+        callers may count a run of equal decisions at once (count_many)."""
+        return self.traced or self.log is not None
+
+    def count_many(self, n: int, kind: str, action: str, reason: str = "", **fields) -> None:
+        """`n` decisions alike counted, none written (callers check `read` first)."""
+        keys, summed = _COUNTS.get((kind, action, reason)) or _counts_of(kind, action, reason)
+        c = self.counters
+        for k in keys:
+            c[k] += n
+        if summed is not None:
+            c[summed[1]] += n * fields.get(summed[0], 0)
+
     def write(self, kind: str, action: str, reason: str = "", node=None, **fields) -> None:
         """A decision to the log and the trace, not counted (a caller that counts in bulk)."""
         name = node.name if node else ""

@@ -13,21 +13,21 @@ import pyopencl as cl
 
 from engine.accounting import Accounting
 from engine.buffers import Buffers
-from engine.decisions import Decisions, InputNode
+from engine.decisions import Decisions
 from engine.device import select_device
 from engine.device_queue import DeviceQueue
 from engine.fast_path import FastPath, signature
-from engine.fast_path.plans import input_array, value_inputs
+from engine.fast_path.plans import value_inputs
+from engine.graph_inputs import GraphInputs
 from engine.impl_cache import ImplCache
 from engine.impl_manager import ImplManager
 from engine.index_checks import IndexChecks
-from engine.layout import Layout, dtype_from_numpy
 from engine.load_passes import (in_place_concats, instantiate, kv_appends, kv_into_attention,
                                 share_memos, tensor_lifetimes)
 from engine.memory import Tensor
 from engine.memory_pool import MemoryPool
 from engine.predictors import make_predictor
-from engine.program import ModelError, Program
+from engine.program import Program
 from engine.runtime import Runtime
 from engine.shape_predictor import PreallocSettings
 
@@ -67,6 +67,7 @@ class Network:
         # inputs whose host values shape inference reads, kept from one inference to the next
         # (to tell a new value): a copy, so a caller refilling its array in place is seen
         self.by_value = value_inputs(self.insts, program.inputs)
+        self.inputs = GraphInputs(program, self.buffers, self.decisions, self.by_value, self.kv_pasts)
         self._plan_memory(memory_pool)
         # plan replay of repeated input signatures (engine/fast_path); None: the flow runs always
         self.fast = FastPath(program, self.insts, self.buffers, self.queue, self.decisions, self.by_value,
@@ -117,45 +118,6 @@ class Network:
     def output_shapes(self) -> dict:
         return {k: list(self.tensors[k].layout.shape) for k in self.program.outputs}
 
-    # ---- inputs -------------------------------------------------------------------------
-    def set_input(self, name: str, value: np.ndarray) -> None:
-        t = self.tensors[name]
-        value = input_array(value, name in self.by_value)
-        t.layout = Layout(tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
-        t.host = value
-        t.version += 1
-        action = "reuse" if t.buf is not None and t.capacity >= value.nbytes else "alloc"
-        self.buffers.upload(t)
-        self.memory.note_live(name, value.nbytes)
-        self.decisions.record("realloc", "external", action, InputNode(name), bytes=value.nbytes)
-
-    def feed_back(self, name: str, src: Tensor, value: np.ndarray | None) -> None:
-        """Input `name` takes output `src` of the previous inference without leaving the device:
-        the KV-cache concat that produced it keeps appending into that buffer (alias); any other
-        input gets a device-to-device copy into its own buffer (the producer may overwrite its
-        output buffer before every reader of the input has run)."""
-        t = self.tensors[name]
-        t.layout, t.version = src.layout, t.version + 1
-        t.host = np.array(value) if value is not None and name in self.by_value else value
-        if name in self.kv_pasts:
-            if t.capacity:
-                self.buffers.release(t)
-            t.buf, t.offset = src.buf, src.offset
-            reason, nbytes = "feedback_alias", 0
-        elif src.layout.pad is not None:  # a padded KV buffer fed to some other input
-            return self.set_input(name, value if value is not None else self.queue.read_to_host(src))
-        else:
-            nbytes = src.layout.nbytes
-            if t.buf is None or t.capacity < nbytes:
-                self.buffers.give(t, nbytes)
-            t.offset = 0
-            if nbytes:
-                self.queue.copy(t.buf, src.buf, nbytes, src.offset * src.layout.itemsize)
-            reason = "feedback_copy"
-            self.memory.note_live(name, nbytes)
-        t.dev_version = t.version
-        self.decisions.record("realloc", "external", reason, InputNode(name), bytes=nbytes)
-
     # ---- inference ----------------------------------------------------------------------
     def infer(self, feeds: dict, fed_back: dict | None = None, outputs=None) -> dict:
         """One inference. `fed_back` maps inputs to the previous inference's outputs that feed
@@ -182,7 +144,7 @@ class Network:
         self.impls.prebuild(self.insts, self.tensors, feeds)
         if fast is not None:
             fast.begin_flow(sig, feeds, fed_back, partial)
-        self._inputs(feeds, fed_back)
+        self.inputs.set(feeds, fed_back)
         if partial is not None:
             upto = fast.run_partial()    # the dirty nodes' flow between repeated blocks
         else:
@@ -193,13 +155,15 @@ class Network:
             else:
                 for inst in self.insts:  # the reference: every node's flow
                     inst.execute()
-        outs = self._outputs(want)
-        latency = (time.perf_counter() - t0) * 1e3
         c = self.counters
-        c["latency_ms"] = latency
+        c["latency_ms"] = 0.0            # (below: the counters keep their order)
         # device memory of activations at its peak, next to what the live tensors needed
+        # (while the device still runs the last kernels)
         c["peak_bytes"] = self.memory.peak_bytes
         c["live_bytes_lower_bound"] = self.memory.live_lower_bound()
+        outs = self._outputs(want)
+        latency = (time.perf_counter() - t0) * 1e3
+        c["latency_ms"] = latency
         self._end(latency, fast.end_flow(c, self.iter, upto) if fast is not None else {})
         return self.index_checks.after(outs)
 
@@ -212,17 +176,9 @@ class Network:
                      counters=dict(self.counters), time_ms=self.time_ms, **extra)
             tr.flush()
 
-    def _inputs(self, feeds: dict, fed_back: dict) -> None:
-        for name in self.program.inputs:
-            if name in fed_back:
-                self.feed_back(name, self.tensors[fed_back[name]], feeds.get(name))
-                continue
-            if name not in feeds:
-                raise ModelError(f"no value for input {name!r}")
-            self.set_input(name, feeds[name])
-
     def _outputs(self, want: list) -> dict:
         self.queue.flush()
+        self.queue.read_status()
         outs = {}
         for name in want:
             t = self.tensors[name]

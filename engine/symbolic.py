@@ -351,6 +351,7 @@ class Session:
         self.tr = _Trace()
         self.params: list[str] = []
         self._named: dict = {}          # source -> the variable holding it (`named`)
+        self._shared: dict = {}         # layout -> its symbolic copy (`layout(share=True)`)
 
     def __enter__(self) -> "Session":
         if tracing():
@@ -361,12 +362,23 @@ class Session:
     def __exit__(self, *exc) -> None:
         _tracing.trace = None
 
-    def layout(self, l: Layout) -> Layout:
-        """A symbolic copy of `l` whose dims (and padding) are parameters of the function."""
+    def layout(self, l: Layout, share: bool = False) -> Layout:
+        """A symbolic copy of `l` whose dims (and padding) are parameters of the function.
+        `share`: a layout equal to one made before with `share` takes that one's dims, under
+        a guard that they stay equal (a decode step's 24 caches: one set of expressions)."""
         k = len(self.params)
         sl = _sym_layout(l, f"x{k}")
-        self.params += [s.name for s in args_of([sl], ())]
-        return sl
+        names = [s.name for s in args_of([sl], ())]
+        self.params += names
+        if not share:
+            return sl
+        first = self._shared.get(l)
+        if first is None:
+            self._shared[l] = sl
+            return sl
+        old = [s.name for s in args_of([first], ())]
+        self.tr.lines.append(f"if ({', '.join(names)},) != ({', '.join(old)},): return None")
+        return first
 
     def source(self, x) -> str:
         """Python source that rebuilds `x` (its Syms their variables, other objects constants)."""

@@ -92,6 +92,7 @@ class CompiledSteps:
         self.inputs = [tensors[n] for n in fast.program.inputs]
         self.table: dict = {}           # Dirty.key -> traced variants
         self.refusals: dict = {}        # Dirty.key -> traces refused
+        self.last: dict = {}            # Dirty.key -> the variant that ran last
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
         self.why_not = ""               # why the last build was refused (for reading)
@@ -122,7 +123,8 @@ class CompiledSteps:
                 if not holds(checks, fast.buffers):
                     return False, frozenset(i for i, _ in d.hosts[:k + 1])
         struct, dims = self._dims(d)
-        for c in variants:
+        last = self.last.get(d.key)     # the variant that served the last step serves most
+        for c in (variants if last is None else (last, *(v for v in variants if v is not last))):
             if c.plan is not plan or c.epoch != fast.epoch or c.changes != memory.changes or \
                     c.structure != struct:
                 continue
@@ -137,6 +139,7 @@ class CompiledSteps:
                     return False, ran
             if self._apply(plan, d, c, got):
                 self.runs += 1
+                self.last[d.key] = c
                 return True, ran
             return False, ran
         return False, ran if variants[0].hosts is None else frozenset()
@@ -207,6 +210,7 @@ class CompiledSteps:
                     break
         if c is not None and not _agrees(fast, c, got, launches, reallocs):
             variants.remove(c)          # it holds something of another base: traced again
+            self.last.pop(d.key, None)
             c = None
         if c is None:
             if self.refusals.get(d.key, 0) >= MAX_REFUSALS:
@@ -224,7 +228,8 @@ class CompiledSteps:
             c.kernel_ids, c.structure = ids, struct
             self.built += 1
             if len(variants) >= MAX_VARIANTS:
-                variants.pop(0)
+                if variants.pop(0) is self.last.get(d.key):
+                    del self.last[d.key]
             variants.append(c)
         self._release(fast)
         # the variants of other ranges of the same kernels and structure (the step that fills
@@ -329,7 +334,7 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | N
     host_views, keys, kv, copied = [], [], [], []
     with s:
         for t in inputs + d.host_params:
-            sym[id(t)] = s.layout(t.layout)
+            sym[id(t)] = s.layout(t.layout, share=True)
         hosts = trace_hosts(fast, d, sym) if sym_hosts is not False else None
         if sym_hosts and hosts is None:
             raise Escape("the host nodes are not symbolic for these dims")

@@ -45,12 +45,14 @@ SEG, DIRTY = 0, 1
 
 class PartialPlan:
     __slots__ = ("of_iter", "changed", "fed", "steps", "clean_nodes", "kernels", "base_no", "seg_sums",
-                 "dirty")
+                 "dirty", "free")
 
     def __init__(self, **kw):
         self.dirty = None               # its dirty nodes as compiled steps see them (compiled_steps.py)
         for k, v in kw.items():
             setattr(self, k, v)
+        # inputs whose layout changed in the base: any change of them is among `changed`
+        self.free = frozenset(name for name, what in self.changed if what == "layout")
 
 
 def _clean_events(events) -> bool:

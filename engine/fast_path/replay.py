@@ -106,13 +106,16 @@ class FastPath(Observer):
             self._touches.append((cache, key))
 
     # ---- around an inference of the flow ------------------------------------------------
-    def input_changes(self, feeds: dict, fed_back: dict) -> frozenset:
+    def input_changes(self, feeds: dict, fed_back: dict, free: frozenset = frozenset()) -> frozenset:
         """The graph inputs the coming inference changes, as (name, "layout") and, for those
         shape inference reads, (name, "value"). A layout change counts as both (every reader
         runs the flow then); a value change alone leaves the readers of the data clean, so a
-        base recorded for one does not serve a layout change."""
+        base recorded for one does not serve a layout change. Inputs in `free` are not looked
+        at (a partial plan whose base changed their layout allows any change of them)."""
         tensors, out = self.buffers.tensors, set()
         for name in self.program.inputs:
+            if name in free:
+                continue
             t = tensors[name]
             v = feeds.get(name)
             if name in fed_back:
@@ -141,7 +144,7 @@ class FastPath(Observer):
                 p.fed != frozenset(fed_back) or \
                 self.bases - p.base_no >= PLAN_BASES_KEPT:   # a reader no longer holds its base
             return None
-        return p if self.input_changes(feeds, fed_back) <= p.changed else None
+        return p if self.input_changes(feeds, fed_back, p.free) <= p.changed else None
 
     def begin_flow(self, sig, feeds: dict, fed_back: dict, plan=None) -> None:
         """Put the nodes' state back if plans ran since the flow last did; log what this
@@ -366,6 +369,7 @@ class FastPath(Observer):
         for cache, key in plan.touches:        # the flow's cache hits, in the LRU orders too
             cache.get(key)
         repeat_predictor_calls(self.buffers, plan.reallocs)   # the same calls as the flow's
+        queue.read_status()
         for name in want:
             if name in self.device_outputs:
                 queue.read_to_host(tensors[name])

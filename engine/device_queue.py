@@ -10,7 +10,6 @@ import pyopencl as cl
 
 from engine.layout import np_dtype
 from engine.memory import Tensor
-from engine.raw_enqueue import raw_enqueue
 from engine.shape_info_arena import ShapeInfoArena
 
 
@@ -50,7 +49,6 @@ class DeviceQueue:
         self.busy = False              # kernels or copies enqueued since the last finish
         self.in_order = 0              # > 0: every write waits its turn (control flow bodies)
         self.profile = profile
-        self.raw = None if profile else raw_enqueue(self.cl_queue)   # (a profiling queue: events)
         # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
         self.arena = ShapeInfoArena(ctx, device)
         self.args_version = 0          # bumped whenever a bound kernel's arguments are set
@@ -95,8 +93,6 @@ class DeviceQueue:
         t0 = time.perf_counter()
         if self.profile:
             self.events += [enqueue(q, k, g, l) for k, g, l in launches]
-        elif self.raw is not None:
-            self.raw.launch(launches)
         else:
             for k, g, l in launches:
                 enqueue(q, k, g, l)

@@ -620,6 +620,21 @@ class PrimitiveInst:
                           else "shape_of_subgraph_unchanged")
                 return
             vals = self._host_values(in_layouts)
+        self._host_outputs(in_layouts, vals)
+        self._rec("update_shape", "infer", "shape_changed",
+                  out_shapes=[t.layout.shape for t in self.outputs])
+        self._rec("execute", "host")
+
+    def host_step(self) -> bool:
+        """run_host's work, undecided, for a node (not a Shape) whose Shape sources saw a new
+        shape: False, nothing done, when they did not (a compiled step counts the decisions)."""
+        in_layouts = [t.layout if t is not None else None for t in self.inputs]
+        if self.node.op == "Shape" or not (self.node.shape_sources & self.rt.shape_of_changed):
+            return False
+        self._host_outputs(in_layouts, self._host_values(in_layouts))
+        return True
+
+    def _host_outputs(self, in_layouts, vals) -> None:
         self.in_layouts = in_layouts
         for t, v in zip(self.outputs, vals):
             if t.host is not None and (t.host is v or same_value(t.host, v)):
@@ -629,9 +644,6 @@ class PrimitiveInst:
             if l is None or l.shape != v.shape or l.dtype != dtype or l.pad is not None:
                 t.layout = Layout(tuple(int(d) for d in v.shape), dtype)   # else kept (a new value)
             t.version += 1
-        self._rec("update_shape", "infer", "shape_changed",
-                  out_shapes=[t.layout.shape for t in self.outputs])
-        self._rec("execute", "host")
 
     def _host_values(self, in_layouts) -> list:
         args = []

@@ -83,6 +83,12 @@ def _outputs(inst, in_layouts, vals) -> list | None:
     return None
 
 
+# run_host's two decisions where a node computes
+_HOST_PATH = Counter()
+count(_HOST_PATH, "update_shape", "infer", "shape_changed", {})
+count(_HOST_PATH, "execute", "host", "", {})
+
+
 def host_part(c, hosts) -> None:
     """The host nodes a compiled step computes (trace_hosts), and what their flow would count."""
     c.hosts = c.host_counts = c.run_hosts = None
@@ -92,9 +98,8 @@ def host_part(c, hosts) -> None:
     c.hosts = [(inst, inst.node.op == "Shape", [(t, v.shape, t.host.dtype) for t, v in zip(inst.outputs, vals)],
                 checks) for (inst, checks), vals in sym_nodes]
     c.host_counts = Counter()
-    for _ in sym_nodes:                     # run_host's two decisions, each node
-        count(c.host_counts, "update_shape", "infer", "shape_changed", {})
-        count(c.host_counts, "execute", "host", "", {})
+    for _ in sym_nodes:
+        c.host_counts.update(_HOST_PATH)
 
 
 def trace_hosts(fast, d, sym) -> tuple | None:
@@ -156,6 +161,9 @@ def apply_hosts(c, values: tuple, counters) -> bool:
         if is_shape:
             inst.rt.shape_of_changed.add(inst.node.name)
     counters.update(c.host_counts)
-    for inst, _ in c.run_hosts:
-        inst.execute()
+    for inst, _ in c.run_hosts:     # their flow's path, its two decisions counted at once
+        if inst.host_step():
+            counters.update(_HOST_PATH)
+        else:
+            inst.execute()
     return True

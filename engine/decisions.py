@@ -60,13 +60,13 @@ class Decisions:
         self.write(kind, action, reason, node, **fields)
 
     @property
-    def read(self) -> bool:
+    def itemized(self) -> bool:
         """Whether each decision is read one by one (a trace, the fast path's log); when not,
         callers may count a run of equal decisions at once (count_many)."""
         return self.traced or self.log is not None
 
     def count_many(self, n: int, kind: str, action: str, reason: str = "", **fields) -> None:
-        """`n` decisions alike counted, none written (callers check `read` first)."""
+        """`n` decisions alike counted, none written (callers check `itemized` first)."""
         keys, summed = _COUNTS.get((kind, action, reason)) or _counts_of(kind, action, reason)
         c = self.counters
         for k in keys:

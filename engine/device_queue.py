@@ -142,19 +142,19 @@ class DeviceQueue:
         self._keep.append(obj)
 
     def read_status(self) -> None:
-        """The inference's last kernels are enqueued: the status read goes before the outputs'
-        blocking reads, so that their wait is its wait too (a read of its own after them cost
-        the H200 a second round trip, 40-50 us a decode step)."""
+        """After the inference's last kernel (the waiting ones are flushed first): the status
+        read goes before the outputs' blocking reads, so that their wait is its wait too (a read
+        of its own after them cost the H200 a second round trip, 40-50 us a decode step)."""
         if self.status is not None and self.status.unread:
             self.flush()
             self.status.read(self.cl_queue)
 
     def finish(self) -> None:
-        """Wait for the inference's commands (and the status read enqueued last); the host
-        arrays kept for them can go."""
+        """Wait for the inference's commands; the host arrays kept for them can go. (The
+        status is read here only when read_status was not called: an inference with no
+        outputs to read.)"""
         t0 = time.perf_counter()
-        if self.status is not None and self.status.unread:
-            self.status.read(self.cl_queue)
+        self.read_status()
         self.cl_queue.finish()
         self.busy = False
         self.blocked_s += time.perf_counter() - t0

@@ -22,7 +22,7 @@ class GraphInputs:
     def set(self, feeds: dict, fed_back: dict) -> None:
         """Every graph input of an inference: from `feeds`, or fed back (`fed_back`: input ->
         the previous inference's output)."""
-        quiet, aliased = not self.decisions.read, 0   # (a decode step's 24 caches: counted at once)
+        quiet, aliased = not self.decisions.itemized, 0   # (a decode step's 24 caches: counted at once)
         for name in self.names:
             if name in fed_back:
                 aliased += self.feed_back(name, self.tensors[fed_back[name]], feeds.get(name), quiet)
@@ -58,21 +58,19 @@ class GraphInputs:
                 self.buffers.release(t)
             t.buf, t.offset = src.buf, src.offset
             t.dev_version = t.version
-            if quiet:
-                return True
-            reason, nbytes = "feedback_alias", 0
-        elif src.layout.pad is not None:  # a padded KV buffer fed to some other input
+            if not quiet:
+                self.decisions.record("realloc", "external", "feedback_alias", InputNode(name), bytes=0)
+            return quiet
+        if src.layout.pad is not None:  # a padded KV buffer fed to some other input
             self.set_input(name, value if value is not None else self.buffers.queue.read_to_host(src))
             return False
-        else:
-            nbytes = src.layout.nbytes
-            if t.buf is None or t.capacity < nbytes:
-                self.buffers.give(t, nbytes)
-            t.offset = 0
-            if nbytes:
-                self.buffers.queue.copy(t.buf, src.buf, nbytes, src.offset * src.layout.itemsize)
-            reason = "feedback_copy"
-            self.buffers.memory.note_live(name, nbytes)
+        nbytes = src.layout.nbytes
+        if t.buf is None or t.capacity < nbytes:
+            self.buffers.give(t, nbytes)
+        t.offset = 0
+        if nbytes:
+            self.buffers.queue.copy(t.buf, src.buf, nbytes, src.offset * src.layout.itemsize)
+        self.buffers.memory.note_live(name, nbytes)
         t.dev_version = t.version
-        self.decisions.record("realloc", "external", reason, InputNode(name), bytes=nbytes)
+        self.decisions.record("realloc", "external", "feedback_copy", InputNode(name), bytes=nbytes)
         return False

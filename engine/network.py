@@ -155,6 +155,7 @@ class Network:
             else:
                 for inst in self.insts:  # the reference: every node's flow
                     inst.execute()
+        self.queue.flush()
         c = self.counters
         c["latency_ms"] = 0.0            # (below: the counters keep their order)
         # device memory of activations at its peak, next to what the live tensors needed
@@ -177,7 +178,6 @@ class Network:
             tr.flush()
 
     def _outputs(self, want: list) -> dict:
-        self.queue.flush()
         self.queue.read_status()
         outs = {}
         for name in want:

@@ -629,7 +629,8 @@ class PrimitiveInst:
         """run_host's work, undecided, for a node (not a Shape) whose Shape sources saw a new
         shape: False, nothing done, when they did not (a compiled step counts the decisions)."""
         in_layouts = [t.layout if t is not None else None for t in self.inputs]
-        if self.node.op == "Shape" or not (self.node.shape_sources & self.rt.shape_of_changed):
+        if self.node.op == "Shape" or not (self.node.shape_sources & self.rt.shape_of_changed) or \
+                self.rt.decisions.itemized:     # (its decisions are read one by one: the flow)
             return False
         self._host_outputs(in_layouts, self._host_values(in_layouts))
         return True

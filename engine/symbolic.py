@@ -370,7 +370,7 @@ class Session:
         sl = _sym_layout(l, f"x{k}")
         names = [s.name for s in args_of([sl], ())]
         self.params += names
-        if not share:
+        if not share or not names:      # (a scalar has no dims to share)
             return sl
         first = self._shared.get(l)
         if first is None:

@@ -75,22 +75,3 @@ def test_what_is_not_integer_shape_math_is_declined():
         assert sym_outputs(_inst("Range", {}, 18, 3), [None] * 3, [vec, vec, vec]) is None
         assert sym_outputs(_inst("Gather", {"axis": 0}, 18, 2), [None] * 2, [np.array([5, 6], I64), vec]) is None
         assert sym_outputs(_inst("Add", {}, 18, 2), [None] * 2, [vec, None]) is None
-
-
-def test_equal_layouts_share_their_dims_under_a_guard():
-    """Session.layout(share=True): a layout equal to an earlier one computes with its dims (one
-    set of expressions for a decode step's caches), and the function gives None when the two
-    differ at a later call, so it never answers for dims it was not traced for."""
-    s = Session()
-    first = Layout((1, 12, 7, 64), "f32", "bfyx", (1, 12, 10, 64))
-    with s:
-        a = s.layout(first, share=True)
-        b = s.layout(first, share=True)
-        c = s.layout(Layout((1, 12, 8, 64), "f32"), share=True)   # another layout: its own dims
-        assert b is a and c is not a
-        fn, src = s.function("f", f"({s.source(b.shape[2] + 1)}, {s.source(c.shape[2] * 2)})")
-    assert src.count("!=") == 1                        # the one guard of the shared layout
-    same = Layout((1, 12, 9, 64), "f32", "bfyx", (1, 12, 10, 64))
-    assert fn(*args_of([same, same, Layout((1, 12, 3, 64), "f32")], ())) == (10, 6)
-    apart = Layout((1, 12, 8, 64), "f32", "bfyx", (1, 12, 10, 64))
-    assert fn(*args_of([same, apart, Layout((1, 12, 3, 64), "f32")], ())) is None

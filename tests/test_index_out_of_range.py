@@ -206,14 +206,20 @@ def test_argmax_indices_past_the_data_refused(device):
     assert_close(net.infer({"x": x})["y"], DATA[[2]])
 
 
-def test_flags_left_by_an_inference_that_failed_midway_are_cleared(device):
-    """An inference that stops before its end never reads the flags its kernels set: the next
-    one clears them first instead of refusing good indices."""
+@pytest.mark.parametrize("stopped", ["before the read", "between the read and the check"])
+def test_flags_left_by_an_inference_that_failed_midway_are_cleared(device, stopped):
+    """An inference that stops before its end never reads the flags its kernels set, or reads
+    them (before its outputs) and never looks: the next one clears them first instead of
+    refusing good indices."""
     model = _device_model("Gather", ["k"])
     net = Network(build_program(model), device)
     flags = net.index_checks.flags
     import pyopencl as cl
     cl.enqueue_copy(net.queue.cl_queue, flags.buf, np.array([1, 0, 9, 0], np.int32), is_blocking=True)
-    flags.unread = True            # as an inference that raised before its end leaves them
+    if stopped == "before the read":
+        flags.unread = True
+    else:
+        flags.read(net.queue.cl_queue)
+        net.queue.cl_queue.finish()
     feeds = {"i": np.array([0, 3], np.int64)}
     assert_close(net.infer(feeds)["y"], DATA[[0, 3]])

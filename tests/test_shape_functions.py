@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from engine import Network, build_program
 from engine.kernels import KernelCall, round_up
 from engine.layout import Layout
-from engine.symbolic import Escape, args_of, trace
+from engine.symbolic import Escape, Session, args_of, trace
 from tests.models import bert_encoder, gpt2_decoder_step
 from tests.test_partial_replay import SETTINGS, _same
 from tests.test_steady_steps import _gpt2_steps
@@ -175,3 +175,28 @@ def test_shape_values_that_change_every_inference_are_not_traced_each_time(devic
     assert fns.traced == first          # eleven new shape values, no trace
     run_vs_ort(model, feeds([3, 6, 4, 6]), device, net=net)
     assert fns.traced > first           # rows that came back: their keys were traced
+
+
+def test_equal_layouts_share_their_dims_under_a_guard():
+    """Session.layout(share=True): a layout equal to an earlier one computes with its dims (one
+    set of expressions for a decode step's caches), and the function gives None when the two
+    differ at a later call, so it never answers for dims it was not traced for."""
+    s = Session()
+    first = Layout((1, 12, 7, 64), "f32", "bfyx", (1, 12, 10, 64))
+    with s:
+        a = s.layout(first, share=True)
+        b = s.layout(first, share=True)
+        c = s.layout(Layout((1, 12, 8, 64), "f32"), share=True)   # another layout: its own dims
+        assert b is a and c is not a
+        fn, src = s.function("f", f"({s.source(b.shape[2] + 1)}, {s.source(c.shape[2] * 2)})")
+    assert src.count("!=") == 1                        # the one guard of the shared layout
+    same = Layout((1, 12, 9, 64), "f32", "bfyx", (1, 12, 10, 64))
+    assert fn(*args_of([same, same, Layout((1, 12, 3, 64), "f32")], ())) == (10, 6)
+    apart = Layout((1, 12, 8, 64), "f32", "bfyx", (1, 12, 10, 64))
+    assert fn(*args_of([same, apart, Layout((1, 12, 3, 64), "f32")], ())) is None
+    s = Session()                                      # scalars: nothing to share, no guard
+    with s:
+        s.layout(Layout((), "i64"), share=True)
+        s.layout(Layout((), "i64"), share=True)
+        fn, src = s.function("g", "(1, )")
+    assert "!=" not in src and fn() == (1,)

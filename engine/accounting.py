@@ -8,29 +8,42 @@ Measured where the time is spent (the services keep their own sums, reset per in
   enqueue      kernel launches, shape_info and input writes handed to the OpenCL queue
   device_wait  blocked on the device: output reads, reads of shape values, the final finish
   trace        writing this inference's events
+  record       the fast path recording what the inference did, once its outputs are read (a
+               plan, a partial plan, a compiled step's function: engine/fast_path)
 and `flow`, the rest: the host's own decisions (per-node flow or plan replay, predictor calls,
 bookkeeping). The parts sum to the latency by construction; `flow` is what no other part took.
 """
 from __future__ import annotations
 
-PARTS = ("flow", "build_wait", "prebuild", "alloc", "enqueue", "device_wait", "trace")
+import time
+
+PARTS = ("flow", "build_wait", "prebuild", "alloc", "enqueue", "device_wait", "trace", "record")
 
 
 class Accounting:
     def __init__(self, queue, buffers, impls, trace):
         self.queue, self.buffers, self.impls, self.trace = queue, buffers, impls, trace
         self._trace0 = 0.0
+        self.record_s = 0.0
 
     def begin(self) -> None:
         """At the start of an inference (after the queue's own begin_inference)."""
-        self.buffers.alloc_s = self.impls.wait_s = self.impls.prebuild_s = 0.0
+        self.buffers.alloc_s = self.impls.wait_s = self.impls.prebuild_s = self.record_s = 0.0
         self._trace0 = getattr(self.trace, "spent_s", 0.0)
+
+    def recording(self, record):
+        """`record()` (the fast path's end_flow), its time the `record` part less the events
+        it writes (the `trace` part's); returns what it returns."""
+        t0, tr0 = time.perf_counter(), getattr(self.trace, "spent_s", 0.0)
+        out = record()
+        self.record_s += time.perf_counter() - t0 - (getattr(self.trace, "spent_s", 0.0) - tr0)
+        return out
 
     def parts_ms(self, latency_ms: float) -> dict:
         q = self.queue
         ms = {"build_wait": self.impls.wait_s, "prebuild": self.impls.prebuild_s,
               "alloc": self.buffers.alloc_s, "enqueue": q.enqueue_s, "device_wait": q.blocked_s,
-              "trace": getattr(self.trace, "spent_s", 0.0) - self._trace0}
+              "trace": getattr(self.trace, "spent_s", 0.0) - self._trace0, "record": self.record_s}
         ms = {k: round(v * 1e3, 3) for k, v in ms.items()}
         ms["flow"] = round(max(0.0, latency_ms - sum(ms.values())), 3)
         return {k: ms[k] for k in PARTS}

@@ -163,9 +163,10 @@ class Network:
         c["peak_bytes"] = self.memory.peak_bytes
         c["live_bytes_lower_bound"] = self.memory.live_lower_bound()
         outs = self._outputs(want)
+        extra = self.accounting.recording(lambda: fast.end_flow(c, self.iter, upto)) if fast is not None else {}
         latency = (time.perf_counter() - t0) * 1e3
         c["latency_ms"] = latency
-        self._end(latency, fast.end_flow(c, self.iter, upto) if fast is not None else {})
+        self._end(latency, extra)
         return self.index_checks.after(outs)
 
     def _end(self, latency: float, extra: dict) -> None:

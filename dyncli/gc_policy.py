@@ -7,7 +7,8 @@ session 9) such a collection took 70-130 ms, and one landing in the timed pass o
 bench` raised a 200-inference mean on the H200 by 0.3-0.6 ms with the median unchanged.
 What exists once the network is built and warm is frozen (gc.freeze: the collector no longer
 walks it; reference counting still frees it), as Python servers do after warm-up, and let go
-when the command's inferences are done.
+when the command's inferences are done: `dyncli bench` before its timed passes, `dyncli run`
+after its first inference (which builds most of what the network keeps).
 """
 from __future__ import annotations
 
@@ -15,10 +16,16 @@ import gc
 from contextlib import contextmanager
 
 
-@contextmanager
-def long_lived_frozen():
+def freeze_long_lived() -> None:
+    """What exists now lives as long as the command's inferences: the collector stops walking
+    it (gc.unfreeze lets it go)."""
     gc.collect()
     gc.freeze()
+
+
+@contextmanager
+def long_lived_frozen():
+    freeze_long_lived()
     try:
         yield
     finally:

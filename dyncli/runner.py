@@ -5,6 +5,7 @@ the work. Kept free of Typer/Rich so tests and scripts can call `execute_run` di
 """
 from __future__ import annotations
 
+import gc
 import os
 import warnings
 from collections import deque
@@ -15,6 +16,7 @@ import numpy as np
 
 from dyncli import shapes as shape_spec
 from dyncli.check import CheckUnavailable, OnnxRuntimeRefused, Reference, compare, relaxed_model
+from dyncli.gc_policy import freeze_long_lived
 from dyncli.os_errors import os_error
 from dyncli.inputs import load_inputs, random_inputs, save_tensors
 from engine import Network, PreallocSettings, build_program, select_device
@@ -359,6 +361,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
     # outputs fed back stay on the device unless their host copies are needed
     host_all = bool(ref is not None or opts.save_inputs or opts.save_outputs)
     read = None if host_all else [o for o in prog.outputs if o not in feedback]
+    frozen = False
     try:
         for i, inf in enumerate(seq):
             feeds = loaded[i] if loaded else random_inputs(rng, inf, dtypes, ranges)
@@ -390,6 +393,9 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
                 saved_in.append(feeds)
             if opts.save_outputs:
                 saved_out.append(outs)
+            if not frozen:           # the network's first inference built what it keeps
+                freeze_long_lived()
+                frozen = True
             if progress:
                 progress(i + 1, len(seq), rec.in_shapes)
     except KeyboardInterrupt:
@@ -398,6 +404,8 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         result.status, result.error = "error", error_text(e)
         result.exception = e
     finally:
+        if frozen:
+            gc.unfreeze()
         result.device_bytes, result.impl_cache = net.buffers.used_bytes, len(net.impls)
         result.activation_bytes = net.memory.act_bytes
         writer.iter = -1

@@ -152,3 +152,20 @@ def test_feedback_drives_a_decode_loop_on_device(tmp_path):
     bad = invoke("run", model, "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16",
                  "--feedback", "present_k:nope", "--trace", tmp_path / "t2.jsonl")
     assert bad.exit_code == 2 and "'nope' is not a model input" in bad.output
+
+
+def test_run_freezes_what_the_network_keeps_after_its_first_inference(tmp_path):
+    """`dyncli run` stops the collector from walking the network's long-lived objects once its
+    first inference has built them (dyncli/gc_policy.py), and lets them go when it ends."""
+    import gc
+    from dyncli.runner import RunOptions, execute_run
+    from tests.models import kv_decoder_step
+    model = tmp_path / "kv.onnx"
+    onnx.save(kv_decoder_step(), model)
+    seen = []
+    before = gc.get_freeze_count()
+    execute_run(RunOptions(model=str(model), shapes=["x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16*3"],
+                           feedback=["present_k:past_k,present_v:past_v"], trace="none"),
+                progress=lambda i, n, shapes: seen.append(gc.get_freeze_count()))
+    assert len(seen) == 3 and all(k > before for k in seen)
+    assert gc.get_freeze_count() == before

@@ -229,6 +229,25 @@ def test_every_inference_says_where_its_time_went(device, tmp_path):
     assert any(e["time_ms"]["record"] > 0 for e in ends if e.get("plan_base"))
 
 
+def test_a_garbage_collection_inside_an_inference_is_a_part_of_its_own(device, monkeypatch):
+    """A pause of Python's collector (a full collection walks every object of the network)
+    shows as `gc`, not as the flow's own time, and the parts still sum to the latency."""
+    import gc
+    net = Network(build_program(kv_decoder_step()), device, feedback=dict(KV_FEEDBACK))
+    steps = _decode_steps([3, 1])
+    net.infer(steps[0][0])
+    set_inputs = net.inputs.set
+
+    def collecting(feeds, fed_back):
+        gc.collect()               # a full collection, inside the inference
+        set_inputs(feeds, fed_back)
+    monkeypatch.setattr(net.inputs, "set", collecting)
+    net.infer(steps[1][0], fed_back={v: k for k, v in KV_FEEDBACK.items()})
+    parts = net.time_ms
+    assert parts["gc"] > 0
+    assert abs(sum(parts.values()) - net.counters["latency_ms"]) <= 0.1 * net.counters["latency_ms"] + 0.01
+
+
 def test_transitions_that_switch_between_cached_static_impls_replay(device, static_gemms):
     """Static impls built in the critical path for some shapes, the shape-agnostic impl for the
     others: a transition switches impls through the impl cache (and the weights cache) without

@@ -119,9 +119,9 @@ def bench(device, tb, M, N, K, x, w, repeat, cfg=None) -> dict:
     err = float(np.abs(y - ref).max() / max(1e-30, float(np.abs(ref).max())))
     flush = cl.Buffer(net.ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
     ks = [(b.kernel, b.gws, b.lws) for b in inst.bound]
-    warm, _ = summary(run_times(net.queue, ks, repeat)[0])
-    cold, cold_k = summary(run_times(net.queue, ks, repeat, flush)[0])
-    qt, span = run_times(net.queue, ks, repeat, flush, queued=True)
+    warm, _ = summary(run_times(net.queue.cl_queue, ks, repeat)[0])
+    cold, cold_k = summary(run_times(net.queue.cl_queue, ks, repeat, flush)[0])
+    qt, span = run_times(net.queue.cl_queue, ks, repeat, flush, queued=True)
     queued, _ = summary(qt)
     wbytes = 4.0 * K * N
     b0 = inst.bound[0].call

@@ -246,8 +246,8 @@ class FastPath(Observer):
                 self.steps.record(self._partial, self._steady.members, self._steady.counted, launches,
                                   reallocs, touches)
             # a dirty node that switched impls may only repeat from now on: the next flow
-            # records a plan with fewer dirty nodes
-            if diverged or any(k.startswith(_IMPL_CHANGES) for k in counters):
+            # records a plan with fewer dirty nodes (a compiled step kept every kernel bound)
+            if diverged or (not self._steps_ran and any(k.startswith(_IMPL_CHANGES) for k in counters)):
                 self.current = None
             self._partial = None
             if changed:

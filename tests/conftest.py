@@ -30,6 +30,31 @@ def _registered_init(self, *args, **kwargs):
 CompileQueue.__init__ = _registered_init
 
 
+# The files that take longest with a cold kernel cache (PoCL builds), longest first. With
+# `-n 2 --dist loadfile` a worker takes the next file in collection order when it runs dry: a
+# long file taken last keeps one worker busy while the other idles. Any other file follows
+# these, in pytest's order (short files last even out the two workers' ends).
+LONGEST_FIRST = [
+    "test_onnx_node.py", "test_conv_gemm.py", "test_ln_gemv.py", "test_conv_tiled.py",
+    "test_exporters.py", "test_light_models.py", "test_ms_fused_ops.py", "test_shape_functions.py",
+    "test_gemv.py", "test_recurrent_ops.py", "test_gemm_vector_epilogue.py",
+    "test_compiled_steps.py", "test_partial_replay_adversarial.py", "test_attention.py",
+    "test_user_errors.py", "test_partial_replay.py", "test_gemm_tiles.py", "test_ops_vision.py",
+    "test_readme_commands.py", "test_packed_projections.py",
+]
+
+
+def pytest_configure(config):
+    # xdist orders files by their number of tests unless told not to: LONGEST_FIRST is the order
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: a file's order stays
+
+
 @pytest.hookimpl(trylast=True)         # after the test's fixtures are gone
 def pytest_runtest_teardown(item, nextitem):
     """Networks a test dropped are collected before the next test, so their queued static

@@ -5,16 +5,21 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
+import time
 import weakref
+from collections import OrderedDict
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pyopencl as cl
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import Network, build_program, select_device  # noqa: E402
+from engine import impl_manager, kernels, prebuild  # noqa: E402
 from engine.compile_queue import CompileQueue  # noqa: E402
 
 # Every compile queue of the session (weakly: a queue lives while its workers do).
@@ -28,6 +33,84 @@ def _registered_init(self, *args, **kwargs):
 
 
 CompileQueue.__init__ = _registered_init
+
+
+# The session's networks share one OpenCL context per device, and a program is built once per
+# (context, source, JIT constants) for all of them: a test's network builds every program it
+# needs again, and PoCL answers each rebuild from its cache only after preprocessing the source
+# again (~0.1 s a program; thousands over the suite, as many as the cold builds cost). Only the
+# OpenCL program is shared: kernels stay per node (engine/bound_kernel.py), and each network
+# still asks for its builds, counts them and decides as before. A network given its own context
+# (the ONNX backend's) keeps it, and builds there are not kept.
+_CONTEXTS: dict = {}                   # device -> the shared context
+_PROGRAMS: "OrderedDict[tuple, cl.Program]" = OrderedDict()
+_PROGRAMS_MAX = 600                    # the least recently used go (a program holds its code)
+_programs_lock = threading.Lock()
+_compile_program = kernels.compile_program
+_network_init = Network.__init__
+
+
+def _shared_context_init(self, program, device=None, *args, **kwargs):
+    if not args and kwargs.get("context") is None:
+        device = device or select_device()
+        with _programs_lock:
+            if device.int_ptr not in _CONTEXTS:
+                _CONTEXTS[device.int_ptr] = cl.Context([device])
+            kwargs["context"] = _CONTEXTS[device.int_ptr]
+    _network_init(self, program, device, *args, **kwargs)
+
+
+def _compile_once(ctx, source, jit, dynamic=True):
+    t0 = time.perf_counter()
+    shared = ctx.int_ptr in {c.int_ptr for c in list(_CONTEXTS.values())}
+    key = (ctx.int_ptr, source, jit, dynamic, tuple(kernels.build_options())) if shared else None
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    with _programs_lock:
+        prg = _PROGRAMS.get(key) if key is not None else None
+        if prg is not None:
+            _PROGRAMS.move_to_end(key)
+    if prg is not None:
+        return prg, (time.perf_counter() - t0) * 1e3
+    prg, ms = _compile_program(ctx, source, jit, dynamic)
+    if key is not None:
+        with _programs_lock:
+            _PROGRAMS[key] = prg
+            while len(_PROGRAMS) > _PROGRAMS_MAX:
+                _PROGRAMS.popitem(last=False)
+    return prg, ms
+
+
+Network.__init__ = _shared_context_init
+for _module in (kernels, impl_manager, prebuild):
+    _module.compile_program = _compile_once
+
+
+# The files that take longest with a cold kernel cache (PoCL builds), longest first. With
+# `-n 2 --dist loadfile` a worker takes the next file in collection order when it runs dry: a
+# long file taken last keeps one worker busy while the other idles. Any other file follows
+# these, in pytest's order (short files last even out the two workers' ends).
+LONGEST_FIRST = [
+    "test_onnx_node.py", "test_conv_gemm.py", "test_ln_gemv.py", "test_conv_tiled.py",
+    "test_exporters.py", "test_light_models.py", "test_ms_fused_ops.py", "test_shape_functions.py",
+    "test_gemv.py", "test_recurrent_ops.py", "test_gemm_vector_epilogue.py",
+    "test_compiled_steps.py", "test_partial_replay_adversarial.py", "test_attention.py",
+    "test_user_errors.py", "test_partial_replay.py", "test_gemm_tiles.py", "test_ops_vision.py",
+    "test_readme_commands.py", "test_packed_projections.py",
+]
+
+
+def pytest_configure(config):
+    # xdist orders files by their number of tests unless told not to: LONGEST_FIRST is the order
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: a file's order stays
 
 
 @pytest.hookimpl(trylast=True)         # after the test's fixtures are gone

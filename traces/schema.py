@@ -220,7 +220,8 @@ KINDS: dict[str, dict] = {
                "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
                "allocator can do with less). `time_ms`: where its latency went, part by part "
                "(engine/accounting.py: flow, build_wait, prebuild, alloc, enqueue, device_wait, "
-               "trace; they sum to `latency_ms`). `plan_base: true`: later `plan` events may refer "
+               "trace, record (the fast path recording a plan once the outputs are read), gc (Python's garbage "
+               "collector); they sum to `latency_ms`, which covers the whole call). `plan_base: true`: later `plan` events may refer "
                "to it (a whole replay when it changed no resource; `clean_nodes`, in execution "
                "order, the nodes a partial replay of it may repeat).",
     },

@@ -628,10 +628,10 @@ class PrimitiveInst:
     def host_step(self) -> bool:
         """run_host's work, undecided, for a node (not a Shape) whose Shape sources saw a new
         shape: False, nothing done, when they did not (a compiled step counts the decisions)."""
-        in_layouts = [t.layout if t is not None else None for t in self.inputs]
         if self.node.op == "Shape" or not (self.node.shape_sources & self.rt.shape_of_changed) or \
                 self.rt.decisions.itemized:     # (its decisions are read one by one: the flow)
             return False
+        in_layouts = [t.layout if t is not None else None for t in self.inputs]
         self._host_outputs(in_layouts, self._host_values(in_layouts))
         return True
 

@@ -235,9 +235,9 @@ def bench(
                                    "few nodes, as for `dyncli run`."),
     compiled_plans: str = typer.Option("partial", "--compiled-plans", metavar="MODE", help="What is "
                                        "traced into one function of the input dims and called for "
-                                       "later new shapes (untraced runs): 'partial' (default): the "
+                                       "later new shapes: 'partial' (default): the "
                                        "nodes a decode step's KV length reaches; 'all': whole "
-                                       "inferences too (a new BERT length inside a traced range "
+                                       "inferences too (untraced runs; a new BERT length inside a traced range "
                                        "costs 3.1 vs 4.4 ms on an H200, but each range of lengths "
                                        "pays a 13-15 ms trace first: docs/performance.md); 'off'."),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),

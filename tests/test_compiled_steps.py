@@ -2,10 +2,10 @@
 (a decode step's KV appends and attentions) traced once on symbolic dims, the KV length and
 the cache's room parameters, decide what the flow decides and compute what it computes.
 
-Decode loops run untraced (compiled steps serve untraced runs) with the fast path on (the
-default: compiled steps, partial replays, steady steps) and off (the flow): every inference's
-outputs are bit-identical and its counters (every decision, KV bytes appended, live and peak
-bytes) equal, and compiled steps must have served inferences."""
+Decode loops run with the fast path on (the default: compiled steps, partial replays, steady
+steps) and off (the flow): every inference's outputs are bit-identical and its counters (every
+decision, KV bytes appended, live and peak bytes) equal, and compiled steps must have served
+inferences; traced, the events the reader expands from them are the flow's."""
 from __future__ import annotations
 
 import numpy as np
@@ -158,15 +158,35 @@ def test_compiled_steps_serve_a_decode_and_can_be_turned_off(device):
     assert net.fast.steps is None and not any(compiled)
 
 
-def test_a_traced_decode_takes_no_compiled_steps(device, tmp_path):
-    """The trace holds every dirty node's decisions (the reader cannot expand compiled steps
-    yet): a traced network runs steady steps."""
+@pytest.mark.parametrize("level", ["all", "decisions"])
+def test_a_traced_decode_takes_compiled_steps_that_the_reader_expands(device, tmp_path, level):
+    """A traced run's compiled step writes one `plan` event with its values; the reader expands
+    it into its dirty nodes' events (engine/fast_path/step_events.py), which are the flow's,
+    fields included, at both trace levels. A bad value is refused with its line."""
+    import json
+
+    from tests.test_steady_steps import _events
     from traces import TraceWriter
+    from traces.reader import TraceError, read_trace
+    from traces.sinks import DecisionsOnly
     prog = build_program(kv_decoder_step())
-    net = Network(prog, device, impls="dynamic", feedback=KV_FEEDBACK, predictor="adaptive",
-                  trace=TraceWriter(str(tmp_path / "t.jsonl"), {}))
-    back = {v: k for k, v in KV_FEEDBACK.items()}
-    for feeds, fed in _decode_steps([2] + [1] * 8):
-        net.infer(feeds, fed_back=back if fed else None)
-        assert not net.counters.get("plan.compiled")
-    assert net.fast.steps is None
+    steps = _decode_steps([2] + [1] * 12 + [3] + [1] * 6)
+    paths, compiled = {}, None
+    for fast in (True, False):
+        paths[fast] = tmp_path / f"{fast}.jsonl"
+        w = TraceWriter(str(paths[fast]), {})
+        _, _, _, ran = _run(prog, steps, device, KV_FEEDBACK, fast,
+                            trace=w if level == "all" else DecisionsOnly(w))
+        w.close()
+        compiled = compiled or ran
+    assert sum(compiled) >= 10, compiled
+    for i in range(len(steps)):
+        assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
+    lines = paths[True].read_text().splitlines()
+    k = next(k for k, line in enumerate(lines) if '"compiled":' in line)
+    rec = json.loads(lines[k])
+    rec["values"] = rec["values"][:1]
+    lines[k] = json.dumps(rec)
+    paths[True].write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=f":{k + 1}: bad compiled step: a template names value"):
+        list(read_trace(str(paths[True]))[1])

@@ -60,21 +60,27 @@ def _events(path, it):
 @pytest.mark.parametrize("predictor", ["adaptive", "openvino"])
 def test_a_gpt2_decode_takes_steady_steps_with_the_flows_decisions(tmp_path, device, predictor):
     """40 tokens after a 3-token prompt, the KV caches growing past their room several times:
-    the steady steps' events are the flow's, field by field, in the flow's order."""
+    the steady steps' events are the flow's, field by field, in the flow's order; so are those
+    the reader expands from a traced run's compiled steps (engine/fast_path/step_events.py)."""
     prog = _tiny_gpt2()
     steps = _gpt2_steps(3, 40)
     paths = {}
-    for fast in (True, False):
-        paths[fast] = tmp_path / f"{fast}.jsonl"
-        w = TraceWriter(str(paths[fast]), {"model": "gpt2"})
-        _run(prog, steps, device, fast, GPT2_FEEDBACK, trace=w, predictor=predictor)
+    for run in ("steady", "compiled", "flow"):
+        paths[run] = tmp_path / f"{run}.jsonl"
+        w = TraceWriter(str(paths[run]), {"model": "gpt2"})
+        _run(prog, steps, device, run != "flow", GPT2_FEEDBACK, trace=w, predictor=predictor,
+             compile_plans="off" if run == "steady" else "partial")
         w.close()
-    plans = [e for e in read_trace(str(paths[True]))[1] if e["kind"] == "plan"]
+    plans = [e for e in read_trace(str(paths["steady"]))[1] if e["kind"] == "plan"]
     # every layer's attention and its two KV appends, in the steps where the caches had room
     assert max(e.get("steady", 0) for e in plans) == 3 * LAYERS
     assert sum(1 for e in plans if e.get("steady") == 3 * LAYERS) >= 20
+    plans = [e for e in read_trace(str(paths["compiled"]))[1] if e["kind"] == "plan"]
+    assert sum(1 for e in plans if "compiled" in e) >= 20
     for i in range(len(steps)):
-        assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
+        flow = _events(paths["flow"], i)
+        assert _events(paths["steady"], i) == flow, f"inference {i}"
+        assert _events(paths["compiled"], i) == flow, f"inference {i}"
 
 
 def test_a_gpt2_decode_without_a_trace_counts_the_same(device):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import Counter
 from typing import Iterator
 
 from traces.schema import CORE_FIELDS, FIELD_TYPES, HEADER_TYPES, KINDS, PLAN_BASES_KEPT, SCHEMA_VERSION
@@ -112,6 +113,11 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                         raise TraceError(f"{path}:{lineno}: plan replay of inference "
                                          f"{rec['of_iter']}, which is not a plan base")
                     yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
+                    if "compiled" in rec:
+                        try:
+                            yield from stepped(bases.events(rec["compiled"]), rec, bases.steps(rec["compiled"]))
+                        except ValueError as e:
+                            raise TraceError(f"{path}:{lineno}: bad compiled step: {e}") from None
                     continue
                 bases.see(rec)
                 yield rec
@@ -137,6 +143,46 @@ def replayed(base: list[dict], rec: dict, clean_nodes: list | None = None) -> It
             yield {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
 
 
+def stepped(base: list[dict] | None, rec: dict, steps: dict | None) -> Iterator[dict]:
+    """The decision events a compiled step stands for (a `plan partial` event with `compiled`:
+    engine/fast_path/step_events.py): copies of the events of the dirty nodes named by the
+    template `steps` in its base inference, each moving field filled from `values`. Raises
+    ValueError when the base, its template or the values do not fit."""
+    if base is None or not isinstance(steps, dict):
+        raise ValueError(f"inference {rec['compiled']} is not a compiled steps' base")
+    values = rec.get("values")
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError("values is not an array of integers")
+    fill: dict = {}
+    for entry in steps.get("fields") or ():
+        if not isinstance(entry, list) or len(entry) != 5:
+            raise ValueError("a template field is not [node, kind, occurrence, field, value]")
+        node, kind, k, field, v = entry
+        fill.setdefault((node, kind, k), []).append((field, _filled(v, values)))
+    nodes = set(steps.get("nodes") or ())
+    seen: Counter = Counter()
+    for e in base:
+        if e["node"] in nodes:
+            k = seen[e["node"], e["kind"]]
+            seen[e["node"], e["kind"]] += 1
+            out = {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
+            for field, v in fill.get((e["node"], e["kind"], k), ()):
+                out[field] = v
+            yield out
+
+
+def _filled(v, values: list):
+    """A template value with each {"$": k} replaced by values[k]."""
+    if isinstance(v, dict):
+        k = v.get("$")
+        if not isinstance(k, int) or not 0 <= k < len(values):
+            raise ValueError(f"a template names value {k!r} of {len(values)}")
+        return values[k]
+    if isinstance(v, list):
+        return [_filled(x, values) for x in v]
+    return v
+
+
 class PlanBases:
     """Keeps the decision events of the inferences marked `plan_base` (the last few), so
     `plan replay` events can be expanded while streaming."""
@@ -147,6 +193,7 @@ class PlanBases:
         self._cur_iter = None
         self._bases: dict[int, list[dict]] = {}
         self._clean: dict[int, list] = {}   # a base's partial plan: its clean nodes in order
+        self._steps: dict[int, dict] = {}   # a compiled steps' base: its template
 
     def see(self, rec: dict) -> None:
         it = rec["iter"]
@@ -156,9 +203,10 @@ class PlanBases:
             if rec.get("plan_base"):
                 self._bases[it] = self._cur
                 self._clean[it] = rec.get("clean_nodes") or []
+                self._steps[it] = rec.get("steps")
                 while len(self._bases) > self.KEEP:
-                    del self._clean[min(self._bases)]
-                    del self._bases[min(self._bases)]
+                    first = min(self._bases)
+                    del self._clean[first], self._steps[first], self._bases[first]
         elif rec["kind"] not in NOT_REPLAYED:
             self._cur.append(rec)
 
@@ -167,3 +215,6 @@ class PlanBases:
 
     def clean_nodes(self, it: int) -> list:
         return self._clean.get(it, [])
+
+    def steps(self, it: int) -> dict | None:
+        return self._steps.get(it)

@@ -23,7 +23,8 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "counters": (dict,), "latency_ms": _NUM, "compile_ms": _NUM, "of_iter": (int,),
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
-               "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,)}
+               "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,),
+               "compiled": (int,), "values": (list,), "steps": (dict,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -195,7 +196,7 @@ KINDS: dict[str, dict] = {
     "plan": {
         "actions": {"replay", "partial"},
         "reasons": {"same_signature", "transition", "diverged"},
-        "fields": ("of_iter", "kernels", "upto", "steady"),
+        "fields": ("of_iter", "kernels", "upto", "steady", "compiled", "values"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
                "the inference `of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
@@ -210,11 +211,17 @@ KINDS: dict[str, dict] = {
                "`clean_nodes`. `diverged`: a tensor those nodes read changed after all, and the "
                "nodes from there on ran the flow. `steady`: how many of the nodes that ran took "
                "a steady step (engine/fast_path/steady.py: the flow's path compiled for a class "
-               "of nodes whose shapes only moved; the same events). Off with `--no-fast-path`.",
+               "of nodes whose shapes only moved; the same events). `compiled`: those nodes ran "
+               "as one compiled step (engine/fast_path/compiled_steps.py, a decode step as one "
+               "function of the KV length) bound in inference `compiled`, whose infer_end carries "
+               "its template (`steps`); the reader copies that inference's events of the "
+               "template's nodes with the fields that move with the dims filled from `values`. "
+               "Off with `--no-fast-path`.",
     },
     "infer_end": {
         "actions": {""},
-        "fields": ("latency_ms", "out_shapes", "counters", "plan_base", "clean_nodes", "time_ms"),
+        "fields": ("latency_ms", "out_shapes", "counters", "plan_base", "clean_nodes", "steps",
+                   "time_ms"),
         "doc": "An inference finished; `counters` are this inference's decision counts, plus "
                "`peak_bytes` (device memory of activation buffers at its peak) and "
                "`live_bytes_lower_bound` (the largest sum of tensors live at one step: no "
@@ -223,7 +230,9 @@ KINDS: dict[str, dict] = {
                "trace, record (the fast path recording a plan once the outputs are read), gc (Python's garbage "
                "collector); they sum to `latency_ms`, which covers the whole call). `plan_base: true`: later `plan` events may refer "
                "to it (a whole replay when it changed no resource; `clean_nodes`, in execution "
-               "order, the nodes a partial replay of it may repeat).",
+               "order, the nodes a partial replay of it may repeat; `steps`, the template of the "
+               "compiled steps it bound: `nodes`, and `fields` as [node, kind, occurrence, field, "
+               "value], the value's {\"$\": k} standing for a `plan` event's `values[k]`).",
     },
     "check": {
         "actions": {"pass", "fail"},

@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from traces.reader import NOT_REPLAYED, replayed
+from traces.reader import NOT_REPLAYED, replayed, stepped
 from traces.schema import SCHEMA_VERSION
 
 
@@ -105,16 +105,24 @@ class MemoryTrace:
                "reason": reason, "ts": time.perf_counter() - self._t0, **fields}
         self.events.append(rec)
         if kind == "plan":   # expanded as the file reader does (traces/reader.py)
-            base, clean = [], None
-            for e in reversed(self.events):   # events come in iter order: stop past the base
-                if e["iter"] < fields["of_iter"]:
-                    break
-                if e["iter"] == fields["of_iter"]:
-                    if e["kind"] == "infer_end":
-                        clean = e.get("clean_nodes")
-                    elif e["kind"] not in NOT_REPLAYED:
-                        base.append(e)
-            self.events.extend(replayed(base[::-1], rec, clean))
+            base, end = self._base(fields["of_iter"])
+            self.events.extend(replayed(base, rec, end.get("clean_nodes")))
+            if "compiled" in fields:
+                base, end = self._base(fields["compiled"])
+                self.events.extend(stepped(base, rec, end.get("steps")))
+
+    def _base(self, it: int) -> tuple:
+        """(the decision events of inference `it`, its infer_end) among those kept."""
+        base, end = [], {}
+        for e in reversed(self.events):   # events come in iter order: stop past the base
+            if e["iter"] < it:
+                break
+            if e["iter"] == it and not e.get("replayed"):
+                if e["kind"] == "infer_end":
+                    end = e
+                elif e["kind"] not in NOT_REPLAYED:
+                    base.append(e)
+        return base[::-1], end
 
     def flush(self) -> None:
         pass

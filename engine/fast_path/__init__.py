@@ -42,7 +42,7 @@ and applied to each member, after checking every condition under which the flow 
 that path; the flow runs where one fails. They serve the dirty nodes of partial plans and
 every node of an inference of the flow.
 
-Compiled steps (compiled_steps.py, on by default for untraced runs) trace a partial plan's
+Compiled steps (compiled_steps.py, on by default; step_events.py writes them to a trace) trace a partial plan's
 dirty nodes once on symbolic dims, the KV length and the cache's room among them, and call the
 one function for every later step; compiled plans (compiled.py, `compile_plans="all"`) do the
 same for whole inferences of the flow.

@@ -26,7 +26,9 @@ partial replay goes on as before, its host nodes already run. A variant holds th
 of the epoch it was bound in and is bound again, without a new trace, by the next partial
 replay that could have built it (a KV cache grown into a new room), with the variants of the
 same kernels; variants are kept by the dirty nodes and the boundary, so the partial plan of a
-new decode (a new base) binds them too. Untraced runs only, as compiled plans.
+new decode (a new base) binds them too. A traced run binds only the variant of the replay
+that traced or found it, with a template of its events (step_events.py), and its host nodes
+run their flow (their events are written as they happen).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from collections import Counter
 
 import numpy as np
 
-from engine.fast_path import steady
+from engine.fast_path import steady, step_events
 from engine.fast_path.compiled import (Pending, answer_sources, answers_of, buffers_keep, check, compiled_image,
                                        image_blocks, node_keys, trace_node, upload_host_params, write_image)
 from engine.fast_path.host_values import apply_hosts, host_part, trace_hosts
@@ -44,6 +46,7 @@ from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.layout import Layout
 from engine.ops.common import norm_axis
 from engine.symbolic import Escape, Session, args_of, concrete, structure
+from traces.schema import PLAN_BASES_KEPT
 
 MAX_VARIANTS = 8      # an attention's tiles by KV length may split the lengths into ranges
 MAX_REFUSALS = 2      # traces of one partial plan refused before it is no longer tried
@@ -62,7 +65,11 @@ class Steps:
                  "hosts", "host_counts", "run_hosts",
                  # the partial plan it is bound to: its blocks, what they write, its boundary
                  "plan", "order", "written", "boundary",
-                 "epoch", "changes", "snapshot", "args", "touches", "counters")
+                 "epoch", "changes", "snapshot", "args", "touches", "counters",
+                 # traced runs (step_events.py): the moving fields of the dirty nodes' events;
+                 # the base bound from (its iteration, the fast path's base count then) and
+                 # the variables its template names
+                 "moving", "base", "variables")
 
 
 class Dirty:
@@ -96,6 +103,7 @@ class CompiledSteps:
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
         self.why_not = ""               # why the last build was refused (for reading)
+        self.ran = None                 # traced runs: (base iteration, values) of the last step
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -123,10 +131,11 @@ class CompiledSteps:
                 if not holds(checks, fast.buffers):
                     return False, frozenset(i for i, _ in d.hosts[:k + 1])
         struct, dims = self._dims(d)
+        traced = fast.decisions.traced
         last = self.last.get(d.key)     # the variant that served the last step serves most
         for c in (variants if last is None else (last, *(v for v in variants if v is not last))):
             if c.plan is not plan or c.epoch != fast.epoch or c.changes != memory.changes or \
-                    c.structure != struct:
+                    c.structure != struct or (traced and fast.bases - c.base[1] >= PLAN_BASES_KEPT):
                 continue
             got = _call(c, dims)
             if got is None:
@@ -140,6 +149,9 @@ class CompiledSteps:
             if self._apply(plan, d, c, got):
                 self.runs += 1
                 self.last[d.key] = c
+                if traced:              # what the trace writes of it (step_events.py)
+                    env = got[-1]
+                    self.ran = (c.base[0], [env[n] for n in c.variables])
                 return True, ran
             return False, ran
         return False, ran if variants[0].hosts is None else frozenset()
@@ -189,57 +201,80 @@ class CompiledSteps:
         return True
 
     # ---- after a partial replay of steady steps --------------------------------------------
-    def record(self, plan, members: int, counted: Counter, launches, reallocs, touches) -> None:
+    def record(self, plan, members: int, counted: Counter, launches, reallocs, touches, log=None,
+               iteration: int = -1) -> dict | None:
         """After a partial replay that changed no resource: when every dirty device node took
-        its steady step, bind the variant whose guards hold, tracing one if none does."""
+        its steady step, bind the variant whose guards hold, tracing one if none does. In a
+        traced run (`log`: the replay's events) only that variant, when its template holds
+        (step_events.py): returns the template, which the replay's infer_end carries."""
         fast = self.fast
         if plan.dirty is None:
             plan.dirty = Dirty(plan)
         d = plan.dirty
         if members != len(d.device):
-            return
+            return None
         struct, dims = self._dims(d)
         ids = _kernel_ids(d.device)
-        c, got = None, None
         variants = self.table.setdefault(d.key, [])
+        c, got = self._variant(d, variants, struct, dims, ids, launches, reallocs, log)
+        if c is None:
+            return None
+        tpl = None
+        if log is not None:
+            tpl = step_events.template(d.device, c.moving, log, got[-1]) if c.moving is not None else None
+            if tpl is None:
+                self.why_not = "its events' fields are not what the trace computes"
+                return None
+            tpl, c.variables = tpl
+            counted = step_events.counts(d.device, log)
+            c.base = (iteration, fast.bases + 1)   # (the caller counts the base)
+        self._release(fast)
+        # the variants of other ranges of the same kernels and structure (the step that fills
+        # a cache's room exactly) leave the same state and decisions: bound with it, where no
+        # trace needs a template of its own
+        for v in variants:
+            if v is c or (log is None and v.kernel_ids == ids and v.structure == struct):
+                if v.plan is not plan:
+                    _to_plan(v, plan, d)
+                _bind(fast, v, self.inputs, counted, got[7], launches, touches)
+        return tpl
+
+    def _variant(self, d: Dirty, variants: list, struct, dims, ids, launches, reallocs, log) -> tuple:
+        """(the variant whose guards hold for the partial replay just run, traced if none does,
+        its answer), or (None, None) when its trace is refused."""
+        c, got = None, None
         for v in variants:
             if v.kernel_ids == ids and v.structure == struct:
                 got = _call(v, dims)
                 if got is not None:
                     c = v
                     break
-        if c is not None and not _agrees(fast, c, got, launches, reallocs):
+        if c is not None and not _agrees(self.fast, c, got, launches, reallocs):
             variants.remove(c)          # it holds something of another base: traced again
             self.last.pop(d.key, None)
             c = None
-        if c is None:
-            if self.refusals.get(d.key, 0) >= MAX_REFUSALS:
-                return
-            try:
-                # the variants of a key compute their host nodes alike (run() relies on it)
-                c = _build(fast, d, self.inputs, launches, reallocs,
-                           variants[0].hosts is not None if variants else None)
-                got = _call(c, dims)
-                check(got is not None, None, "its own dims")
-            except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
-                self.why_not = f"{type(e).__name__}: {e}"
-                self.refusals[d.key] = self.refusals.get(d.key, 0) + 1
-                return
-            c.kernel_ids, c.structure = ids, struct
-            self.built += 1
-            if len(variants) >= MAX_VARIANTS:
-                if variants.pop(0) is self.last.get(d.key):
-                    del self.last[d.key]
-            variants.append(c)
-        self._release(fast)
-        # the variants of other ranges of the same kernels and structure (the step that fills
-        # a cache's room exactly) leave the same state and decisions: bound with it
-        for v in variants:
-            if v is c or (v.kernel_ids == ids and v.structure == struct):
-                if v.plan is not plan:
-                    _to_plan(v, plan, d)
-                _bind(fast, v, self.inputs, counted, got[7], launches, touches)
-
+        if c is not None:
+            return c, got
+        if self.refusals.get(d.key, 0) >= MAX_REFUSALS:
+            return None, None
+        try:
+            # the variants of a key compute their host nodes alike (run() relies on it)
+            # (a traced run writes the host nodes' events: they run their flow)
+            c = _build(self.fast, d, self.inputs, launches, reallocs, False if log is not None else
+                       variants[0].hosts is not None if variants else None, log)
+            got = _call(c, dims)
+            check(got is not None, None, "its own dims")
+        except Exception as e:          # an Escape, or an op's Python a Sym cannot follow
+            self.why_not = f"{type(e).__name__}: {e}"
+            self.refusals[d.key] = self.refusals.get(d.key, 0) + 1
+            return None, None
+        c.kernel_ids, c.structure = ids, struct
+        self.built += 1
+        if len(variants) >= MAX_VARIANTS:
+            if variants.pop(0) is self.last.get(d.key):
+                del self.last[d.key]
+        variants.append(c)
+        return c, got
 
     def _release(self, fast) -> None:
         """Variants bound in an earlier epoch let go of its buffers (their arguments and the
@@ -321,10 +356,10 @@ def _steady_from(fast, c: Steps, keys: tuple) -> bool:
         not any(map(operator.eq, keys, prev))
 
 
-def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | None) -> Steps:
+def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | None, log) -> Steps:
     """Trace the dirty device nodes of the partial replay just run (module docstring), and its
     dirty host nodes' integer math where it can (`sym_hosts`: None where it can, True: must,
-    False: never)."""
+    False: never); in a traced run (`log`: its events), its events' moving fields too."""
     host_valued = {id(t) for t in inputs} | {id(t) for i in fast.insts if i.node.host for t in i.outputs}
     for inst, _ in d.hosts:
         if any(t is not None and not t.constant and id(t) not in host_valued for t in inst.inputs):
@@ -354,6 +389,7 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | N
         boundary = d.boundary
         for t, layout in boundary:
             check(concrete(sym[id(t)]) == layout, None, f"the boundary layout of {t.name}")
+        moving = step_events.symbolic(d.device, state, log) if log is not None else None
         returns = _returns(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys, boundary,
                            copied, hosts)
         fn, src = s.function("compiled_steps", returns)
@@ -368,6 +404,7 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | N
     per = Counter(owner[id(b)] for b, *_ in launches)
     c.per_node = [per[k] for k in range(len(d.device))]
     c.plan, c.epoch, c.changes, c.snapshot, c.args, c.touches = None, -1, -1, None, None, None
+    c.moving, c.base, c.variables = moving, None, None
     host_part(c, hosts)
     return c
 

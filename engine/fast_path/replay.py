@@ -23,8 +23,8 @@ NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "p
 __all__ = ["COMPILE_MODES", "FastPath", "NOT_DECISIONS", "signature"]
 
 _IMPL_CHANGES = ("update_impl.switch", "update_impl.build", "update_weights.")
-# what is compiled (untraced runs): nothing, a partial plan's dirty steps (a decode step), or
-# whole plans too
+# what is compiled: nothing, a partial plan's dirty steps (a decode step, traced runs too), or
+# whole plans too (untraced runs)
 COMPILE_MODES = ("off", "partial", "all")
 SEEN_KEPT = 1024
 
@@ -64,14 +64,13 @@ class FastPath(Observer):
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
-        # compiled plans, untraced runs only (`compile_plans`: "off", "partial" or "all"): a
-        # partial plan's dirty steps (compiled_steps.py: a decode step) by default; whole plans
-        # (compiled.py) only when asked while a trace costs more than the flow it saves (a trace
+        # compiled plans (`compile_plans`: "off", "partial" or "all"): a partial plan's dirty
+        # steps (compiled_steps.py: a decode step) by default; whole plans (compiled.py, untraced
+        # runs only) only when asked while a trace costs more than the flow it saves (a trace
         # per range of lengths a model's tiles make: performance.md)
         self.compiled = compiled.CompiledPlans(self) if compile_plans == "all" and not decisions.traced \
             and not self.blocker and not by_value else None
-        self.steps = compiled_steps.CompiledSteps(self) if compile_plans != "off" and not decisions.traced \
-            else None
+        self.steps = compiled_steps.CompiledSteps(self) if compile_plans != "off" else None
         self._steps_ran = False        # this partial replay was a compiled one
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
         self._all_steady = False       # every device node of this flow took a steady step
@@ -157,6 +156,8 @@ class FastPath(Observer):
         self._partial, self._steps_ran = plan, False
         if plan is not None and self.steps is not None:    # what compiled steps are traced from
             self._launches, self._reallocs, self._touches = [], [], []
+            if self.decisions.traced:  # (and the events a traced run's template names)
+                self.decisions.log = []
         if plan is None:
             self._changed, self._fed = self.input_changes(feeds, fed_back), frozenset(fed_back)
             self._launches, self._reallocs, self._touches = [], [], []
@@ -222,17 +223,23 @@ class FastPath(Observer):
         p = self._partial
         if p is not None:
             counters["plan.partial"] = 1
+            # a compiled step's events: its base's, with `values` (step_events.py)
+            ran = dict(zip(("compiled", "values"), self.steps.ran)) if self._steps_ran and \
+                self.decisions.traced else {}
             self.decisions.trace.event("plan", "", "", "partial", "diverged" if upto is not None else "",
                                        of_iter=p.of_iter, kernels=p.kernels,
                                        upto=len(p.clean_nodes) if upto is None else upto,
-                                       steady=self._steady.members)
+                                       steady=self._steady.members, **ran)
         clean = self._record(counters, iteration, upto is not None)
+        if clean.__class__ is dict:    # a compiled step's base
+            return {"plan_base": True, "steps": clean}
         return {} if clean is None else {"plan_base": True, "clean_nodes": clean} if clean else \
             {"plan_base": True}
 
-    def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | None:
+    def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | dict | None:
         """The node names of the clean nodes of the partial plan recorded ([] when only a
-        whole plan was), or None when this inference is no plan base."""
+        whole plan was), the template of the compiled steps bound (a traced run), or None when
+        this inference is no plan base."""
         prev, sig, mem = self.recording
         launches, reallocs, log, touches = self._launches, self._reallocs, self.decisions.log, self._touches
         self._launches = self._reallocs = self._touches = self.decisions.log = None
@@ -241,10 +248,13 @@ class FastPath(Observer):
         changed = self.buffers.memory.changes != mem or \
             (not self._steps_ran and not resource_free(self.insts, counters))
         if self._partial is not None:
+            tpl = None
             if self.steps is not None and not self._steps_ran and not diverged and not changed and \
                     not counters.get("device_reads"):
-                self.steps.record(self._partial, self._steady.members, self._steady.counted, launches,
-                                  reallocs, touches)
+                tpl = self.steps.record(self._partial, self._steady.members, self._steady.counted, launches,
+                                        reallocs, touches, log, iteration)
+                if tpl is not None:
+                    self.bases += 1
             # a dirty node that switched impls may only repeat from now on: the next flow
             # records a plan with fewer dirty nodes (a compiled step kept every kernel bound)
             if diverged or (not self._steps_ran and any(k.startswith(_IMPL_CHANGES) for k in counters)):
@@ -252,7 +262,7 @@ class FastPath(Observer):
             self._partial = None
             if changed:
                 self._new_epoch()
-            return None
+            return tpl
         self.current = None
         ran, self._ran = self._ran, 0
         if ran == 1:                   # a compiled inference: its transition's plan the second time

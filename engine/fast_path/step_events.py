@@ -1,0 +1,134 @@
+"""What a compiled step decided, for the trace: the dirty nodes' events of the partial replay a
+variant was bound from, with the fields that move with the dims named by the variant's variables.
+
+A compiled step (compiled_steps.py) makes the decisions its dirty device nodes made in the
+steady partial replay that bound it (the base), with other numbers: the same kinds, actions and
+reasons, the same impls and capacities (the epoch's), other shapes and byte counts. So a traced
+run writes that base's events once, as they happen, and marks its infer_end with a template
+(`steps`): which fields of which events are expressions of the step's dims, each a value of the
+generated function's variables (`{"$": k}` stands for the k-th). Each compiled step then writes
+one `plan partial` event with `compiled` (the base's iteration) and `values` (those variables'
+values), and the reader (traces/reader.py) expands it into the base's events of those nodes with
+the values filled in: the seeds' events, as for a plan replay.
+
+Which fields move is said here, by kind, from the symbolic layouts the variant's trace left
+(the nodes' input layouts, their outputs' and scratch buffers' layouts); `template` checks each
+against the base's value before the variant serves a traced run, and the tests compare every
+event, fields included, with the flow's.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from engine.decisions import count
+from engine.ops.common import norm_axis
+from engine.symbolic import Sym, substitute
+
+
+def _moving_fields(kind: str, fields: dict) -> tuple:
+    """The fields of an event that move with the dims."""
+    if kind == "update_shape":
+        names = ("in_shapes", "out_shapes")
+    elif kind == "realloc" and "shape" in fields:
+        names = ("shape", "bytes")
+    elif kind == "kv_cache":
+        names = ("bytes_copied", "capacity", "length")
+    else:
+        return ()
+    return tuple(f for f in names if f in fields)
+
+
+def _moving(inst, kind: str, fields: dict, in_l: list, layout) -> dict:
+    """The symbolic values of those fields of a `kind` event of `inst` (`in_l`: its symbolic
+    input layouts, `layout(t)`: a tensor's)."""
+    if kind == "update_shape":
+        return {"in_shapes": [None if l is None else l.shape for l in in_l],
+                "out_shapes": [layout(t).shape for t in inst.outputs]}
+    if kind == "realloc":
+        buf = fields.get("buffer")       # "internalK": the node's K-th scratch buffer
+        l = layout(inst.internals[int(buf[8:])] if buf else inst.outputs[fields.get("output", 0)])
+        return {"shape": l.shape, "bytes": l.nbytes}
+    past, new = in_l                     # kv_cache
+    shape = layout(inst.outputs[0]).shape
+    axis = norm_axis(inst.node.attrs["axis"], len(shape))
+    return {"bytes_copied": new.nbytes, "capacity": past.phys[axis], "length": shape[axis]}
+
+
+def symbolic(device: list, state: list, log: list) -> dict:
+    """Inside the variant's trace (its Session): (node, kind, occurrence) -> {field: its
+    symbolic value} for the moving fields of the dirty device nodes' events in `log` (the
+    partial replay traced), so that each value is a variable of the generated function."""
+    layouts = {id(o): v for o, attr, v in state if attr == "layout"}
+    inputs = {id(o): v for o, attr, v in state if attr == "in_layouts"}
+    nodes = {i.node.name: i for i in device}
+    seen: Counter = Counter()
+    out = {}
+    for name, kind, _, _, fields in log:
+        inst = nodes.get(name)
+        if inst is None:
+            continue
+        key = (name, kind, seen[name, kind])
+        seen[name, kind] += 1
+        names = _moving_fields(kind, fields)
+        if not names:
+            continue
+        values = _moving(inst, kind, fields, inputs[id(inst)], lambda t: layouts.get(id(t), t.layout))
+        out[key] = {f: values[f] for f in names}
+    return out
+
+
+def template(device: list, moving: dict, log: list, env: dict) -> tuple | None:
+    """(the template a base's infer_end carries, the variables its values name) for a variant
+    (`moving`: its `symbolic` fields) bound from the partial replay whose events are `log`
+    (`env`: the variant's variables for it), or None when an event has moving fields the trace
+    did not see or a value is not what the variant computes."""
+    nodes = {i.node.name for i in device}
+    seen: Counter = Counter()
+    variables: dict = {}                 # variable name -> its index in `values`
+    spec = []
+    for name, kind, _, _, fields in log:
+        if name not in nodes:
+            continue
+        key = (name, kind, seen[name, kind])
+        seen[name, kind] += 1
+        names = _moving_fields(kind, fields)
+        values = moving.get(key, {})
+        if set(names) != set(values):
+            return None
+        for field, v in values.items():
+            if _plain(substitute(v, env)) != _plain(fields[field]):
+                return None
+            if _has_sym(v):
+                spec.append([name, kind, key[2], field, _encode(v, variables)])
+    return {"nodes": sorted(nodes), "fields": spec}, list(variables)
+
+
+def counts(device: list, log: list) -> Counter:
+    """What the dirty device nodes' decisions in `log` added to the counters (a traced steady
+    step records some of its decisions one by one, beside those its path counts)."""
+    nodes = {i.node.name for i in device}
+    c: Counter = Counter()
+    for name, kind, action, reason, fields in log:
+        if name in nodes:
+            count(c, kind, action, reason, fields)
+    return c
+
+
+def _has_sym(v) -> bool:
+    return v.__class__ is Sym or (isinstance(v, (tuple, list)) and any(_has_sym(x) for x in v))
+
+
+def _encode(v, variables: dict):
+    """`v` as JSON: a Sym as {"$": its variable's index}."""
+    if v.__class__ is Sym:
+        return {"$": variables.setdefault(v.name, len(variables))}
+    if isinstance(v, (tuple, list)):
+        return [_encode(x, variables) for x in v]
+    return v if v is None else int(v)
+
+
+def _plain(v):
+    """A field's value as the trace's JSON holds it (tuples as lists, numpy ints as ints)."""
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    return v if v is None or isinstance(v, (str, float)) else int(v)

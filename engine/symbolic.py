@@ -403,3 +403,41 @@ class Session:
         """(the compiled function of the parameters, its source): the traced lines (guards
         return None), then `return returns`."""
         return _compile(name, self.params, self.tr, returns)
+
+    def setter(self, targets: list):
+        """A compiled function of `env` (the variables of `function`'s, its `locals()`) that sets
+        each (object, attribute, symbolic value) of `targets` to the value for those variables:
+        `substitute` made straight-line code (a whole plan's state is a few hundred values)."""
+        tr = _Trace()
+        tr.consts = dict(self.tr.consts)
+        names: set = set()
+        lines = []
+        for obj, attr, v in targets:
+            _sym_names(v, names)
+            lines.append(f"{tr.const(obj)}.{attr} = {_rebuild(v, tr)}")
+        src = "def setter(env):\n" + "".join(f"    {n} = env[{n!r}]\n" for n in sorted(names)) + \
+            "".join(f"    {l}\n" for l in lines) + "    return None\n"
+        env = {n: obj for n, obj in tr.consts.values()}
+        env.update(_L=Layout, _R=_replace)
+        exec(compile(src, "<setter>", "exec"), env)
+        return env["setter"]
+
+
+def _sym_names(x, out: set) -> None:
+    """The variables of the Syms in `x` (what `_rebuild` names), added to `out`."""
+    c = x.__class__
+    if c is Sym:
+        out.add(x.name)
+    elif c in (tuple, list):
+        for e in x:
+            _sym_names(e, out)
+    elif c is dict:
+        for k, v in x.items():
+            _sym_names(k, out)
+            _sym_names(v, out)
+    elif c is Layout:
+        _sym_names(x.shape, out)
+        _sym_names(x.pad, out)
+    elif c is KernelCall:
+        for f in dataclasses.fields(x):
+            _sym_names(getattr(x, f.name), out)

@@ -39,7 +39,7 @@ from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
-from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
+from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure
 
 MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
 # traces of one input structure refused before it is no longer tried (a model whose host
@@ -51,7 +51,7 @@ class Compiled:
     """One traced structure: `fn(*dims)` -> (kernels, image values, predictor calls, live
     bytes, immediate layouts, node keys, its variables) or None; `state`: (object, attribute,
     symbolic value) the flow leaves. The rest is what the epoch it is bound in holds."""
-    __slots__ = ("fn", "source", "state", "host_structure", "kernel_ids",
+    __slots__ = ("fn", "source", "state", "setter", "host_structure", "kernel_ids",
                  "image", "counters", "epoch", "snapshot", "args", "touches",
                  "host_views", "immediate", "io_snapshot", "bounds", "device", "launch_bounds",
                  "launch_insts")
@@ -68,9 +68,7 @@ class Pending:
     def put_back(self) -> None:
         for obj, values in self.c.snapshot:
             obj.restore(values)
-        env = self.env
-        for obj, attr, v in self.c.state:
-            setattr(obj, attr, substitute(v, env))
+        self.c.setter(self.env)             # each (object, attribute) of `state`, substituted
 
 
 class CompiledPlans:
@@ -310,7 +308,7 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
         parts = answer_sources(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys)
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
-    c.fn, c.source, c.state = fn, src, state
+    c.fn, c.source, c.state, c.setter = fn, src, state, s.setter(state)
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = compiled_image(image)
     c.immediate = immediate

@@ -3,7 +3,7 @@ on symbolic dims and called for new signatures decides what the flow decides and
 what it computes.
 
 Random (batch, length) sequences (growth past the buffers, shrink, repeats, batch changes) run
-untraced with the fast path on (compiled plans, whole plans, steady steps) and off (the flow);
+with the fast path on (compiled plans, whole plans, steady steps) and off (the flow);
 each inference's outputs are bit-identical and its counters (every decision, the live and peak
 bytes) equal, the outputs match onnxruntime, and compiled plans must have served inferences."""
 from __future__ import annotations
@@ -75,16 +75,31 @@ def test_a_compiled_inference_is_counted_and_leaves_the_flow_its_state(device):
     assert net.fast.compiled.runs == 2
 
 
-def test_a_traced_run_takes_no_compiled_plan(device, tmp_path):
-    """The trace holds every decision of every node (the reader cannot expand a compiled
-    inference yet): traced networks run steady steps instead."""
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device, tmp_path, kind):
+    """A traced run's compiled inference writes one `plan compiled` event; the reader expands it
+    into its base's device-node events with the moving fields filled (step_events.py), which
+    are the flow's, fields included. Transitions of compiled inferences met again are not
+    recorded as whole plans there (the reader could not expand them)."""
+    from tests.test_steady_steps import _events
     from traces import TraceWriter
     prog = build_program(bert_encoder(**BERT))
-    net = Network(prog, device, impls="dynamic", trace=TraceWriter(str(tmp_path / "t.jsonl"), {}),
-                  compile_plans="all")
-    for feeds, _ in _bert_steps(WARM + [(1, 30)]):
-        net.infer(feeds)
-    assert net.fast.compiled is None and "plan.compiled" not in net.counters
+    lengths = WARM + [(1, 39), (1, 30), (1, 35), (1, 30), (1, 35), (1, 150), (1, 38), (1, 37), (1, 20),
+                      (2, 30), (2, 31), (1, 33)]
+    paths, compiled = {}, []
+    for fast in (True, False):
+        paths[fast] = tmp_path / f"{fast}.jsonl"
+        net = Network(prog, device, impls="dynamic", fast_path=fast, predictor="adaptive",
+                      compile_plans="all", trace=TraceWriter(str(paths[fast]), {}))
+        net.impls.device_type = kind
+        for feeds, _ in _bert_steps(lengths):
+            net.infer(feeds)
+            if fast:
+                compiled.append(net.counters.get("plan.compiled", 0))
+        net.trace.close()
+    assert sum(compiled) >= 5, compiled
+    for i in range(len(lengths)):
+        assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
 
 
 def test_a_guard_that_fails_falls_back_to_the_flow(device):

@@ -112,7 +112,8 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                     if base is None:
                         raise TraceError(f"{path}:{lineno}: plan replay of inference "
                                          f"{rec['of_iter']}, which is not a plan base")
-                    yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
+                    if rec["action"] != "compiled":    # (a compiled one: its base's template only)
+                        yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
                     if "compiled" in rec:
                         try:
                             yield from stepped(bases.events(rec["compiled"]), rec, bases.steps(rec["compiled"]))

@@ -194,7 +194,7 @@ KINDS: dict[str, dict] = {
         "doc": "An OpenCL program was built (pyopencl's binary cache may serve it).",
     },
     "plan": {
-        "actions": {"replay", "partial"},
+        "actions": {"replay", "partial", "compiled"},
         "reasons": {"same_signature", "transition", "diverged"},
         "fields": ("of_iter", "kernels", "upto", "steady", "compiled", "values"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
@@ -216,6 +216,9 @@ KINDS: dict[str, dict] = {
                "function of the KV length) bound in inference `compiled`, whose infer_end carries "
                "its template (`steps`); the reader copies that inference's events of the "
                "template's nodes with the fields that move with the dims filled from `values`. "
+               "`compiled` (the action): a whole inference ran as one compiled plan "
+               "(engine/fast_path/compiled.py; its host nodes' events are in the file as usual), "
+               "bound in inference `compiled` (= `of_iter`), expanded as above. "
                "Off with `--no-fast-path`.",
     },
     "infer_end": {

@@ -105,8 +105,9 @@ class MemoryTrace:
                "reason": reason, "ts": time.perf_counter() - self._t0, **fields}
         self.events.append(rec)
         if kind == "plan":   # expanded as the file reader does (traces/reader.py)
-            base, end = self._base(fields["of_iter"])
-            self.events.extend(replayed(base, rec, end.get("clean_nodes")))
+            if action != "compiled":
+                base, end = self._base(fields["of_iter"])
+                self.events.extend(replayed(base, rec, end.get("clean_nodes")))
             if "compiled" in fields:
                 base, end = self._base(fields["compiled"])
                 self.events.extend(stepped(base, rec, end.get("steps")))

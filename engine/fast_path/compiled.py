@@ -34,12 +34,13 @@ import operator
 import numpy as np
 
 from engine.bound_kernel import work_sizes
-from engine.fast_path import steady
+from engine.fast_path import steady, step_events
 from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
 from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure
+from traces.schema import PLAN_BASES_KEPT
 
 MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
 # traces of one input structure refused before it is no longer tried (a model whose host
@@ -54,7 +55,11 @@ class Compiled:
     __slots__ = ("fn", "source", "state", "setter", "host_structure", "kernel_ids",
                  "image", "counters", "epoch", "snapshot", "args", "touches",
                  "host_views", "immediate", "io_snapshot", "bounds", "device", "launch_bounds",
-                 "launch_insts")
+                 "launch_insts",
+                 # traced runs (step_events.py): the moving fields of the device nodes' events,
+                 # the base it was bound from (its iteration, the fast path's base count then)
+                 # and the variables its template names
+                 "moving", "base", "variables")
 
 
 class Pending:
@@ -83,6 +88,7 @@ class CompiledPlans:
         self.why_not = ""               # why the last build was refused (for reading)
         self.refusals: dict = {}        # input structure -> builds refused
         self.last = None                # (Compiled, its answer) of the last compiled inference
+        self.ran = None                 # traced runs: (base iteration, values) of the last one
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -108,8 +114,10 @@ class CompiledPlans:
         layouts = [t.layout for t in self.host_params]
         host_structure = structure(layouts, ())
         dims = args_of([t.layout for t in self.inputs] + layouts, ())
+        traced = fast.decisions.traced
         for c in cands:
-            if c.epoch != fast.epoch or c.host_structure != host_structure:
+            if c.epoch != fast.epoch or c.host_structure != host_structure or \
+                    (traced and fast.bases - c.base[1] >= PLAN_BASES_KEPT):
                 continue
             try:
                 got = c.fn(*dims)
@@ -117,6 +125,9 @@ class CompiledPlans:
                 got = None
             if got is not None and self._apply(c, got):
                 self.runs += 1
+                if traced:              # what the trace writes of it (step_events.py)
+                    env = got[-1]
+                    self.ran = (c.base[0], [env[n] for n in c.variables])
                 return 1
         return 2
 
@@ -170,34 +181,56 @@ class CompiledPlans:
         return launches, [(t, shape, bits) for t, _, shape, _, bits in calls], c.touches
 
     # ---- after an inference of the flow ----------------------------------------------------
-    def record(self, counters, launches, reallocs, touches) -> None:
+    def record(self, counters, launches, reallocs, touches, log=None, iteration: int = -1) -> dict | None:
         """After an inference of the flow that changed no resource and whose device nodes all
         took steady steps: bind the compiled plan of its structure to this epoch, tracing it
-        first if no variant's guards hold for these dims."""
+        first if no variant's guards hold for these dims, and its variants of the same kernels
+        (other ranges of lengths) with it. In a traced run (`log`: the inference's events) only
+        that variant, when its template holds (step_events.py): returns the template, which the
+        inference's infer_end carries."""
         fast = self.fast
         key = self._key()
         if self.refusals.get(key, 0) >= MAX_REFUSALS:
-            return
+            return None
         cands = self.table.setdefault(key, [])
         layouts = [t.layout for t in self.host_params]
         host_structure = structure(layouts, ())
         dims = args_of([t.layout for t in self.inputs] + layouts, ())
         ids = _kernel_ids(fast)
-        c = next((c for c in cands if c.kernel_ids == ids and c.host_structure == host_structure
-                  and c.fn(*dims) is not None), None)
+        c, got = None, None
+        for v in cands:
+            if v.kernel_ids == ids and v.host_structure == host_structure:
+                got = v.fn(*dims)
+                if got is not None:
+                    c = v
+                    break
         if c is None:
             try:
-                c = _build(fast, self.host_params, launches, reallocs)
+                c = _build(fast, self.host_params, launches, reallocs, log)
+                got = c.fn(*dims)
+                check(got is not None, None, "its own dims")
             except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
                 self.why_not = f"{type(e).__name__}: {e}"
                 self.refusals[key] = self.refusals.get(key, 0) + 1
-                return
+                return None
             c.kernel_ids = ids
             self.built += 1
             if len(cands) >= MAX_VARIANTS:
                 cands.pop(0)
             cands.append(c)
-        _bind(fast, c, self.host_params, counters, launches, touches)
+        tpl = None
+        if log is not None:
+            tpl = step_events.template(c.device, c.moving, log, got[-1]) if c.moving is not None else None
+            if tpl is None:
+                self.why_not = "its events' fields are not what the trace computes"
+                return None
+            tpl, c.variables = tpl
+            counters = step_events.counts(c.device, log)
+            c.base = (iteration, fast.bases + 1)   # (the caller counts the base)
+        for v in cands:
+            if v is c or (log is None and v.kernel_ids == ids and v.host_structure == host_structure):
+                _bind(fast, v, self.host_params, counters, launches, touches)
+        return tpl
 
 
 def buffers_keep(buffers, calls, host_params) -> bool:
@@ -277,8 +310,9 @@ def _host_params(fast) -> list:
     return out
 
 
-def _build(fast, host_params, launches, reallocs) -> Compiled:
-    """Trace the inference just run (module docstring); Escape when it cannot be compiled."""
+def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
+    """Trace the inference just run (module docstring); Escape when it cannot be compiled. In a
+    traced run (`log`: its events), its events' moving fields too."""
     insts, steps, tensors = fast.insts, fast.steady_steps, fast.buffers.tensors
     inputs = [tensors[n] for n in fast.program.inputs]
     if fast.by_value:
@@ -305,10 +339,12 @@ def _build(fast, host_params, launches, reallocs) -> Compiled:
                 keys.append(tuple(args_of(in_l, ())))
         kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound, sym)
         image = image_blocks(fast, launches, per_bound)
+        moving = step_events.symbolic(device, state, log) if log is not None else None
         parts = answer_sources(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys)
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
     c.fn, c.source, c.state, c.setter = fn, src, state, s.setter(state)
+    c.moving, c.base, c.variables = moving, None, None
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = compiled_image(image)
     c.immediate = immediate

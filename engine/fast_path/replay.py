@@ -65,13 +65,14 @@ class FastPath(Observer):
         self._fed: frozenset = frozenset()
         self.bases = 0                 # plan bases written so far (trace readers keep the last few)
         # compiled plans (`compile_plans`: "off", "partial" or "all"): a partial plan's dirty
-        # steps (compiled_steps.py: a decode step) by default; whole plans (compiled.py, untraced
-        # runs only) only when asked while a trace costs more than the flow it saves (a trace
-        # per range of lengths a model's tiles make: performance.md)
-        self.compiled = compiled.CompiledPlans(self) if compile_plans == "all" and not decisions.traced \
-            and not self.blocker and not by_value else None
+        # steps (compiled_steps.py: a decode step) by default; whole plans (compiled.py) only
+        # when asked while a trace costs more than the flow it saves (a trace per range of
+        # lengths a model's tiles make: performance.md)
+        self.compiled = compiled.CompiledPlans(self) if compile_plans == "all" and not self.blocker \
+            and not by_value else None
         self.steps = compiled_steps.CompiledSteps(self) if compile_plans != "off" else None
         self._steps_ran = False        # this partial replay was a compiled one
+        self._template = None          # the template of a compiled plan bound now (traced runs)
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
         self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
@@ -217,44 +218,53 @@ class FastPath(Observer):
 
     def end_flow(self, counters: Counter, iteration: int, upto: int | None = None) -> dict:
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
-        trace the partial replay; record whole and partial plans from a flow where it allows.
-        Returns what the inference's infer_end carries of it (plan_base, clean_nodes)."""
+        trace the partial replay or the compiled inference; record whole and partial plans
+        from a flow where it allows, bind compiled ones. Returns what the inference's infer_end
+        carries of it (plan_base, clean_nodes, steps)."""
         self._open = False
         p = self._partial
+        traced = self.decisions.traced
         if p is not None:
             counters["plan.partial"] = 1
             # a compiled step's events: its base's, with `values` (step_events.py)
-            ran = dict(zip(("compiled", "values"), self.steps.ran)) if self._steps_ran and \
-                self.decisions.traced else {}
+            ran = dict(zip(("compiled", "values"), self.steps.ran)) if self._steps_ran and traced else {}
             self.decisions.trace.event("plan", "", "", "partial", "diverged" if upto is not None else "",
                                        of_iter=p.of_iter, kernels=p.kernels,
                                        upto=len(p.clean_nodes) if upto is None else upto,
                                        steady=self._steady.members, **ran)
+        elif self._ran == 1 and traced:
+            base, values = self.compiled.ran
+            self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, compiled=base, values=values)
+        self._template = None
         clean = self._record(counters, iteration, upto is not None)
-        if clean.__class__ is dict:    # a compiled step's base
-            return {"plan_base": True, "steps": clean}
-        return {} if clean is None else {"plan_base": True, "clean_nodes": clean} if clean else \
-            {"plan_base": True}
+        if clean is None and self._template is None:
+            return {}
+        self.bases += 1                # a base of plan events (the reader keeps the last few)
+        out = {"plan_base": True}
+        if clean:
+            out["clean_nodes"] = clean
+        if self._template is not None:
+            out["steps"] = self._template
+        return out
 
-    def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | dict | None:
+    def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | None:
         """The node names of the clean nodes of the partial plan recorded ([] when only a
-        whole plan was), the template of the compiled steps bound (a traced run), or None when
-        this inference is no plan base."""
+        whole plan was), or None when this inference records neither; the template of the
+        compiled plan or steps bound in a traced run goes to `_template`."""
         prev, sig, mem = self.recording
         launches, reallocs, log, touches = self._launches, self._reallocs, self.decisions.log, self._touches
         self._launches = self._reallocs = self._touches = self.decisions.log = None
+        traced = self.decisions.traced
         self.last_sig = sig
         # (compiled steps change nothing but what the memory pool counts: they check it first)
         changed = self.buffers.memory.changes != mem or \
             (not self._steps_ran and not resource_free(self.insts, counters))
         if self._partial is not None:
-            tpl = None
             if self.steps is not None and not self._steps_ran and not diverged and not changed and \
                     not counters.get("device_reads"):
-                tpl = self.steps.record(self._partial, self._steady.members, self._steady.counted, launches,
-                                        reallocs, touches, log, iteration)
-                if tpl is not None:
-                    self.bases += 1
+                self._template = self.steps.record(self._partial, self._steady.members, self._steady.counted,
+                                                   launches, reallocs, touches, log if traced else None,
+                                                   iteration)
             # a dirty node that switched impls may only repeat from now on: the next flow
             # records a plan with fewer dirty nodes (a compiled step kept every kernel bound)
             if diverged or (not self._steps_ran and any(k.startswith(_IMPL_CHANGES) for k in counters)):
@@ -262,24 +272,29 @@ class FastPath(Observer):
             self._partial = None
             if changed:
                 self._new_epoch()
-            return tpl
+            return None
         self.current = None
         ran, self._ran = self._ran, 0
-        if ran == 1:                   # a compiled inference: its transition's plan the second time
-            if (prev, sig) not in self.seen:
+        if ran == 1:
+            # a compiled inference: its transition's plan the second time it is met, while the
+            # transitions met in this epoch fit the plans kept (a run of many lengths meets more,
+            # each once in a while: its plans would be dropped before their next use). None in
+            # a traced run: the reader expands a replay from its base's events, and a compiled
+            # inference's device nodes wrote none.
+            if traced or (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
                 self.seen.put((prev, sig), None)
                 return None
             launches, reallocs, touches, counters = self._compiled_as_flow(counters)
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
-            self.compiled.record(self._steady.counted, launches, reallocs, touches)
+            self._template = self.compiled.record(self._steady.counted, launches, reallocs, touches,
+                                                  log if traced else None, iteration)
         if ran == 0 and prev is not None and not counters.get("device_reads"):   # node by node
             self.current = partial.build(self.attribution, log, launches,
                                          self.buffers.memory.live(), set(self.program.outputs),
                                          iteration, self._changed, self._fed)
         clean = None
         if self.current is not None:
-            self.bases += 1
-            self.current.base_no = self.bases
+            self.current.base_no = self.bases + 1      # (end_flow counts it)
             clean = self.current.clean_nodes
         if changed:
             self._new_epoch()
@@ -291,8 +306,6 @@ class FastPath(Observer):
             self.seen.put((prev, sig), None)
             return clean
         self.plans.put((prev, sig), self._whole_plan(prev, sig, iteration, counters, launches, reallocs, touches))
-        if clean is None:
-            self.bases += 1
         return clean or []
 
     def _whole_plan(self, prev, sig, iteration, counters, launches, reallocs, touches) -> Plan:

@@ -219,14 +219,12 @@ class CompiledPlans:
                 cands.pop(0)
             cands.append(c)
         tpl = None
-        if log is not None:
-            tpl = step_events.template(c.device, c.moving, log, got[-1]) if c.moving is not None else None
-            if tpl is None:
-                self.why_not = "its events' fields are not what the trace computes"
+        if log is not None:            # (the caller counts the base)
+            bound = step_events.attach(c, log, got[-1], iteration, fast.bases + 1)
+            if bound is None:
+                self.why_not = step_events.REFUSED
                 return None
-            tpl, c.variables = tpl
-            counters = step_events.counts(c.device, log)
-            c.base = (iteration, fast.bases + 1)   # (the caller counts the base)
+            tpl, counters = bound
         for v in cands:
             if v is c or (log is None and v.kernel_ids == ids and v.host_structure == host_structure):
                 _bind(fast, v, self.host_params, counters, launches, touches)

@@ -220,14 +220,12 @@ class CompiledSteps:
         if c is None:
             return None
         tpl = None
-        if log is not None:
-            tpl = step_events.template(d.device, c.moving, log, got[-1]) if c.moving is not None else None
-            if tpl is None:
-                self.why_not = "its events' fields are not what the trace computes"
+        if log is not None:            # (the caller counts the base)
+            bound = step_events.attach(c, log, got[-1], iteration, fast.bases + 1)
+            if bound is None:
+                self.why_not = step_events.REFUSED
                 return None
-            tpl, c.variables = tpl
-            counted = step_events.counts(d.device, log)
-            c.base = (iteration, fast.bases + 1)   # (the caller counts the base)
+            tpl, counted = bound
         self._release(fast)
         # the variants of other ranges of the same kernels and structure (the step that fills
         # a cache's room exactly) leave the same state and decisions: bound with it, where no

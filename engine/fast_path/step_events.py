@@ -103,6 +103,21 @@ def template(device: list, moving: dict, log: list, env: dict) -> tuple | None:
     return {"nodes": sorted(nodes), "fields": spec}, list(variables)
 
 
+REFUSED = "its events' fields are not what the trace computes"
+
+
+def attach(c, log: list, env: dict, iteration: int, base_no: int) -> tuple | None:
+    """Bind a compiled variant `c` (a plan or steps) to the traced inference `iteration` (the
+    fast path's `base_no`-th base), whose events are `log`: (its template, what its device
+    nodes' decisions count), or None when the template does not hold."""
+    tpl = template(c.device, c.moving, log, env) if c.moving is not None else None
+    if tpl is None:
+        return None
+    tpl, c.variables = tpl
+    c.base = (iteration, base_no)
+    return tpl, counts(c.device, log)
+
+
 def counts(device: list, log: list) -> Counter:
     """What the dirty device nodes' decisions in `log` added to the counters (a traced steady
     step records some of its decisions one by one, beside those its path counts)."""

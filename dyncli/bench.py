@@ -30,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dyncli import shapes as shape_spec
-from dyncli.defaults import CLI_DEFAULT_POLICY
+from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
 from dyncli.gc_policy import long_lived_frozen
 from dyncli.inputs import random_inputs
 from dyncli.runner import RunOptions, UsageError, read_model, resolve_sequence
@@ -56,7 +56,7 @@ class BenchOptions:
     impls: str = "auto"
     predictor: str = CLI_DEFAULT_POLICY
     fast_path: bool = True
-    compiled_plans: str = "partial"
+    compiled_plans: str = CLI_COMPILE_PLANS
     trace: str | None = None
     profile: bool = False
     compare: list = field(default_factory=list)

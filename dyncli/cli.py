@@ -18,8 +18,14 @@ from rich.table import Table
 
 from dyncli import inspect_cmd, ops_cmd, predictor_sim, trace_cmd
 from dyncli import shapes as shape_spec
-from dyncli.defaults import CLI_DEFAULT_POLICY
+from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
 from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, print_wide, show_warning, state
+
+COMPILED_PLANS_HELP = ("What is traced into one function of the input dims and called for later new "
+                       "shapes: 'all' (default): whole inferences (a new BERT length within a range "
+                       "traced before: 1.4-1.6 ms against 3-6 ms for its flow on an H200; each range "
+                       "of lengths the model's tiles make pays one 15-20 ms trace first) and the "
+                       "nodes a decode step's KV length reaches; 'partial': those only; 'off'.")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "
@@ -132,6 +138,8 @@ def run(
                                    "the flow only for the nodes a change reaches, the rest repeating "
                                    "(`plan partial`: a decode step); off: the per-node flow runs every "
                                    "node of every inference."),
+    compiled_plans: str = typer.Option(CLI_COMPILE_PLANS, "--compiled-plans", metavar="MODE",
+                                       help=COMPILED_PLANS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Summary only: no per-inference table, no "
                                "progress bar."),
@@ -151,7 +159,8 @@ def run(
                       atol=atol, trace=trace, device=device, prealloc=prealloc,
                       feedback=feedback, predictor=predictor, impls=impls,
                       async_compile=async_compile, impl_cache_capacity=impl_cache_capacity,
-                      memory_pool=memory_pool, fast_path=fast_path, trace_level=trace_level)
+                      memory_pool=memory_pool, fast_path=fast_path, compiled_plans=compiled_plans,
+                      trace_level=trace_level)
     exprs = trace_cmd.parse_expectations(expect)
     show_progress = not (as_json or quiet) and sys.stderr.isatty()
     try:
@@ -233,13 +242,8 @@ def bench(
     fast_path: bool = typer.Option(True, "--fast-path/--no-fast-path", help="Plan replay of repeated "
                                    "signatures and transitions, partial replay of changes that reach "
                                    "few nodes, as for `dyncli run`."),
-    compiled_plans: str = typer.Option("partial", "--compiled-plans", metavar="MODE", help="What is "
-                                       "traced into one function of the input dims and called for "
-                                       "later new shapes: 'partial' (default): the "
-                                       "nodes a decode step's KV length reaches; 'all': whole "
-                                       "inferences too (untraced runs; a new BERT length inside a traced range "
-                                       "costs 3.1 vs 4.4 ms on an H200, but each range of lengths "
-                                       "pays a 13-15 ms trace first: docs/performance.md); 'off'."),
+    compiled_plans: str = typer.Option(CLI_COMPILE_PLANS, "--compiled-plans", metavar="MODE",
+                                       help=COMPILED_PLANS_HELP),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Write a trace of the benchmark (off by default)."),
     profile: bool = typer.Option(False, "--profile", help="Also time kernels on a profiling queue, in a separate untimed pass."),
     compare: List[str] = typer.Option([], "--compare", metavar="PEER", help="Run the same inputs through a peer: onnxruntime, torch (repeatable)."),

@@ -8,3 +8,13 @@
 # shrinks (README, "Preallocation policies", has the figures). Network's own default stays the
 # plugin's, the reference the flow's tests are written against (engine/predictors.py holds them).
 CLI_DEFAULT_POLICY = "adaptive"
+
+# What `dyncli run` and `dyncli bench` compile into one function of the input dims by default
+# (engine/fast_path): "all" (whole inferences, and a decode step's dirty nodes) rather than
+# Network's "partial" (the decode step only). On an H200, the MiniLM-architecture BERT over 200
+# random lengths in 8..128 (100 distinct, almost every transition new), engine API, untraced:
+# mean 2.55-2.58 ms for "all" vs 3.04-3.19 for "partial" the first time through, 1.96-2.12 vs
+# 4.28-4.52 the second (154-165 of 200 inferences compiled, 1.44-1.59 ms each); over the 8-length
+# benchmark sequence both give 1.09-1.20 ms (docs/performance.md, session 16). The price: each
+# range of lengths a model's tiles make pays one trace (15-20 ms) the first time it is met.
+CLI_COMPILE_PLANS = "all"

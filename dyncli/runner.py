@@ -27,7 +27,8 @@ from engine.layout import np_dtype
 from engine.model_file import load_model
 from engine.fusion import fusion_map
 from engine.predictors import ENGINE_POLICIES
-from dyncli.defaults import CLI_DEFAULT_POLICY
+from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
+from engine.fast_path import COMPILE_MODES
 from engine.impl_cache import IMPL_MODES
 from engine.program import ModelError
 from traces import TraceWriter
@@ -68,6 +69,7 @@ class RunOptions:
     impl_cache_capacity: int = 300
     memory_pool: bool = True
     fast_path: bool = True
+    compiled_plans: str = CLI_COMPILE_PLANS
     trace_level: str = "all"
 
 
@@ -306,6 +308,8 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         raise UsageError(f"--impls must be one of {', '.join(IMPL_MODES)}, not {opts.impls!r}")
     if opts.impl_cache_capacity < 0:
         raise UsageError(f"--impl-cache-capacity must be >= 0 (0 = unbounded), not {opts.impl_cache_capacity}")
+    if opts.compiled_plans not in COMPILE_MODES:
+        raise UsageError(f"--compiled-plans must be one of {', '.join(COMPILE_MODES)}, not {opts.compiled_plans!r}")
     try:
         prealloc = PreallocSettings.parse(opts.prealloc)
     except ValueError as e:
@@ -349,7 +353,7 @@ def execute_run(opts: RunOptions, progress=None) -> RunResult:
         net = Network(prog, device, trace=writer, prealloc=prealloc, predictor=opts.predictor,
                       feedback=feedback, impl_cache_capacity=opts.impl_cache_capacity,
                       impls=opts.impls, async_compile=opts.async_compile, memory_pool=opts.memory_pool,
-                      fast_path=opts.fast_path)
+                      fast_path=opts.fast_path, compile_plans=opts.compiled_plans)
     except BaseException:
         writer.close()
         if lock is not None:

@@ -22,16 +22,20 @@ class GraphInputs:
     def set(self, feeds: dict, fed_back: dict) -> None:
         """Every graph input of an inference: from `feeds`, or fed back (`fed_back`: input ->
         the previous inference's output)."""
-        quiet, aliased = not self.decisions.itemized, 0   # (a decode step's 24 caches: counted at once)
+        aliased = []                    # (a decode step's 24 caches: counted at once, one line)
         for name in self.names:
             if name in fed_back:
-                aliased += self.feed_back(name, self.tensors[fed_back[name]], feeds.get(name), quiet)
+                if self.feed_back(name, self.tensors[fed_back[name]], feeds.get(name)):
+                    aliased.append(name)
                 continue
             if name not in feeds:
                 raise ModelError(f"no value for input {name!r}")
             self.set_input(name, feeds[name])
         if aliased:
-            self.decisions.count_many(aliased, "realloc", "external", "feedback_alias", bytes=0)
+            d = self.decisions
+            d.count_many(len(aliased), "realloc", "external", "feedback_alias", bytes=0)
+            if d.traced:                # the reader expands it into one event per input
+                d.trace.event("realloc", "", "", "external", "feedback_alias", inputs=aliased, bytes=0)
 
     def set_input(self, name: str, value: np.ndarray) -> None:
         t = self.tensors[name]
@@ -44,12 +48,12 @@ class GraphInputs:
         self.buffers.memory.note_live(name, value.nbytes)
         self.decisions.record("realloc", "external", action, InputNode(name), bytes=value.nbytes)
 
-    def feed_back(self, name: str, src: Tensor, value: np.ndarray | None, quiet: bool = False) -> bool:
+    def feed_back(self, name: str, src: Tensor, value: np.ndarray | None) -> bool:
         """Input `name` takes output `src` of the previous inference without leaving the device:
-        the KV-cache concat that produced it keeps appending into that buffer (alias); any other
-        input gets a device-to-device copy into its own buffer (the producer may overwrite its
-        output buffer before every reader of the input has run). `quiet`: an alias is not
-        recorded, only reported (True) for the caller to count with the others."""
+        the KV-cache concat that produced it keeps appending into that buffer (alias: True, for
+        the caller to record with the others); any other input gets a device-to-device copy
+        into its own buffer (the producer may overwrite its output buffer before every reader
+        of the input has run)."""
         t = self.tensors[name]
         t.layout, t.version = src.layout, t.version + 1
         t.host = np.array(value) if value is not None and name in self.by_value else value
@@ -58,9 +62,7 @@ class GraphInputs:
                 self.buffers.release(t)
             t.buf, t.offset = src.buf, src.offset
             t.dev_version = t.version
-            if not quiet:
-                self.decisions.record("realloc", "external", "feedback_alias", InputNode(name), bytes=0)
-            return quiet
+            return True
         if src.layout.pad is not None:  # a padded KV buffer fed to some other input
             self.set_input(name, value if value is not None else self.buffers.queue.read_to_host(src))
             return False

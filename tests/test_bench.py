@@ -53,20 +53,20 @@ def test_bench_model_json():
 
 
 def test_bench_compiled_plans_json():
-    """With --compiled-plans all, lengths that fit the buffers of the first (41) run from the
-    plan traced at 40: the summary says how many were traced and served (--impls dynamic: on a
-    CPU the MatMuls' static builds would run the flow). Whole plans are off by default; a mode
-    that is not one is refused in words."""
+    """With --compiled-plans all (the default), lengths that fit the buffers of the first (41)
+    run from the plan traced at 40: the summary says how many were traced and served (--impls
+    dynamic: on a CPU the MatMuls' static builds would run the flow). `partial` turns whole
+    plans off; a mode that is not one is refused in words."""
     shapes = [a for n in (41, 40, 39, 38, 37, 36)
               for a in ("--shapes", f"input_ids:1x{n},attention_mask:1x{n}")]
     r = invoke("bench", ENCODER, *shapes, "--warmup", "0", "--repeat", "1", "--same-runs", "2",
-               "--impls", "dynamic", "--compiled-plans", "all", "--json")
+               "--impls", "dynamic", "--json")
     assert r.exit_code == 0, r.output
     cp = _json(r.output)["compiled_plans"]["whole"]
     assert cp["built"] >= 1 and cp["runs"] >= 3, cp
     r = invoke("bench", ENCODER, *shapes[:6], "--warmup", "0", "--repeat", "1", "--same-runs", "2",
-               "--impls", "dynamic", "--json")
-    assert _json(r.output)["compiled_plans"]["whole"] is None      # off by default
+               "--impls", "dynamic", "--compiled-plans", "partial", "--json")
+    assert _json(r.output)["compiled_plans"]["whole"] is None
     r = invoke("bench", ENCODER, *shapes[:2], "--compiled-plans", "yes")
     assert r.exit_code == 2 and "--compiled-plans must be one of off, partial, all" in r.output
 
@@ -163,7 +163,8 @@ def test_bench_decode_loop_json():
     d = res["decode"]
     assert d["steps"] == 24 and d["kernels_mean"] > 0 and d["partial"] >= 20 and d["compiled"] >= 12
     cp = res["compiled_plans"]
-    assert cp["mode"] == "partial" and cp["partial"]["built"] >= 1 and cp["whole"] is None
+    # (whole plans do not serve a decode that feeds buffers back)
+    assert cp["mode"] == "all" and cp["partial"]["built"] >= 1 and cp["whole"] is None
     assert set(d["time_ms"]) >= {"flow", "enqueue", "device_wait"} and d["host_us_per_kernel"] > 0
     assert res["peers"]["onnxruntime"]["mean_ms"] > 0
     rep = res["repeated"]         # the last step alone, repeated: its shape, its inputs

@@ -104,6 +104,8 @@ def _unsupported_model(tmp_path):
     (["run", ENCODER], "no inferences to run"),
     (["run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--prealloc", "1 2"], "--prealloc"),
     (["run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--device", "9:9"], "no OpenCL device"),
+    (["run", ENCODER, "--shapes", "input_ids:1x8,attention_mask:1x8", "--compiled-plans", "yes"],
+     "--compiled-plans must be one of off, partial, all"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, needle):
     r = runner.invoke(app, [str(a) for a in args])
@@ -149,6 +151,7 @@ def test_feedback_drives_a_decode_loop_on_device(tmp_path):
     assert s["check"]["failed"] == 0 and s["inferences"] == 24
     c = s["counters"]
     assert c["kv_cache.append"] >= 2 * 15 and c["realloc.external.feedback_alias"] == 2 * 23
+    assert c["plan.compiled"] >= 10          # compiled steps serve the traced run
     bad = invoke("run", model, "--shapes", "x:1x1x32,past_k:1x2x0x16,past_v:1x2x0x16",
                  "--feedback", "present_k:nope", "--trace", tmp_path / "t2.jsonl")
     assert bad.exit_code == 2 and "'nope' is not a model input" in bad.output
@@ -169,3 +172,24 @@ def test_run_freezes_what_the_network_keeps_after_its_first_inference(tmp_path):
                 progress=lambda i, n, shapes: seen.append(gc.get_freeze_count()))
     assert len(seen) == 3 and all(k > before for k in seen)
     assert gc.get_freeze_count() == before
+
+
+def test_a_traced_run_of_new_lengths_compiles_and_its_trace_reads_as_the_flows(tmp_path):
+    """`dyncli run` by default: new lengths within a range traced before run as one compiled
+    plan each, and the trace the reader expands holds the flow's decisions, node by node, fields
+    included (`--no-fast-path` runs the flow itself)."""
+    from engine.fast_path import NOT_DECISIONS
+    from tests.test_steady_steps import _events
+    spec = "input_ids:1x{40..10..-3},attention_mask:1x{40..10..-3}"
+    runs = {}
+    for name, extra in (("default", []), ("flow", ["--no-fast-path"])):
+        trace = tmp_path / f"{name}.jsonl"
+        r = invoke("run", ENCODER, "--shapes", spec, "--impls", "dynamic", "--json", "--trace", trace, *extra)
+        assert r.exit_code == 0, r.output
+        runs[name] = (json.loads(r.output), trace)
+    detail = {k: [{c: v for c, v in d["counters"].items() if c not in NOT_DECISIONS}
+                  for d in runs[k][0]["inferences_detail"]] for k in runs}
+    assert detail["default"] == detail["flow"]
+    assert runs["default"][0]["counters"].get("plan.compiled", 0) >= 5
+    for i in range(len(detail["flow"])):
+        assert _events(runs["default"][1], i) == _events(runs["flow"][1], i), f"inference {i}"

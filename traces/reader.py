@@ -47,6 +47,8 @@ def check_event(rec) -> str | None:
         return wrong
     if "shape" in rec and not _dims(rec["shape"]):
         return "shape is not an array of integers"
+    if "inputs" in rec and not all(isinstance(n, str) for n in rec["inputs"]):
+        return "inputs is not an array of strings"
     if "counters" in rec and not all(isinstance(v, (int, float)) for v in rec["counters"].values()):
         return "counters holds a value that is not a number"
     by_name = {"infer_start": "shapes", "infer_end": "out_shapes"}.get(rec["kind"])
@@ -123,7 +125,20 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                 bases.see(rec)
                 yield rec
 
-    return header, events()
+    return header, (e for rec in events() for e in each_input(rec))
+
+
+def each_input(rec: dict) -> Iterator[dict]:
+    """`rec`, or for a line naming several graph inputs (`inputs`: the aliases fed back in one
+    inference), one event per input, as the flow decided them."""
+    names = rec.get("inputs")
+    if names is None:
+        yield rec
+        return
+    for name in names:
+        e = {k: v for k, v in rec.items() if k != "inputs"}
+        e["node"], e["op"] = name, "Parameter"
+        yield e
 
 
 def _not_text(path: str, lineno: int) -> str:

@@ -24,7 +24,7 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
                "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,),
-               "compiled": (int,), "values": (list,), "steps": (dict,)}
+               "compiled": (int,), "values": (list,), "steps": (dict,), "inputs": (list,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -119,7 +119,7 @@ KINDS: dict[str, dict] = {
     "realloc": {
         "actions": {"external", "reuse", "alloc", "from_pool", "view", "empty", "by_other"},
         "reasons": {"", "alloc", "reuse", "reclaim", "feedback_alias", "feedback_copy"},
-        "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype", "buffer", "output"),
+        "fields": ("bytes", "capacity", "predicted", "mode", "shape", "dtype", "buffer", "output", "inputs"),
         "doc": "Output memory: graph input (`external`; reason says whether its buffer was "
                "reused), existing buffer fits (`reuse`), new buffer (`alloc`, `bytes` allocated, "
                "`predicted` when the ShapePredictor enlarged it, reason `reclaim` when the old one "
@@ -132,7 +132,9 @@ KINDS: dict[str, dict] = {
                "several outputs, e.g. a packed `gemm_split`). `shape`/`dtype`: the required shape and element type (replayable by "
                "`predictor-sim --from-trace`). `mode`: the preallocation policy's branch "
                "(`run --predictor`; openvino: iterations/ratio/custom/none, adaptive: "
-               "first/grow/steady/exact).",
+               "first/grow/steady/exact). The graph inputs fed back as aliases (reason "
+               "`feedback_alias`) are written as one line naming them (`inputs`, node empty), which "
+               "the reader expands into one event per input.",
     },
     "kv_cache": {
         "actions": {"append", "copy"},

@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from traces.reader import NOT_REPLAYED, replayed, stepped
+from traces.reader import NOT_REPLAYED, each_input, replayed, stepped
 from traces.schema import SCHEMA_VERSION
 
 
@@ -103,7 +103,7 @@ class MemoryTrace:
               **fields) -> None:
         rec = {"kind": kind, "iter": self.iter, "node": node, "op": op, "action": action,
                "reason": reason, "ts": time.perf_counter() - self._t0, **fields}
-        self.events.append(rec)
+        self.events.extend(each_input(rec))
         if kind == "plan":   # expanded as the file reader does (traces/reader.py)
             if action != "compiled":
                 base, end = self._base(fields["of_iter"])

@@ -174,6 +174,18 @@ class AdaptivePredictor:
                 continue
             self._decide(buf, tr, shape, need, bits, used_bytes)
 
+    def soon_at_least(self, id: str, need: int) -> int:
+        """A lower bound of what `needed_soon` says once a requirement of `need` elements of
+        buffer `id` is observed: the largest requirement its window keeps after it."""
+        tr = self._tracks.get(id)
+        if tr is None:
+            return need
+        oldest = tr.t - tr.window          # (observe drops what is that old)
+        for t, n in tr.recent:             # needs decreasing: the first kept is their max
+            if t > oldest:
+                return max(n, need)
+        return need
+
     def _decide(self, buf: BufferState, tr: _Track, shape: tuple, need: int, dtype_bits: int,
                 used_bytes: int | None) -> ReallocDecision:
         s = self.settings
@@ -212,14 +224,18 @@ class AdaptivePredictor:
         return max(need, min(want, limit)), mode
 
 
-def surely_keeps(policy, buf: BufferState, need: int) -> bool:
-    """Whether `policy` keeps `buf` for a requirement of `need` elements whatever its history
-    says: the buffer fits and is not 10x too large (the plugin's ShapePredictor and the adaptive
-    policy reuse then; what they remember only ever keeps more). A compiled plan checks every
-    buffer so before it makes the policy's calls (engine/fast_path/compiled.py); False for
-    other policies."""
-    return isinstance(policy, (AdaptivePredictor, ShapePredictor)) and buf.has_buffer and \
-        need <= buf.cap_elems and need * RECLAIM_FACTOR >= buf.cap_elems
+def surely_keeps(policy, buf: BufferState, need: int, id: str) -> bool:
+    """Whether `policy` keeps `buf` (named `id`) for a requirement of `need` elements: the
+    buffer fits and is not 10x too large (the plugin's ShapePredictor and the adaptive policy
+    reuse then; what they remember only ever keeps more), or, for the adaptive policy, a
+    requirement still in its window after this one is (a short length after long ones). A
+    compiled plan checks every buffer so before it makes the policy's calls
+    (engine/fast_path/compiled.py); False for other policies."""
+    if not buf.has_buffer or need > buf.cap_elems:
+        return False
+    if need * RECLAIM_FACTOR >= buf.cap_elems:
+        return isinstance(policy, (AdaptivePredictor, ShapePredictor))
+    return isinstance(policy, AdaptivePredictor) and policy.soon_at_least(id, need) * RECLAIM_FACTOR >= buf.cap_elems
 
 
 class OraclePredictor:

@@ -302,3 +302,25 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(n
             assert [getattr(t1, a) for a in t1.__slots__ if a != "recent"] == \
                 [getattr(t2, a) for a in t2.__slots__ if a != "recent"]
             assert list(t1.recent) == list(t2.recent)
+
+
+@settings(max_examples=80, deadline=None)
+@given(needs=st.lists(st.integers(1, 4096), min_size=2, max_size=60),
+       policy=st.sampled_from(["adaptive", "openvino"]))
+def test_surely_keeps_never_promises_a_buffer_the_policy_then_drops(needs, policy):
+    """predictors.surely_keeps (what a compiled plan checks before making the policy's calls in
+    one go) answers True only where the policy's own decision is then `reuse`; for the adaptive
+    policy it also sees a short requirement after long ones in its window."""
+    from engine.predictors import surely_keeps
+    p = make_predictor(policy)
+    buf = BufferState()
+    for need in needs:
+        sure = surely_keeps(p, buf, need, "b")
+        d = buf.realloc_if_needed(p, "b", (need,), 32)
+        if sure:
+            assert d.action == "reuse", (need, d)
+    if policy == "adaptive" and needs[0] >= 400:
+        # a requirement 10x below the first right after it: the window holds the first
+        q, b2 = make_predictor("adaptive"), BufferState()
+        b2.realloc_if_needed(q, "b", (needs[0],), 32)
+        assert surely_keeps(q, b2, needs[0] // 20, "b")

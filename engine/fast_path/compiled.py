@@ -235,8 +235,8 @@ def buffers_keep(buffers, calls, host_params) -> bool:
     """Whether a compiled inference changes no buffer: every predictor call `(tensor, id,
     shape, need, bits)` surely keeps its buffer, every new host value fits its buffer."""
     predictor = buffers.predictor
-    for t, _, _, need, _ in calls:
-        if not t.capacity or not surely_keeps(predictor, t.state, need):
+    for t, name, _, need, _ in calls:
+        if not t.capacity or not surely_keeps(predictor, t.state, need, name):
             return False
     return not any(t.host is not None and t.dev_version != t.version and t.capacity < t.host.nbytes
                    for t in host_params)

@@ -37,8 +37,13 @@ ATT_ROWS = 8
 # kernel us (scripts/bench_attention.py, 12 heads, head dims 64 / 32), attention_wg 256 lanes ->
 # attention_dec: s 1 l 128 15.2 -> 10.4 / 13.5 -> 10.2, s 1 l 512 32.5 -> 15.5 / 21.2 -> 12.1,
 # s 8 l 128 15.7 -> 10.8; GPT-2-small decode, 64 tokens (scripts/decode_kernels.py): attention
-# 0.212 -> 0.136 ms a step.
+# 0.212 -> 0.136 ms a step. Up to DEC_ROWS query rows only (a decode step, a short chunk): a
+# node that changes kernels between two inferences runs its flow there (a steady step and a
+# compiled plan keep the kernels bound), so a BERT over random lengths in 8..128 that took
+# attention_dec up to 16 rows ran two flows (to it and back) for each of its 7% short lengths;
+# attention_wg with one row costs 5 us more there (s 8 l 128, above).
 DEC_KERNEL = True
+DEC_ROWS = 4
 
 
 def query_rows(s: int) -> int:
@@ -141,7 +146,7 @@ def _kernels(node, ins, outs, deps, device="cpu", kv_append=False):
         # inference on the H200)
         jit += (("ATTENTION_WG", ATT_WG), ("ATT_ROWS", ATT_ROWS), ("ATTENTION_DEC", 1),
                 ("ATT_DEC_WG", ATT_WG), ("LANES_REDUCE", 1))
-        if per == 1 and DEC_KERNEL:
+        if g["S"] <= DEC_ROWS and DEC_KERNEL:
             return [KernelCall("attention", "attention_dec", jit, args, params,
                                gws=(max(rows, 1) * ATT_WG,), lws=(ATT_WG,), dims=dims)]
         groups = b * h * ((g["S"] + per - 1) // per)

@@ -39,7 +39,7 @@ from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
-from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure
+from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
 from traces.schema import PLAN_BASES_KEPT
 
 MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
@@ -52,7 +52,7 @@ class Compiled:
     """One traced structure: `fn(*dims)` -> (kernels, image values, predictor calls, live
     bytes, immediate layouts, node keys, its variables) or None; `state`: (object, attribute,
     symbolic value) the flow leaves. The rest is what the epoch it is bound in holds."""
-    __slots__ = ("fn", "source", "state", "setter", "host_structure", "kernel_ids",
+    __slots__ = ("fn", "source", "state", "setter", "session", "put_backs", "host_structure", "kernel_ids",
                  "image", "counters", "epoch", "snapshot", "args", "touches",
                  "host_views", "immediate", "io_snapshot", "bounds", "device", "launch_bounds",
                  "launch_insts",
@@ -71,9 +71,25 @@ class Pending:
         self.c, self.env, self.keys = c, env, keys
 
     def put_back(self) -> None:
-        for obj, values in self.c.snapshot:
+        c = self.c
+        for obj, values in c.snapshot:
             obj.restore(values)
-        self.c.setter(self.env)             # each (object, attribute) of `state`, substituted
+        set_state(c, self.env)
+
+
+def set_state(c, env: dict) -> None:
+    """Each (object, attribute) of a variant's `state` set to its value for `env`: substituted
+    the first time, by a generated setter from the second on (Session.setter: a few hundred
+    values a whole plan; its compile costs about what twenty substitutions do, so a variant
+    put back once does not pay it)."""
+    if c.setter is None:
+        c.put_backs += 1
+        if c.put_backs < 2:
+            for obj, attr, v in c.state:
+                setattr(obj, attr, substitute(v, env))
+            return
+        c.setter, c.session = c.session.setter(c.state), None
+    c.setter(env)
 
 
 class CompiledPlans:
@@ -341,7 +357,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
         parts = answer_sources(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys)
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
-    c.fn, c.source, c.state, c.setter = fn, src, state, s.setter(state)
+    c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables = moving, None, None
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = compiled_image(image)

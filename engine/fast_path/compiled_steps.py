@@ -57,7 +57,7 @@ class Steps:
     immediate layouts, node keys, boundary layouts, KV bytes appended, its variables) or None;
     `state`: (object, attribute, symbolic value) the dirty nodes leave. The rest is what the
     epoch it is bound in holds."""
-    __slots__ = ("fn", "source", "state", "setter", "structure", "kernel_ids", "device", "kv", "image",
+    __slots__ = ("fn", "source", "state", "setter", "session", "put_backs", "structure", "kernel_ids", "device", "kv", "image",
                  "immediate", "bounds", "keep", "per_node",
                  # the dirty host nodes computed by the function (None: they all run their flow
                  # first): (node, a Shape?, [(output, shape, dtype)], checks); what they count;
@@ -393,7 +393,7 @@ def _build(fast, d: Dirty, inputs: list, launches, reallocs, sym_hosts: bool | N
         fn, src = s.function("compiled_steps", returns)
     c = Steps()
     c.fn, c.source, c.state, c.device, c.kv = fn, src, state, d.device, kv
-    c.setter = s.setter(state)
+    c.setter, c.session, c.put_backs = None, s, 0     # (compiled.set_state)
     c.image = compiled_image(image)
     c.immediate = immediate
     c.bounds = [b for i in d.device for b in i.bound]

@@ -247,6 +247,19 @@ class CompiledPlans:
         return tpl
 
 
+    def rebind(self, launches, touches) -> None:
+        """After an inference of the flow whose device nodes all took steady steps and whose
+        only resource changes were new buffers: the variants of its structure and kernels bound
+        to them, with the decisions they were bound with (a steady inference's, which keeps
+        every buffer), so the next length need not run the flow to bind them."""
+        fast = self.fast
+        ids = _kernel_ids(fast)
+        host_structure = structure([t.layout for t in self.host_params], ())
+        for v in self.table.get(self._key(), ()):
+            if v.counters is not None and v.kernel_ids == ids and v.host_structure == host_structure:
+                _bind(fast, v, self.host_params, v.counters, launches, touches)
+
+
 def buffers_keep(buffers, calls, host_params) -> bool:
     """Whether a compiled inference changes no buffer: every predictor call `(tensor, id,
     shape, need, bits)` surely keeps its buffer, every new host value fits its buffer."""
@@ -358,7 +371,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
-    c.moving, c.base, c.variables = moving, None, None
+    c.moving, c.base, c.variables, c.counters = moving, None, None, None
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = compiled_image(image)
     c.immediate = immediate

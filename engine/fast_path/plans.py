@@ -99,6 +99,21 @@ _FREE = ("update_shape.", "update_impl.keep", "update_impl.fallback", "update_im
          "fusion.unfuse", "in_place_concat.apply", "kv_cache.append")
 
 
+def grown_only(insts, counters: Counter) -> bool:
+    """This inference of the flow changed resources by giving tensors new buffers only (no
+    build, switch, weights or device read): what an inference that takes its steady steps
+    leaves otherwise unchanged."""
+    if counters.get("device_reads"):
+        return False
+    for k in counters:
+        if "." in k and not k.startswith(_FREE + _GROWN) and not k.startswith("plan."):
+            return False
+    return not any(i.pending is not None for i in insts)
+
+
+_GROWN = ("realloc.alloc", "realloc.from_pool")
+
+
 def resource_free(insts, counters: Counter) -> bool:
     """This inference of the flow changed no resource its replay would rely on."""
     if counters.get("device_reads"):

@@ -9,8 +9,8 @@ import numpy as np
 
 from engine.device_queue import Observer
 from engine.fast_path import compiled, compiled_steps, partial, shape_fns, steady
-from engine.fast_path.plans import (Plan, blocker, input_array, put_back_args, repeat_predictor_calls,
-                                    resource_free, signature)
+from engine.fast_path.plans import (Plan, blocker, grown_only, input_array, put_back_args,
+                                    repeat_predictor_calls, resource_free, signature)
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
 from traces.schema import PLAN_BASES_KEPT
@@ -298,6 +298,11 @@ class FastPath(Observer):
             clean = self.current.clean_nodes
         if changed:
             self._new_epoch()
+            # new buffers only (a length past their room), every device node steady: the
+            # compiled plans bound before serve the next inference on the new ones
+            if self.compiled is not None and self._all_steady and not traced and ran != 1 and \
+                    prev is not None and grown_only(self.insts, counters):
+                self.compiled.rebind(launches, touches)
             return clean
         # A repeated signature is recorded at once; a transition only when the flow runs it a
         # second time in this epoch: a policy that reallocates often (the plugin's reclaim)

@@ -68,3 +68,26 @@ def test_schema_doc_is_generated_from_schema():
         assert f.read() == render_markdown()
     for kind in KINDS:
         assert f"`{kind}`" in render_markdown()
+
+
+def test_fed_back_aliases_are_one_line_read_as_one_event_per_input(tmp_path):
+    """A decode step's caches fed back are written as one `realloc external feedback_alias`
+    line naming them; the reader (and the in-memory trace) gives one event per input, node and
+    op as the flow would; a line whose `inputs` is not an array of names is refused."""
+    from traces import MemoryTrace
+    p = tmp_path / "t.jsonl"
+    w = TraceWriter(str(p), {"model": "m.onnx"})
+    mem = MemoryTrace()
+    for sink in (w, mem):
+        sink.iter = 0
+        sink.event("realloc", "", "", "external", "feedback_alias", inputs=["past_k", "past_v"], bytes=0)
+    w.close()
+    want = [("past_k", "Parameter", 0), ("past_v", "Parameter", 0)]
+    assert [(e["node"], e["op"], e["bytes"]) for e in read_trace(str(p))[1]] == want
+    assert [(e["node"], e["op"], e["bytes"]) for e in mem.events] == want
+    assert all("inputs" not in e for e in mem.events)
+    lines = p.read_text().splitlines()
+    lines[1] = lines[1].replace('["past_k","past_v"]', '"past_k"')
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=r":2: bad event: inputs is not an array of strings"):
+        list(read_trace(str(p))[1])

@@ -47,7 +47,8 @@ def check_event(rec) -> str | None:
         return wrong
     if "shape" in rec and not _dims(rec["shape"]):
         return "shape is not an array of integers"
-    if "inputs" in rec and not all(isinstance(n, str) for n in rec["inputs"]):
+    if rec["kind"] == "realloc" and "inputs" in rec and not (
+            isinstance(rec["inputs"], list) and all(isinstance(n, str) for n in rec["inputs"])):
         return "inputs is not an array of strings"
     if "counters" in rec and not all(isinstance(v, (int, float)) for v in rec["counters"].values()):
         return "counters holds a value that is not a number"
@@ -131,7 +132,7 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
 def each_input(rec: dict) -> Iterator[dict]:
     """`rec`, or for a line naming several graph inputs (`inputs`: the aliases fed back in one
     inference), one event per input, as the flow decided them."""
-    names = rec.get("inputs")
+    names = rec.get("inputs") if rec["kind"] == "realloc" else None
     if names is None:
         yield rec
         return

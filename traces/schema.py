@@ -24,7 +24,7 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
                "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,),
-               "compiled": (int,), "values": (list,), "steps": (dict,), "inputs": (list,)}
+               "compiled": (int,), "values": (list,), "steps": (dict,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 

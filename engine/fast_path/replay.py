@@ -276,13 +276,7 @@ class FastPath(Observer):
         self.current = None
         ran, self._ran = self._ran, 0
         if ran == 1:
-            # a compiled inference: its transition's plan the second time it is met, while the
-            # transitions met in this epoch fit the plans kept (a run of many lengths meets more,
-            # each once in a while: its plans would be dropped before their next use). None in
-            # a traced run: the reader expands a replay from its base's events, and a compiled
-            # inference's device nodes wrote none.
-            if traced or (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
-                self.seen.put((prev, sig), None)
+            if not self._records_compiled(prev, sig, traced):
                 return None
             launches, reallocs, touches, counters = self._compiled_as_flow(counters)
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
@@ -312,6 +306,17 @@ class FastPath(Observer):
             return clean
         self.plans.put((prev, sig), self._whole_plan(prev, sig, iteration, counters, launches, reallocs, touches))
         return clean or []
+
+    def _records_compiled(self, prev, sig, traced: bool) -> bool:
+        """Whether a compiled inference is recorded as its transition's plan: the second time
+        the transition is met, while the transitions met in this epoch fit the plans kept (a run
+        of many lengths meets more, each once in a while: its plans would be dropped before
+        their next use). Never in a traced run: the reader expands a replay from its base's
+        events, and a compiled inference's device nodes wrote none."""
+        if traced or (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
+            self.seen.put((prev, sig), None)
+            return False
+        return True
 
     def _whole_plan(self, prev, sig, iteration, counters, launches, reallocs, touches) -> Plan:
         """The plan of the transition (prev, sig) from what the inference just run launched,

@@ -33,6 +33,7 @@ class InputNode:
 class NullTrace:
     """A sink that keeps nothing (a network made without a trace)."""
     iter = -1
+    keeps_nothing = True
 
     def event(self, *a, **k):
         pass
@@ -44,8 +45,9 @@ class NullTrace:
 class Decisions:
     def __init__(self, trace=None):
         self.trace = trace or NullTrace()
-        # whether the sink keeps events: nothing is built for one that keeps none
-        self.traced = not isinstance(self.trace, NullTrace)
+        # whether the sink keeps events: nothing is built for one that keeps none (this one, or
+        # `--trace none`'s: traces/sinks.py NoTrace)
+        self.traced = not getattr(self.trace, "keeps_nothing", False)
         self.counters: Counter = Counter()
         # (node name, kind, action, reason, fields) of every decision while a list is set here
         # (the fast path records an inference of the flow node by node: engine/fast_path)

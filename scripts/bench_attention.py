@@ -28,13 +28,13 @@ for dh in (64, 32):
                  "mask": np.zeros((1, 1, 1, l), np.float32)}
         row = []
         if s <= 16:     # one row per work-group: the decode kernel (attention_dec)
-            att.DEC_KERNEL, att.ATT_WG = True, 256
+            att.DEC_KERNEL, att.ATT_WG, att.DEC_ROWS = True, 256, 16    # (the default serves up to 4)
             att.query_rows = lambda s: 1
             net = Network(prog, dev, impls="dynamic", profile=True)
             net.infer(feeds)
             inst = next(i for i in net.insts if i.node.op == "attention")
             row.append(f"dec256 {kernel_us(net, inst, 30):6.1f}")
-            att.DEC_KERNEL = False
+            att.DEC_KERNEL, att.DEC_ROWS = False, 4
         for wg in (32, 64, 128, 256):
             for rows in (1, 2, 4, 8):
                 if rows > 1 and s == 1:

@@ -56,8 +56,9 @@ def test_attention_chain_becomes_one_internal_node():
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])
 def test_fused_attention_matches_ort_across_sizes(device, kind):
     """One Network, the key length crossing the GPU work-group (ATT_WG) and the limit (MAX_L),
-    the batch and query length changing (GPU: one row per work-group up to s 16, attention_dec;
-    blocks of rows past it, attention_wg): fused where it fits, unfused (seq_too_long) past it."""
+    the batch and query length changing (GPU: attention_dec up to s 4, one row per work-group of
+    attention_wg up to s 16, blocks of rows past it): fused where it fits, unfused (seq_too_long)
+    past it."""
     model = masked_attention(d_head=8)
     rng = np.random.default_rng(1)
     shapes = [(1, 1, 1), (2, 5, ATT_WG - 1), (1, 3, ATT_WG), (2, 4, ATT_WG + 1), (1, 7, 131),

@@ -162,3 +162,26 @@ def test_repeated_shapes_and_cycles_still_replay_whole_plans(device):
     # 39 compiled; 39 again: the flow, which records it; then its replay. 39 -> 38 and
     # 38 -> 39 compiled the first time, compiled and recorded the second, replayed the third
     assert paths == ["F", "F", "C", "F", "R", "C", "C", "C", "C", "R"], paths
+
+
+def test_a_template_refused_in_a_traced_run_drops_its_variant(device, tmp_path, monkeypatch):
+    """A traced run binds a variant only when its template holds (step_events.py); one refused
+    is dropped and counted as a refused trace, and the next inference of the flow traces
+    again: no variant stays in the table unbound."""
+    from engine.fast_path import step_events
+    from traces import TraceWriter
+    real, calls = step_events.template, []
+
+    def refuse_the_first(*a):
+        calls.append(1)
+        return None if len(calls) == 1 else real(*a)
+    monkeypatch.setattr(step_events, "template", refuse_the_first)
+    prog = build_program(bert_encoder(**BERT))
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all",
+                  trace=TraceWriter(str(tmp_path / "t.jsonl"), {}))
+    net.impls.device_type = "gpu"
+    for feeds, _ in _bert_steps(WARM + [(1, 39), (1, 38), (1, 37)]):
+        net.infer(feeds)
+    cp = net.fast.compiled
+    assert list(cp.refusals.values()) == [1] and cp.built == 2 and cp.runs == 2, cp.summary()
+    assert all(c.epoch == net.fast.epoch for cs in cp.table.values() for c in cs)

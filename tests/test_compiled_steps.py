@@ -182,11 +182,19 @@ def test_a_traced_decode_takes_compiled_steps_that_the_reader_expands(device, tm
     assert sum(compiled) >= 10, compiled
     for i in range(len(steps)):
         assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
-    lines = paths[True].read_text().splitlines()
-    k = next(k for k, line in enumerate(lines) if '"compiled":' in line)
-    rec = json.loads(lines[k])
-    rec["values"] = rec["values"][:1]
-    lines[k] = json.dumps(rec)
-    paths[True].write_text("\n".join(lines) + "\n")
-    with pytest.raises(TraceError, match=f":{k + 1}: bad compiled step: a template names value"):
-        list(read_trace(str(paths[True]))[1])
+    good = paths[True].read_text().splitlines()
+    k = next(k for k, line in enumerate(good) if '"template_of":' in line)
+    base = next(b for b, line in enumerate(good) if '"template":' in line)
+
+    def refused(n: int, edit, match: str) -> None:
+        lines = list(good)
+        rec = json.loads(lines[n])
+        edit(rec)
+        lines[n] = json.dumps(rec)
+        paths[True].write_text("\n".join(lines) + "\n")
+        with pytest.raises(TraceError, match=f":{k + 1}: bad compiled inference: {match}"):
+            list(read_trace(str(paths[True]))[1])
+    refused(k, lambda r: r.update(values=r["values"][:1]), "a template names value")
+    refused(base, lambda r: r["template"].update(nodes=3), "its template is not")
+    refused(base, lambda r: r["template"]["fields"][0].__setitem__(3, "iter"), "a template field is not")
+    refused(k, lambda r: r.update(template_of=k + 100), "inference .* is not the base")

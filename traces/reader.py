@@ -8,7 +8,7 @@ import warnings
 from collections import Counter
 from typing import Iterator
 
-from traces.schema import CORE_FIELDS, FIELD_TYPES, HEADER_TYPES, KINDS, PLAN_BASES_KEPT, SCHEMA_VERSION
+from traces.schema import CORE_FIELDS, FIELD_TYPES, HEADER_TYPES, KINDS, MOVING_FIELDS, PLAN_BASES_KEPT, SCHEMA_VERSION
 
 
 class TraceError(ValueError):
@@ -117,11 +117,12 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                                          f"{rec['of_iter']}, which is not a plan base")
                     if rec["action"] != "compiled":    # (a compiled one: its base's template only)
                         yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
-                    if "compiled" in rec:
+                    if "template_of" in rec or rec["action"] == "compiled":
                         try:
-                            yield from stepped(bases.events(rec["compiled"]), rec, bases.steps(rec["compiled"]))
+                            of = rec.get("template_of")
+                            yield from stepped(bases.events(of), rec, bases.template(of))
                         except ValueError as e:
-                            raise TraceError(f"{path}:{lineno}: bad compiled step: {e}") from None
+                            raise TraceError(f"{path}:{lineno}: bad compiled inference: {e}") from None
                     continue
                 bases.see(rec)
                 yield rec
@@ -160,23 +161,30 @@ def replayed(base: list[dict], rec: dict, clean_nodes: list | None = None) -> It
             yield {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
 
 
-def stepped(base: list[dict] | None, rec: dict, steps: dict | None) -> Iterator[dict]:
-    """The decision events a compiled step stands for (a `plan partial` event with `compiled`:
-    engine/fast_path/step_events.py): copies of the events of the dirty nodes named by the
-    template `steps` in its base inference, each moving field filled from `values`. Raises
-    ValueError when the base, its template or the values do not fit."""
-    if base is None or not isinstance(steps, dict):
-        raise ValueError(f"inference {rec['compiled']} is not a compiled steps' base")
+def stepped(base: list[dict] | None, rec: dict, template: dict | None) -> Iterator[dict]:
+    """The decision events a compiled inference stands for (a `plan` event with `template_of`:
+    engine/fast_path/step_events.py): copies of the events of the nodes its base's `template`
+    names, in the base inference, each moving field filled from `values`. Raises ValueError
+    when the base, its template or the values do not fit (a trace is untrusted input)."""
+    of = rec.get("template_of")
+    if not _is_int(of) or base is None or not isinstance(template, dict):
+        raise ValueError(f"inference {of!r} is not the base of a compiled plan")
     values = rec.get("values")
-    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if not isinstance(values, list) or not all(map(_is_int, values)):
         raise ValueError("values is not an array of integers")
+    nodes = template.get("nodes")
+    fields = template.get("fields")
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes) or \
+            not isinstance(fields, list):
+        raise ValueError("its template is not {nodes: [names], fields: [...]}")
     fill: dict = {}
-    for entry in steps.get("fields") or ():
-        if not isinstance(entry, list) or len(entry) != 5:
-            raise ValueError("a template field is not [node, kind, occurrence, field, value]")
+    for entry in fields:
+        if not (isinstance(entry, list) and len(entry) == 5 and isinstance(entry[0], str) and
+                isinstance(entry[1], str) and _is_int(entry[2]) and entry[3] in MOVING_FIELDS):
+            raise ValueError("a template field is not [node, kind, occurrence, moving field, value]")
         node, kind, k, field, v = entry
         fill.setdefault((node, kind, k), []).append((field, _filled(v, values)))
-    nodes = set(steps.get("nodes") or ())
+    nodes = set(nodes)
     seen: Counter = Counter()
     for e in base:
         if e["node"] in nodes:
@@ -189,15 +197,22 @@ def stepped(base: list[dict] | None, rec: dict, steps: dict | None) -> Iterator[
 
 
 def _filled(v, values: list):
-    """A template value with each {"$": k} replaced by values[k]."""
+    """A template value (an integer, null, {"$": k} or an array of them) with each {"$": k}
+    replaced by values[k]."""
     if isinstance(v, dict):
         k = v.get("$")
-        if not isinstance(k, int) or not 0 <= k < len(values):
+        if not _is_int(k) or not 0 <= k < len(values):
             raise ValueError(f"a template names value {k!r} of {len(values)}")
         return values[k]
     if isinstance(v, list):
         return [_filled(x, values) for x in v]
+    if v is not None and not _is_int(v):
+        raise ValueError(f"a template value is {_type_name(v)}")
     return v
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class PlanBases:
@@ -210,7 +225,7 @@ class PlanBases:
         self._cur_iter = None
         self._bases: dict[int, list[dict]] = {}
         self._clean: dict[int, list] = {}   # a base's partial plan: its clean nodes in order
-        self._steps: dict[int, dict] = {}   # a compiled steps' base: its template
+        self._templates: dict[int, dict] = {}   # a compiled plan's or steps' base: its template
 
     def see(self, rec: dict) -> None:
         it = rec["iter"]
@@ -220,18 +235,18 @@ class PlanBases:
             if rec.get("plan_base"):
                 self._bases[it] = self._cur
                 self._clean[it] = rec.get("clean_nodes") or []
-                self._steps[it] = rec.get("steps")
+                self._templates[it] = rec.get("template")
                 while len(self._bases) > self.KEEP:
                     first = min(self._bases)
-                    del self._clean[first], self._steps[first], self._bases[first]
+                    del self._clean[first], self._templates[first], self._bases[first]
         elif rec["kind"] not in NOT_REPLAYED:
             self._cur.append(rec)
 
-    def events(self, it: int) -> list[dict] | None:
-        return self._bases.get(it)
+    def events(self, it) -> list[dict] | None:
+        return self._bases.get(it) if _is_int(it) else None
 
     def clean_nodes(self, it: int) -> list:
         return self._clean.get(it, [])
 
-    def steps(self, it: int) -> dict | None:
-        return self._steps.get(it)
+    def template(self, it) -> dict | None:
+        return self._templates.get(it) if _is_int(it) else None

@@ -10,6 +10,10 @@ SCHEMA_VERSION = 1
 # fast path keeps at most this many plans (engine/fast_path), all among the latest bases.
 PLAN_BASES_KEPT = 64
 
+# The fields a compiled plan's template may fill from a `plan` event's values: those that move
+# with the dims (engine/fast_path/step_events.py says which of each kind).
+MOVING_FIELDS = frozenset({"in_shapes", "out_shapes", "shape", "bytes", "bytes_copied", "capacity", "length"})
+
 # Fields every event carries. `iter` counts inferences from 0 (-1 outside an inference),
 # `node`/`op` are empty for run-level events, `ts` is seconds since the run started.
 CORE_FIELDS = ("kind", "iter", "node", "op", "action", "reason", "ts")
@@ -24,7 +28,7 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
                "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,),
-               "compiled": (int,), "values": (list,), "steps": (dict,)}
+               "template_of": (int,), "values": (list,), "template": (dict,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -198,7 +202,7 @@ KINDS: dict[str, dict] = {
     "plan": {
         "actions": {"replay", "partial", "compiled"},
         "reasons": {"same_signature", "transition", "diverged"},
-        "fields": ("of_iter", "kernels", "upto", "steady", "compiled", "values"),
+        "fields": ("of_iter", "kernels", "upto", "steady", "template_of", "values"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
                "the inference `of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
@@ -213,19 +217,19 @@ KINDS: dict[str, dict] = {
                "`clean_nodes`. `diverged`: a tensor those nodes read changed after all, and the "
                "nodes from there on ran the flow. `steady`: how many of the nodes that ran took "
                "a steady step (engine/fast_path/steady.py: the flow's path compiled for a class "
-               "of nodes whose shapes only moved; the same events). `compiled`: those nodes ran "
-               "as one compiled step (engine/fast_path/compiled_steps.py, a decode step as one "
-               "function of the KV length) bound in inference `compiled`, whose infer_end carries "
-               "its template (`steps`); the reader copies that inference's events of the "
+               "of nodes whose shapes only moved; the same events). `template_of`: those nodes "
+               "ran as one compiled step (engine/fast_path/compiled_steps.py, a decode step as one "
+               "function of the KV length) bound in inference `template_of`, whose infer_end "
+               "carries its `template`; the reader copies that inference's events of the "
                "template's nodes with the fields that move with the dims filled from `values`. "
-               "`compiled` (the action): a whole inference ran as one compiled plan "
+               "`compiled`: a whole inference ran as one compiled plan "
                "(engine/fast_path/compiled.py; its host nodes' events are in the file as usual), "
-               "bound in inference `compiled` (= `of_iter`), expanded as above. "
+               "bound in inference `template_of` (= `of_iter`), expanded as above. "
                "Off with `--no-fast-path`.",
     },
     "infer_end": {
         "actions": {""},
-        "fields": ("latency_ms", "out_shapes", "counters", "plan_base", "clean_nodes", "steps",
+        "fields": ("latency_ms", "out_shapes", "counters", "plan_base", "clean_nodes", "template",
                    "time_ms"),
         "doc": "An inference finished; `counters` are this inference's decision counts, plus "
                "`peak_bytes` (device memory of activation buffers at its peak) and "
@@ -235,9 +239,9 @@ KINDS: dict[str, dict] = {
                "trace, record (the fast path recording a plan once the outputs are read), gc (Python's garbage "
                "collector); they sum to `latency_ms`, which covers the whole call). `plan_base: true`: later `plan` events may refer "
                "to it (a whole replay when it changed no resource; `clean_nodes`, in execution "
-               "order, the nodes a partial replay of it may repeat; `steps`, the template of the "
-               "compiled steps it bound: `nodes`, and `fields` as [node, kind, occurrence, field, "
-               "value], the value's {\"$\": k} standing for a `plan` event's `values[k]`).",
+               "order, the nodes a partial replay of it may repeat; `template`, that of the "
+               "compiled plan or steps it bound: `nodes`, and `fields` as [node, kind, occurrence, "
+               "field, value], the value's {\"$\": k} standing for a `plan` event's `values[k]`).",
     },
     "check": {
         "actions": {"pass", "fail"},

@@ -40,8 +40,10 @@ class DecisionsOnly:
 
 
 class NoTrace:
-    """`--trace none`: the writer's interface, writing nothing."""
+    """`--trace none`: the writer's interface, writing nothing (so the engine builds no event
+    for it: engine/decisions.py)."""
     path = "none"
+    keeps_nothing = True
 
     def __init__(self):
         self.iter = -1

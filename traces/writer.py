@@ -108,9 +108,9 @@ class MemoryTrace:
             if action != "compiled":
                 base, end = self._base(fields["of_iter"])
                 self.events.extend(replayed(base, rec, end.get("clean_nodes")))
-            if "compiled" in fields:
-                base, end = self._base(fields["compiled"])
-                self.events.extend(stepped(base, rec, end.get("steps")))
+            if "template_of" in fields:
+                base, end = self._base(fields["template_of"])
+                self.events.extend(stepped(base, rec, end.get("template")))
 
     def _base(self, it: int) -> tuple:
         """(the decision events of inference `it`, its infer_end) among those kept."""

@@ -22,10 +22,11 @@ history: predictors.surely_keeps) it writes the shape_info image, enqueues the k
 the policy's calls in one go and counts the decisions the compiled inference made. Otherwise the
 flow goes on node by node after the host nodes. A compiled plan holds resources of the epoch it
 was bound in (arguments, the nodes' state snapshot) and is bound again, without a new trace, by
-the next inference of the flow that could have built it. Untraced runs only: the trace reader
-cannot yet expand a compiled inference into its events (steady steps serve traced runs).
-Off by default (`Network(compile_plans=True)`, `dyncli bench --compiled-plans`): each range of
-lengths a model's tiles make pays a trace first (docs/performance.md, session 13).
+the next inference of the flow that could have built it. A traced run writes a compiled
+inference as one `plan compiled` event, which the reader expands from the template of the
+inference that bound it (step_events.py). `Network(compile_plans="all")`, the command line's
+default (dyncli/defaults.py has the figure): each range of lengths a model's tiles make pays a
+trace first (docs/performance.md, sessions 13 and 16).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ class CompiledPlans:
         self.why_not = ""               # why the last build was refused (for reading)
         self.refusals: dict = {}        # input structure -> builds refused
         self.last = None                # (Compiled, its answer) of the last compiled inference
-        self.ran = None                 # traced runs: (base iteration, values) of the last one
+        self.last_values = None         # traced runs: (base iteration, values) of the last one
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -143,7 +144,7 @@ class CompiledPlans:
                 self.runs += 1
                 if traced:              # what the trace writes of it (step_events.py)
                     env = got[-1]
-                    self.ran = (c.base[0], [env[n] for n in c.variables])
+                    self.last_values = (c.base[0], [env[n] for n in c.variables])
                 return 1
         return 2
 
@@ -237,15 +238,16 @@ class CompiledPlans:
         tpl = None
         if log is not None:            # (the caller counts the base)
             bound = step_events.attach(c, log, got[-1], iteration, fast.bases + 1)
-            if bound is None:
+            if bound is None:          # a refused trace: dropped, counted with the others
+                cands.remove(c)
                 self.why_not = step_events.REFUSED
+                self.refusals[key] = self.refusals.get(key, 0) + 1
                 return None
             tpl, counters = bound
         for v in cands:
             if v is c or (log is None and v.kernel_ids == ids and v.host_structure == host_structure):
                 _bind(fast, v, self.host_params, counters, launches, touches)
         return tpl
-
 
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose
@@ -372,6 +374,8 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables, c.counters = moving, None, None, None
+    # bound by _bind (record or rebind); until then no epoch serves it
+    c.epoch, c.snapshot, c.args, c.touches, c.io_snapshot = -1, None, None, None, None
     c.host_structure = structure([t.layout for t in host_params], ())
     c.image = compiled_image(image)
     c.immediate = immediate

@@ -103,7 +103,7 @@ class CompiledSteps:
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
         self.why_not = ""               # why the last build was refused (for reading)
-        self.ran = None                 # traced runs: (base iteration, values) of the last step
+        self.last_values = None         # traced runs: (base iteration, values) of the last step
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -151,7 +151,7 @@ class CompiledSteps:
                 self.last[d.key] = c
                 if traced:              # what the trace writes of it (step_events.py)
                     env = got[-1]
-                    self.ran = (c.base[0], [env[n] for n in c.variables])
+                    self.last_values = (c.base[0], [env[n] for n in c.variables])
                 return True, ran
             return False, ran
         return False, ran if variants[0].hosts is None else frozenset()
@@ -222,8 +222,12 @@ class CompiledSteps:
         tpl = None
         if log is not None:            # (the caller counts the base)
             bound = step_events.attach(c, log, got[-1], iteration, fast.bases + 1)
-            if bound is None:
+            if bound is None:          # a refused trace: dropped, counted with the others
+                variants.remove(c)
+                if self.last.get(d.key) is c:
+                    del self.last[d.key]
                 self.why_not = step_events.REFUSED
+                self.refusals[d.key] = self.refusals.get(d.key, 0) + 1
                 return None
             tpl, counted = bound
         self._release(fast)

@@ -99,26 +99,26 @@ _FREE = ("update_shape.", "update_impl.keep", "update_impl.fallback", "update_im
          "fusion.unfuse", "in_place_concat.apply", "kv_cache.append")
 
 
+_GROWN = ("realloc.alloc", "realloc.from_pool")     # new buffers, for grown_only
+
+
 def grown_only(insts, counters: Counter) -> bool:
     """This inference of the flow changed resources by giving tensors new buffers only (no
     build, switch, weights or device read): what an inference that takes its steady steps
     leaves otherwise unchanged."""
-    if counters.get("device_reads"):
-        return False
-    for k in counters:
-        if "." in k and not k.startswith(_FREE + _GROWN) and not k.startswith("plan."):
-            return False
-    return not any(i.pending is not None for i in insts)
-
-
-_GROWN = ("realloc.alloc", "realloc.from_pool")
+    return _decided_only(insts, counters, _FREE + _GROWN)
 
 
 def resource_free(insts, counters: Counter) -> bool:
     """This inference of the flow changed no resource its replay would rely on."""
+    return _decided_only(insts, counters, _FREE)
+
+
+def _decided_only(insts, counters: Counter, allowed: tuple) -> bool:
+    """No device read, no pending build, and every decision counted one of `allowed`."""
     if counters.get("device_reads"):
         return False
     for k in counters:
-        if "." in k and not k.startswith(_FREE) and not k.startswith("plan."):
+        if "." in k and not k.startswith(allowed) and not k.startswith("plan."):
             return False
     return not any(i.pending is not None for i in insts)

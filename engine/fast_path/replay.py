@@ -23,8 +23,7 @@ NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "p
 __all__ = ["COMPILE_MODES", "FastPath", "NOT_DECISIONS", "signature"]
 
 _IMPL_CHANGES = ("update_impl.switch", "update_impl.build", "update_weights.")
-# what is compiled: nothing, a partial plan's dirty steps (a decode step, traced runs too), or
-# whole plans too (untraced runs)
+# what is compiled: nothing, a partial plan's dirty steps (a decode step), or whole plans too
 COMPILE_MODES = ("off", "partial", "all")
 SEEN_KEPT = 1024
 
@@ -220,21 +219,22 @@ class FastPath(Observer):
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
         trace the partial replay or the compiled inference; record whole and partial plans
         from a flow where it allows, bind compiled ones. Returns what the inference's infer_end
-        carries of it (plan_base, clean_nodes, steps)."""
+        carries of it (plan_base, clean_nodes, template)."""
         self._open = False
         p = self._partial
         traced = self.decisions.traced
         if p is not None:
             counters["plan.partial"] = 1
             # a compiled step's events: its base's, with `values` (step_events.py)
-            ran = dict(zip(("compiled", "values"), self.steps.ran)) if self._steps_ran and traced else {}
+            stepped = dict(zip(("template_of", "values"), self.steps.last_values)) \
+                if self._steps_ran and traced else {}
             self.decisions.trace.event("plan", "", "", "partial", "diverged" if upto is not None else "",
                                        of_iter=p.of_iter, kernels=p.kernels,
                                        upto=len(p.clean_nodes) if upto is None else upto,
-                                       steady=self._steady.members, **ran)
+                                       steady=self._steady.members, **stepped)
         elif self._ran == 1 and traced:
-            base, values = self.compiled.ran
-            self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, compiled=base, values=values)
+            base, values = self.compiled.last_values
+            self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, template_of=base, values=values)
         self._template = None
         clean = self._record(counters, iteration, upto is not None)
         if clean is None and self._template is None:
@@ -244,7 +244,7 @@ class FastPath(Observer):
         if clean:
             out["clean_nodes"] = clean
         if self._template is not None:
-            out["steps"] = self._template
+            out["template"] = self._template
         return out
 
     def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | None:

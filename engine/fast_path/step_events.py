@@ -1,15 +1,17 @@
-"""What a compiled step decided, for the trace: the dirty nodes' events of the partial replay a
-variant was bound from, with the fields that move with the dims named by the variant's variables.
+"""What a compiled inference decided, for the trace: the events of the inference a variant was
+bound from, with the fields that move with the dims named by the variant's variables.
 
-A compiled step (compiled_steps.py) makes the decisions its dirty device nodes made in the
-steady partial replay that bound it (the base), with other numbers: the same kinds, actions and
-reasons, the same impls and capacities (the epoch's), other shapes and byte counts. So a traced
-run writes that base's events once, as they happen, and marks its infer_end with a template
-(`steps`): which fields of which events are expressions of the step's dims, each a value of the
-generated function's variables (`{"$": k}` stands for the k-th). Each compiled step then writes
-one `plan partial` event with `compiled` (the base's iteration) and `values` (those variables'
-values), and the reader (traces/reader.py) expands it into the base's events of those nodes with
-the values filled in: the seeds' events, as for a plan replay.
+A compiled step (compiled_steps.py: a decode step's dirty nodes) or a compiled plan
+(compiled.py: a whole inference) makes the decisions its device nodes made in the inference of
+steady steps that bound it (the base), with other numbers: the same kinds, actions and reasons,
+the same impls and capacities (the epoch's), other shapes and byte counts. So a traced run
+writes that base's events once, as they happen, and its infer_end carries a `template`: which
+fields of which events are expressions of the dims, each a variable of the generated function
+(`{"$": k}` stands for the k-th). Each compiled inference then writes one `plan` event (`partial`
+for a step, `compiled` for a whole inference) with `template_of` (the base's iteration) and
+`values` (those variables' values), and the reader (traces/reader.py `stepped`) expands it into
+the base's events of those nodes with the values filled in: the seeds' events, as for a plan
+replay.
 
 Which fields move is said here, by kind, from the symbolic layouts the variant's trace left
 (the nodes' input layouts, their outputs' and scratch buffers' layouts); `template` checks each
@@ -26,7 +28,8 @@ from engine.symbolic import Sym, substitute
 
 
 def _moving_fields(kind: str, fields: dict) -> tuple:
-    """The fields of an event that move with the dims."""
+    """The fields of an event that move with the dims (among traces.schema.MOVING_FIELDS, which
+    the reader lets a template fill)."""
     if kind == "update_shape":
         names = ("in_shapes", "out_shapes")
     elif kind == "realloc" and "shape" in fields:

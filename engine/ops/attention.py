@@ -32,7 +32,7 @@ MAX_D = 256
 # 14.4 (eight 16.6), s 128 eight 27.7 (one 78.9).
 ATT_WG = 256
 ATT_ROWS = 8
-# GPU, one query row per work-group (decode steps, s <= 16): attention_dec, a kernel built for
+# GPU, one query row per work-group (s <= 16; decode steps, s <= DEC_ROWS): attention_dec, a kernel built for
 # the row's latency (float4 loads, no per-row arrays). False: attention_wg with one row. H200,
 # kernel us (scripts/bench_attention.py, 12 heads, head dims 64 / 32), attention_wg 256 lanes ->
 # attention_dec: s 1 l 128 15.2 -> 10.4 / 13.5 -> 10.2, s 1 l 512 32.5 -> 15.5 / 21.2 -> 12.1,
@@ -141,7 +141,7 @@ def _kernels(node, ins, outs, deps, device="cpu", kv_append=False):
         params += _appended(node, ins, g)
     dims = {4: g["scores"]}
     if device == "gpu":
-        # one program holds both GPU kernels: a first query longer than 16 rows after shorter
+        # one program holds both GPU kernels: a first query longer than DEC_ROWS after shorter
         # ones (or the reverse) finds its kernel built (a build of its own cost 0.55 s in the
         # inference on the H200)
         jit += (("ATTENTION_WG", ATT_WG), ("ATT_ROWS", ATT_ROWS), ("ATTENTION_DEC", 1),

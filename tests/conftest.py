@@ -137,6 +137,22 @@ def static_gemms(monkeypatch):
     monkeypatch.setattr("engine.impl_manager.CPU_STATIC_MIN_MACS", 0)
 
 
+@pytest.fixture
+def gemv_one_quad(monkeypatch):
+    """GEMVs (GPU kind) on the table's work-groups with one quad of K rows a step, unsplit as
+    the table is: the same kernels, launches and decisions, while the table's 4 quads a step
+    (N < 8192) cost 3 to 7 s a cold PoCL build (rows x fused ops: a decode builds many), one
+    quad about a third. For tests of what the runtime decides over many GEMV builds; the table's
+    tiles are tested in tests/test_gemv.py and tests/test_ln_gemv.py."""
+    import engine.ops.matmul as mm
+    table = mm.gemv_tile
+
+    def tile(N, K):
+        t = table(N, K)
+        return t[:2] + (1,) + t[3:]
+    monkeypatch.setattr(mm, "gemv_tile", tile)
+
+
 def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
     """onnxruntime's CPU session of `model` (at the newest IR version it reads: the GPU
     machine's onnxruntime is older than the onnx that writes the tests' models)."""

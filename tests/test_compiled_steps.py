@@ -19,6 +19,9 @@ from tests.models import kv_decoder_step
 from tests.test_partial_replay import KV_FEEDBACK, SETTINGS, _decode_steps
 from tests.test_steady_steps import GPT2_FEEDBACK, _gpt2_steps, _tiny_gpt2
 
+# the GPU kind's decodes build a GEMV per row count and fused epilogue: one quad a step
+pytestmark = pytest.mark.usefixtures("gemv_one_quad")
+
 
 def _run(prog, steps, device, feedback, fast: bool, kind: str = "cpu", predictor: str = "adaptive",
          **kw):

@@ -41,10 +41,15 @@ CASES = {
 }
 
 
-# every case on the small tiles (the default 32x64; 32x32: BK 32, several loads per work-item),
-# the big ones (128x128, 64x128: cold builds cost on PoCL) on a few
+# every case on the tile small grids take (32x64, the last with a min_blocks of 0); the others
+# (128x128, 64x128, and 32x32: BK 32, several loads per work-item) on the cases that cross what
+# a tile changes, its loads and K steps (a cold build of each case and tile costs 2 to 4 s on
+# PoCL): the flat pixel walk with output channels past a BM-block (and a 1-pixel image), the
+# gathered walk with strides, dilation and asymmetric pads (K = 45: a partial step of every BK,
+# split too), groups with BM-aligned channels (the blocked static weights per group)
+DEFAULT = next(ti for ti, (t, min_blocks) in enumerate(conv_gemm.TILES) if min_blocks == 0)
 BIG = ("pointwise_bm+3", "k3_s2_dil2_asym", "group2_bm_aligned")
-TILE_CASES = [(c, ti) for ti, t in enumerate(TILES) for c in CASES if _bm(t) <= 32 or c in BIG]
+TILE_CASES = [(c, ti) for ti, t in enumerate(TILES) for c in CASES if ti == DEFAULT or c in BIG]
 
 
 # (K = 24 of the aligned pointwise case never splits: not asked to)

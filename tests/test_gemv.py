@@ -56,24 +56,45 @@ SHAPES = [(1, 1, 1), (1, 3, 5), (2, 127, 31), (3, 128, 32), (4, 129, 33), (1, 13
           (1, 8200, 9), (2, 16390, 7), (1, 33000, 5)]
 
 
+# The rows of A a forced tile takes (M of every shape in turn): each build of rows (1, 2 or 4,
+# a cold PoCL build of 2 to 7 s each) is its own JIT constant, and the table's tile runs all
+# three over SHAPES. A forced tile changes the columns, slices and quads (WX, KY, U) and the
+# split, which the rows only repeat (an accumulator per row): each forced tile takes every N
+# and K of SHAPES with one or two row builds, and together they take each build, split and not
+# (the split's rows 1 and 2 on (32, 8, 1, 264), 4 on (8, 4, 2, 10**6); 3 rows compute a
+# repeated 4th, so M = 3 and 4 share a build).
+TILE_ROWS = {(8, 32, 3, 0): (3, 4), (32, 8, 1, 264): (1, 2), (16, 16, 4, 0): (1,), (8, 4, 2, 10 ** 6): (4, 3)}
+
+
 @pytest.mark.parametrize("tile", TILES)
 def test_matmul_gemv_shapes_cross_tiles(device, tile, monkeypatch):
     """Both operands are inputs, so one Network sees every shape (the shape-agnostic build)."""
+    shapes = SHAPES
     if tile:
         monkeypatch.setattr(mm, "gemv_tile", lambda N, K: tile)
+        rows = TILE_ROWS[tile]
+        shapes = [(rows[i % len(rows)], N, K) for i, (_, N, K) in enumerate(SHAPES)]
     model = matmul_model()
     net = make_net(model, device, "gpu")
     rng = np.random.default_rng(0)
-    seen = set()
-    for M, N, K in SHAPES:
+    seen, builds = set(), set()
+    for M, N, K in shapes:
         run_vs_ort(model, [matmul_feeds(rng, M, N, K)], rtol=2e-4, atol=3e-5, net=net)
         assert _kernels(net) == _gemv_kernels(M, N, K), (M, N, K)
         assert dict(net.insts[0].bound[0].call.jit)["GV_ROWS"] == mm.gemv_rows(M)
         seen.add(len(_kernels(net)))
+        builds.add((mm.gemv_rows(M), len(_kernels(net))))
     if tile is None:
         assert seen == {1}              # the table never splits K
+        assert {r for r, _ in builds} == {1, 2, 4}
     elif tile[3]:
         assert seen == {1, 2}           # split and unsplit both ran
+        assert builds == {(mm.gemv_rows(r), s) for r in TILE_ROWS[tile] for s in (1, 2)}
+
+
+def test_forced_tiles_take_every_row_build_split_and_not():
+    split = {mm.gemv_rows(r) for t, rows in TILE_ROWS.items() if t[3] for r in rows}
+    assert set(TILE_ROWS) == set(TILES[1:]) and split == {1, 2, 4}
 
 
 def test_gemv_offsets_unaligned(device):
@@ -120,20 +141,28 @@ def test_batched_rows_and_vector(device, n_split):
     assert _kernels(net) == _gemv_kernels(1, N, K)
 
 
-@pytest.mark.parametrize("ta,tb,bias,N,K", [(0, 1, "n", 67, 37), (0, 1, "mn", 21, 1500),
-                                            (1, 1, "1", 133, 301), (1, 0, "mn", 259, 650),
-                                            (0, 0, "n", 130, 77)])
-def test_gemm_trans_alpha_beta_bias(device, ta, tb, bias, N, K):
+# (ta, tb, bias, N, K, rows M in turn): each row build (1, 2, 4; 3 rows compute a repeated
+# 4th) is a JIT constant, a cold PoCL build each (3 to 7 s for gemv's table tile of 4 quads a
+# step). gemv_t unsplit takes the three builds; split, 4 and 2 with a bias of the output's shape
+# (read per row), 1 and 4 with transA; gemv takes 2 and 4 with transA and a bias read per row,
+# 1 and 4 with the bias along N (the same for every row). So each kernel runs each build, split
+# and not, with the epilogue, and transA with more than one row.
+@pytest.mark.parametrize("ta,tb,bias,N,K,rows", [(0, 1, "n", 67, 37, (1, 4, 3, 2)),
+                                                 (0, 1, "mn", 21, 1500, (4, 3, 2)),
+                                                 (1, 1, "1", 133, 301, (1, 4, 3)),
+                                                 (1, 0, "mn", 259, 650, (2, 4, 3)),
+                                                 (0, 0, "n", 130, 77, (1, 3))])
+def test_gemm_trans_alpha_beta_bias(device, ta, tb, bias, N, K, rows):
     """Gemm with transA / transB (gemv_t reads B's rows along K), ALPHA, BETA and a bias along
     N, of the output's shape, or a scalar; split and unsplit; 3 quads per unrolled step."""
     mm_t, mm.GEMV_T_TILE = mm.GEMV_T_TILE, (32, 8, 3, 264)
     try:
-        _gemm_trans(device, ta, tb, bias, N, K)
+        _gemm_trans(device, ta, tb, bias, N, K, rows)
     finally:
         mm.GEMV_T_TILE = mm_t
 
 
-def _gemm_trans(device, ta, tb, bias, N, K):
+def _gemm_trans(device, ta, tb, bias, N, K, rows):
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((N, K) if tb else (K, N)) / np.sqrt(K)).astype(np.float32)
     c_shape = {"n": [N], "mn": ["m", N], "1": [1]}[bias]
@@ -141,7 +170,7 @@ def _gemm_trans(device, ta, tb, bias, N, K):
                    [("a", [K, "m"] if ta else ["m", K]), ("c", c_shape)], [("y", ["m", N])],
                    [numpy_helper.from_array(w, "w")], opset=13)
     net = make_net(model, device, "gpu")
-    for M in (1, 4, 3, 2):
+    for M in rows:
         c = [M if d == "m" else d for d in c_shape]
         feeds = {"a": rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32),
                  "c": rng.standard_normal(c).astype(np.float32)}

@@ -102,6 +102,37 @@ def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device,
         assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
 
 
+def test_a_traced_run_binds_and_rebinds_as_an_untraced_one(device, tmp_path):
+    """Lengths that cross two ranges of the tiles (8-11 and 30-41) back and forth and grow past
+    the buffers twice: a traced run binds the other range's variant beside the one its flow
+    checked, and binds both again to the buffers a growth took, as an untraced run does; its
+    compiled inferences expand to the flow's events, the capacities of the new buffers
+    included (they are values of each compiled inference, step_events.Capacity)."""
+    from tests.test_steady_steps import _events
+    from traces import TraceWriter
+    prog = build_program(bert_encoder(**BERT))
+    lengths = WARM + [(1, 39), (1, 8), (1, 9), (1, 30), (1, 10), (1, 35), (1, 150), (1, 38), (1, 9),
+                      (1, 37), (1, 11), (1, 160), (1, 10), (1, 36), (1, 8)]
+    paths, compiled = {}, {}
+    for name, fast, traced in (("traced", True, True), ("untraced", True, False), ("flow", False, True)):
+        paths[name] = tmp_path / f"{name}.jsonl"
+        net = Network(prog, device, impls="dynamic", fast_path=fast, predictor="adaptive",
+                      compile_plans="all" if fast else "off",
+                      trace=TraceWriter(str(paths[name]), {}) if traced else None)
+        net.impls.device_type = "gpu"
+        compiled[name] = []
+        for feeds, _ in _bert_steps(lengths):
+            net.infer(feeds)
+            compiled[name].append(net.counters.get("plan.compiled", 0))
+        if traced:
+            net.trace.close()
+    assert compiled["traced"] == compiled["untraced"], compiled
+    # after each growth (150, 160) the next lengths of both ranges are compiled at once
+    assert all(compiled["traced"][i] for i in (9, 10, 11, 12, 14, 15, 16)), compiled
+    for i in range(len(lengths)):
+        assert _events(paths["traced"], i) == _events(paths["flow"], i), f"inference {i}"
+
+
 def test_a_guard_that_fails_falls_back_to_the_flow(device):
     """Length 8 fails a guard of the plan traced at 40 (tiles for short rows): the flow runs
     after the host nodes the attempt ran and decides as the flow alone; it keeps every resource,

@@ -91,3 +91,26 @@ def test_fed_back_aliases_are_one_line_read_as_one_event_per_input(tmp_path):
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(TraceError, match=r":2: bad event: inputs is not an array of strings"):
         list(read_trace(str(p))[1])
+
+
+def test_a_template_base_is_kept_past_the_plain_bases_until_newer_templates_push_it_out():
+    """A compiled plan serves lengths long after the inference that bound it: the reader keeps
+    the last TEMPLATE_BASES_KEPT bases with a template besides the last PLAN_BASES_KEPT bases."""
+    from traces.reader import PlanBases
+    from traces.schema import PLAN_BASES_KEPT, TEMPLATE_BASES_KEPT
+    bases = PlanBases()
+
+    def base(it: int, template=None) -> None:
+        bases.see({"kind": "update_shape", "iter": it, "node": f"n{it}"})
+        bases.see({"kind": "infer_end", "iter": it, "plan_base": True, "template": template})
+    base(0, {"nodes": ["n0"], "fields": []})
+    for it in range(1, PLAN_BASES_KEPT + 5):
+        base(it)
+    assert bases.events(1) is None                      # a plain base: pushed out
+    assert [e["node"] for e in bases.events(0)] == ["n0"]
+    assert bases.template(0) == {"nodes": ["n0"], "fields": []}
+    first = PLAN_BASES_KEPT + 5
+    for it in range(first, first + TEMPLATE_BASES_KEPT):
+        base(it, {"nodes": [f"n{it}"], "fields": []})
+    assert bases.events(0) is None and bases.template(0) is None
+    assert bases.template(first)["nodes"] == [f"n{first}"]

@@ -8,7 +8,8 @@ import warnings
 from collections import Counter
 from typing import Iterator
 
-from traces.schema import CORE_FIELDS, FIELD_TYPES, HEADER_TYPES, KINDS, MOVING_FIELDS, PLAN_BASES_KEPT, SCHEMA_VERSION
+from traces.schema import (CORE_FIELDS, FIELD_TYPES, HEADER_TYPES, KINDS, MOVING_FIELDS, PLAN_BASES_KEPT,
+                           SCHEMA_VERSION, TEMPLATE_BASES_KEPT)
 
 
 class TraceError(ValueError):
@@ -216,16 +217,19 @@ def _is_int(v) -> bool:
 
 
 class PlanBases:
-    """Keeps the decision events of the inferences marked `plan_base` (the last few), so
-    `plan replay` events can be expanded while streaming."""
+    """Keeps the decision events of the inferences marked `plan_base` (the last few, and the
+    last few of those with a template besides), so `plan` events can be expanded while
+    streaming."""
     KEEP = PLAN_BASES_KEPT
+    KEEP_TEMPLATES = TEMPLATE_BASES_KEPT
 
     def __init__(self):
         self._cur: list[dict] = []
         self._cur_iter = None
         self._bases: dict[int, list[dict]] = {}
         self._clean: dict[int, list] = {}   # a base's partial plan: its clean nodes in order
-        self._templates: dict[int, dict] = {}   # a compiled plan's or steps' base: its template
+        # a compiled plan's or steps' base: (its events, its template)
+        self._templates: dict[int, tuple] = {}
 
     def see(self, rec: dict) -> None:
         it = rec["iter"]
@@ -235,18 +239,24 @@ class PlanBases:
             if rec.get("plan_base"):
                 self._bases[it] = self._cur
                 self._clean[it] = rec.get("clean_nodes") or []
-                self._templates[it] = rec.get("template")
                 while len(self._bases) > self.KEEP:
                     first = min(self._bases)
-                    del self._clean[first], self._templates[first], self._bases[first]
+                    del self._clean[first], self._bases[first]
+                if rec.get("template") is not None:
+                    self._templates[it] = (self._cur, rec["template"])
+                    while len(self._templates) > self.KEEP_TEMPLATES:
+                        del self._templates[min(self._templates)]
         elif rec["kind"] not in NOT_REPLAYED:
             self._cur.append(rec)
 
     def events(self, it) -> list[dict] | None:
-        return self._bases.get(it) if _is_int(it) else None
+        if not _is_int(it):
+            return None
+        got = self._bases.get(it)
+        return got if got is not None else self._templates.get(it, (None,))[0]
 
     def clean_nodes(self, it: int) -> list:
         return self._clean.get(it, [])
 
     def template(self, it) -> dict | None:
-        return self._templates.get(it) if _is_int(it) else None
+        return self._templates.get(it, (None, None))[1] if _is_int(it) else None

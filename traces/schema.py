@@ -9,6 +9,10 @@ SCHEMA_VERSION = 1
 # How many plan bases (inferences `plan replay` events may refer to) a reader must keep: the
 # fast path keeps at most this many plans (engine/fast_path), all among the latest bases.
 PLAN_BASES_KEPT = 64
+# How many bases of compiled plans and steps (those whose infer_end carries a `template`) a
+# reader keeps besides: a variant serves lengths long after the inference that bound it, and
+# may be bound again to other buffers without a new base (engine/fast_path/step_events.py).
+TEMPLATE_BASES_KEPT = 64
 
 # The fields a compiled plan's template may fill from a `plan` event's values: those that move
 # with the dims (engine/fast_path/step_events.py says which of each kind).
@@ -221,7 +225,8 @@ KINDS: dict[str, dict] = {
                "ran as one compiled step (engine/fast_path/compiled_steps.py, a decode step as one "
                "function of the KV length) bound in inference `template_of`, whose infer_end "
                "carries its `template`; the reader copies that inference's events of the "
-               "template's nodes with the fields that move with the dims filled from `values`. "
+               "template's nodes with the fields that move with the dims (and the capacities of "
+               "the buffers the compiled inference ran on) filled from `values`. "
                "`compiled`: a whole inference ran as one compiled plan "
                "(engine/fast_path/compiled.py; its host nodes' events are in the file as usual), "
                "bound in inference `template_of` (= `of_iter`), expanded as above. "
@@ -241,7 +246,9 @@ KINDS: dict[str, dict] = {
                "to it (a whole replay when it changed no resource; `clean_nodes`, in execution "
                "order, the nodes a partial replay of it may repeat; `template`, that of the "
                "compiled plan or steps it bound: `nodes`, and `fields` as [node, kind, occurrence, "
-               "field, value], the value's {\"$\": k} standing for a `plan` event's `values[k]`).",
+               "field, value], the value's {\"$\": k} standing for a `plan` event's `values[k]`). "
+               f"A reader keeps the last {PLAN_BASES_KEPT} bases, and the last "
+               f"{TEMPLATE_BASES_KEPT} with a `template` besides.",
     },
     "check": {
         "actions": {"pass", "fail"},

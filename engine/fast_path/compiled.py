@@ -41,7 +41,7 @@ from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
 from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
-from traces.schema import PLAN_BASES_KEPT
+from traces.schema import TEMPLATE_BASES_KEPT
 
 MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
 # traces of one input structure refused before it is no longer tried (a model whose host
@@ -134,7 +134,7 @@ class CompiledPlans:
         traced = fast.decisions.traced
         for c in cands:
             if c.epoch != fast.epoch or c.host_structure != host_structure or \
-                    (traced and fast.bases - c.base[1] >= PLAN_BASES_KEPT):
+                    (traced and fast.templates - c.base[1] >= TEMPLATE_BASES_KEPT):
                 continue
             try:
                 got = c.fn(*dims)
@@ -143,8 +143,7 @@ class CompiledPlans:
             if got is not None and self._apply(c, got):
                 self.runs += 1
                 if traced:              # what the trace writes of it (step_events.py)
-                    env = got[-1]
-                    self.last_values = (c.base[0], [env[n] for n in c.variables])
+                    self.last_values = step_events.values(c, got[-1])
                 return 1
         return 2
 
@@ -202,9 +201,10 @@ class CompiledPlans:
         """After an inference of the flow that changed no resource and whose device nodes all
         took steady steps: bind the compiled plan of its structure to this epoch, tracing it
         first if no variant's guards hold for these dims, and its variants of the same kernels
-        (other ranges of lengths) with it. In a traced run (`log`: the inference's events) only
-        that variant, when its template holds (step_events.py): returns the template, which the
-        inference's infer_end carries."""
+        (other ranges of lengths) with it. In a traced run (`log`: the inference's events) that
+        variant when its template holds (step_events.py), and the siblings whose templates held
+        when they were bound first (their bases' events, with the capacities of the buffers
+        bound now): returns the template, which the inference's infer_end carries."""
         fast = self.fast
         key = self._key()
         if self.refusals.get(key, 0) >= MAX_REFUSALS:
@@ -237,7 +237,7 @@ class CompiledPlans:
             cands.append(c)
         tpl = None
         if log is not None:            # (the caller counts the base)
-            bound = step_events.attach(c, log, got[-1], iteration, fast.bases + 1)
+            bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
             if bound is None:          # a refused trace: dropped, counted with the others
                 cands.remove(c)
                 self.why_not = step_events.REFUSED
@@ -245,8 +245,12 @@ class CompiledPlans:
                 return None
             tpl, counters = bound
         for v in cands:
-            if v is c or (log is None and v.kernel_ids == ids and v.host_structure == host_structure):
+            if v is c:
                 _bind(fast, v, self.host_params, counters, launches, touches)
+            elif v.kernel_ids == ids and v.host_structure == host_structure and \
+                    (log is None or v.base is not None):
+                # a traced run's sibling expands to its own base's events: its own counts
+                _bind(fast, v, self.host_params, counters if log is None else v.counters, launches, touches)
         return tpl
 
     def rebind(self, launches, touches) -> None:

@@ -46,7 +46,7 @@ from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.layout import Layout
 from engine.ops.common import norm_axis
 from engine.symbolic import Escape, Session, args_of, concrete, structure
-from traces.schema import PLAN_BASES_KEPT
+from traces.schema import TEMPLATE_BASES_KEPT
 
 MAX_VARIANTS = 8      # an attention's tiles by KV length may split the lengths into ranges
 MAX_REFUSALS = 2      # traces of one partial plan refused before it is no longer tried
@@ -135,7 +135,7 @@ class CompiledSteps:
         last = self.last.get(d.key)     # the variant that served the last step serves most
         for c in (variants if last is None else (last, *(v for v in variants if v is not last))):
             if c.plan is not plan or c.epoch != fast.epoch or c.changes != memory.changes or \
-                    c.structure != struct or (traced and fast.bases - c.base[1] >= PLAN_BASES_KEPT):
+                    c.structure != struct or (traced and fast.templates - c.base[1] >= TEMPLATE_BASES_KEPT):
                 continue
             got = _call(c, dims)
             if got is None:
@@ -150,8 +150,7 @@ class CompiledSteps:
                 self.runs += 1
                 self.last[d.key] = c
                 if traced:              # what the trace writes of it (step_events.py)
-                    env = got[-1]
-                    self.last_values = (c.base[0], [env[n] for n in c.variables])
+                    self.last_values = step_events.values(c, got[-1])
                 return True, ran
             return False, ran
         return False, ran if variants[0].hosts is None else frozenset()
@@ -221,7 +220,7 @@ class CompiledSteps:
             return None
         tpl = None
         if log is not None:            # (the caller counts the base)
-            bound = step_events.attach(c, log, got[-1], iteration, fast.bases + 1)
+            bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
             if bound is None:          # a refused trace: dropped, counted with the others
                 variants.remove(c)
                 if self.last.get(d.key) is c:

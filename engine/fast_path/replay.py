@@ -62,7 +62,7 @@ class FastPath(Observer):
         self.shape_fns = shape_fns.ShapeFns()
         self._changed: frozenset = frozenset()
         self._fed: frozenset = frozenset()
-        self.bases = 0                 # plan bases written so far (trace readers keep the last few)
+        self.bases = self.templates = 0    # plan bases written, those with a template (readers keep the last few)
         # compiled plans (`compile_plans`: "off", "partial" or "all"): a partial plan's dirty
         # steps (compiled_steps.py: a decode step) by default; whole plans (compiled.py) only
         # when asked while a trace costs more than the flow it saves (a trace per range of
@@ -244,6 +244,7 @@ class FastPath(Observer):
         if clean:
             out["clean_nodes"] = clean
         if self._template is not None:
+            self.templates += 1
             out["template"] = self._template
         return out
 
@@ -294,7 +295,7 @@ class FastPath(Observer):
             self._new_epoch()
             # new buffers only (a length past their room), every device node steady: the
             # compiled plans bound before serve the next inference on the new ones
-            if self.compiled is not None and self._all_steady and not traced and ran != 1 and \
+            if self.compiled is not None and self._all_steady and ran != 1 and \
                     prev is not None and grown_only(self.insts, counters):
                 self.compiled.rebind(launches, touches)
             return clean

@@ -16,7 +16,10 @@ replay.
 Which fields move is said here, by kind, from the symbolic layouts the variant's trace left
 (the nodes' input layouts, their outputs' and scratch buffers' layouts); `template` checks each
 against the base's value before the variant serves a traced run, and the tests compare every
-event, fields included, with the flow's.
+event, fields included, with the flow's. A buffer's capacity moves too, not with the dims but
+with the epoch the variant is bound in (`Capacity`): a variant bound again to the buffers a
+growth took, or bound beside the one a flow checked (another range of lengths), still expands
+to what the flow would have written.
 """
 from __future__ import annotations
 
@@ -27,13 +30,22 @@ from engine.ops.common import norm_axis
 from engine.symbolic import Sym, substitute
 
 
+class Capacity:
+    """A realloc event's `capacity`: the bytes of the buffer `tensor` holds when a compiled
+    inference runs (a value of the epoch it is bound in, not of the dims)."""
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
 def _moving_fields(kind: str, fields: dict) -> tuple:
-    """The fields of an event that move with the dims (among traces.schema.MOVING_FIELDS, which
-    the reader lets a template fill)."""
+    """The fields of an event that move with the dims or the epoch (among
+    traces.schema.MOVING_FIELDS, which the reader lets a template fill)."""
     if kind == "update_shape":
         names = ("in_shapes", "out_shapes")
     elif kind == "realloc" and "shape" in fields:
-        names = ("shape", "bytes")
+        names = ("shape", "bytes", "capacity")
     elif kind == "kv_cache":
         names = ("bytes_copied", "capacity", "length")
     else:
@@ -49,8 +61,8 @@ def _moving(inst, kind: str, fields: dict, in_l: list, layout) -> dict:
                 "out_shapes": [layout(t).shape for t in inst.outputs]}
     if kind == "realloc":
         buf = fields.get("buffer")       # "internalK": the node's K-th scratch buffer
-        l = layout(inst.internals[int(buf[8:])] if buf else inst.outputs[fields.get("output", 0)])
-        return {"shape": l.shape, "bytes": l.nbytes}
+        t = inst.internals[int(buf[8:])] if buf else inst.outputs[fields.get("output", 0)]
+        return {"shape": layout(t).shape, "bytes": layout(t).nbytes, "capacity": Capacity(t)}
     past, new = in_l                     # kv_cache
     shape = layout(inst.outputs[0]).shape
     axis = norm_axis(inst.node.attrs["axis"], len(shape))
@@ -87,7 +99,7 @@ def template(device: list, moving: dict, log: list, env: dict) -> tuple | None:
     did not see or a value is not what the variant computes."""
     nodes = {i.node.name for i in device}
     seen: Counter = Counter()
-    variables: dict = {}                 # variable name -> its index in `values`
+    variables: dict = {}                 # variable name (or Capacity tensor) -> its index in `values`
     spec = []
     for name, kind, _, _, fields in log:
         if name not in nodes:
@@ -99,6 +111,11 @@ def template(device: list, moving: dict, log: list, env: dict) -> tuple | None:
         if set(names) != set(values):
             return None
         for field, v in values.items():
+            if v.__class__ is Capacity:
+                if v.tensor.capacity != fields[field]:
+                    return None
+                spec.append([name, kind, key[2], field, {"$": variables.setdefault(v.tensor, len(variables))}])
+                continue
             if _plain(substitute(v, env)) != _plain(fields[field]):
                 return None
             if _has_sym(v):
@@ -119,6 +136,13 @@ def attach(c, log: list, env: dict, iteration: int, base_no: int) -> tuple | Non
     tpl, c.variables = tpl
     c.base = (iteration, base_no)
     return tpl, counts(c.device, log)
+
+
+def values(c, env: dict) -> tuple:
+    """What a compiled inference of variant `c` writes to the trace: (its base's iteration, the
+    values of the variables its template names: the function's, and the capacities of the
+    buffers bound now)."""
+    return c.base[0], [env[n] if n.__class__ is str else n.capacity for n in c.variables]
 
 
 def counts(device: list, log: list) -> Counter:

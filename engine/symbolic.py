@@ -190,6 +190,23 @@ def prod(dims):
     return n
 
 
+def piecewise(fn, *dims):
+    """`fn(*dims)` for a pure function of ints whose branches pick a value, not a path (a tile
+    or rows-per-block choice by size): while tracing with a Sym among `dims`, one line that calls
+    `fn` at run time, no guard, so the traced function serves every range of sizes `fn`
+    distinguishes instead of one variant per range."""
+    if not any(d.__class__ is Sym for d in dims):
+        return fn(*dims)
+    tr = _tracing.trace
+    expr = f"{tr.const(fn)}({', '.join(map(_expr, dims))})"
+    hit = tr.cse.get(expr)
+    if hit is None:
+        name = tr.temp()
+        tr.lines.append(f"{name} = {expr}")
+        hit = tr.cse[expr] = Sym(fn(*map(_value, dims)), name)
+    return hit
+
+
 # ---- tracing and compiling ---------------------------------------------------------------
 
 def _sym_layout(l: Layout, k) -> Layout:

@@ -103,16 +103,16 @@ def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device,
 
 
 def test_a_traced_run_binds_and_rebinds_as_an_untraced_one(device, tmp_path):
-    """Lengths that cross two ranges of the tiles (8-11 and 30-41) back and forth and grow past
-    the buffers twice: a traced run binds the other range's variant beside the one its flow
-    checked, and binds both again to the buffers a growth took, as an untraced run does; its
-    compiled inferences expand to the flow's events, the capacities of the new buffers
-    included (they are values of each compiled inference, step_events.Capacity)."""
+    """Batch 1 and batch 2 (two variants of the same kernels: a batch of 1 broadcasts) back and
+    forth, growing past the buffers twice: a traced run binds the other batch's variant beside
+    the one its flow checked, and binds both again to the buffers a growth took, as an untraced
+    run does; its compiled inferences expand to the flow's events, the capacities of the new
+    buffers included (they are values of each compiled inference, step_events.Capacity)."""
     from tests.test_steady_steps import _events
     from traces import TraceWriter
     prog = build_program(bert_encoder(**BERT))
-    lengths = WARM + [(1, 39), (1, 8), (1, 9), (1, 30), (1, 10), (1, 35), (1, 150), (1, 38), (1, 9),
-                      (1, 37), (1, 11), (1, 160), (1, 10), (1, 36), (1, 8)]
+    lengths = WARM + [(1, 39), (2, 20), (2, 19), (1, 30), (2, 15), (1, 35), (1, 150), (1, 38), (2, 18),
+                      (1, 37), (2, 17), (1, 160), (2, 16), (1, 36), (2, 15)]
     paths, compiled = {}, {}
     for name, fast, traced in (("traced", True, True), ("untraced", True, False), ("flow", False, True)):
         paths[name] = tmp_path / f"{name}.jsonl"
@@ -127,19 +127,22 @@ def test_a_traced_run_binds_and_rebinds_as_an_untraced_one(device, tmp_path):
         if traced:
             net.trace.close()
     assert compiled["traced"] == compiled["untraced"], compiled
-    # after each growth (150, 160) the next lengths of both ranges are compiled at once
+    # after each growth (150, 160) the next lengths of both batches are compiled at once
     assert all(compiled["traced"][i] for i in (9, 10, 11, 12, 14, 15, 16)), compiled
     for i in range(len(lengths)):
         assert _events(paths["traced"], i) == _events(paths["flow"], i), f"inference {i}"
 
 
 def test_a_guard_that_fails_falls_back_to_the_flow(device):
-    """Length 8 fails a guard of the plan traced at 40 (tiles for short rows): the flow runs
-    after the host nodes the attempt ran and decides as the flow alone; it keeps every resource,
-    so it traces a second variant, which serves 9, 10 and 11."""
+    """Batch 2 fails a guard of the plan traced at batch 1 (a batch of 1 broadcasts): the flow
+    runs after the host nodes the attempt ran and decides as the flow alone; it keeps every
+    resource (2 x 20 tokens fit the buffers of 41), so it traces a second variant, which serves
+    the next batch-2 lengths; a batch-1 length then finds the first again. Lengths 8 to 41 cross
+    the attention's rows-per-block choices (query_rows) and need no variant of their own: the
+    choice is a value of the traced function (symbolic.piecewise), not a guard."""
     prog = build_program(bert_encoder(**BERT))
-    lengths = [41, 40, 39, 8, 9, 10, 11]
-    steps = _bert_steps([(1, n) for n in lengths])
+    lengths = [(1, 41), (1, 40), (1, 39), (2, 20), (2, 19), (2, 18), (1, 8), (2, 17), (1, 30)]
+    steps = _bert_steps(lengths)
     net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
     net.impls.device_type = "gpu"
     ref = Network(prog, device, impls="dynamic", predictor="adaptive", fast_path=False)
@@ -151,7 +154,7 @@ def test_a_guard_that_fails_falls_back_to_the_flow(device):
         assert {k: v for k, v in net.counters.items() if k not in NOT_DECISIONS} == \
             {k: v for k, v in ref.counters.items() if k not in NOT_DECISIONS}
         compiled.append(net.counters.get("plan.compiled", 0))
-    assert compiled == [0, 0, 1, 0, 1, 1, 1]
+    assert compiled == [0, 0, 1, 0, 1, 1, 1, 1, 1]
     assert net.fast.compiled.built == 2
 
 

@@ -55,6 +55,31 @@ def test_a_traced_function_gives_the_ops_answer_for_new_dims_or_none():
     assert fn.fn(*args_of([Layout((6, 3, 7)), b], frozenset({1}))) == _tiles([Layout((6, 3, 7)), b])
 
 
+def _tile_by_size(m: int) -> int:
+    return 8 if m <= 16 else 16 if m <= 64 else 32
+
+
+def test_a_piecewise_choice_is_a_value_of_the_traced_function_not_a_guard():
+    """symbolic.piecewise: a choice by size (a tile) computed by its function when the traced
+    function runs, so the one function serves every range; the same choice made with an `if`
+    is a guard and the trace serves only its range."""
+    from engine.symbolic import piecewise
+
+    def by_value(ls):
+        return ls[0].shape[0] * piecewise(_tile_by_size, ls[0].shape[1])
+
+    def by_guard(ls):
+        return ls[0].shape[0] * _tile_by_size(ls[0].shape[1])
+    a = Layout((3, 10))
+    got, fn = trace(by_value, [a])
+    _, guarded = trace(by_guard, [a])
+    assert got == 24
+    for m in (1, 16, 17, 64, 65, 1000):
+        assert fn.fn(*args_of([Layout((5, m))], frozenset())) == 5 * _tile_by_size(m)
+    assert guarded.fn(*args_of([Layout((5, 17))], frozenset())) is None
+    assert piecewise(_tile_by_size, 70) == 32        # no Sym: the plain call
+
+
 @pytest.mark.parametrize("op", [lambda d: int(d), lambda d: hash(d), lambda d: np.asarray([d]),
                                 lambda d: d / 2, lambda d: range(d), lambda d: float(d)])
 def test_what_a_dim_cannot_follow_escapes(op):

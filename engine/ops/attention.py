@@ -18,7 +18,7 @@ from engine.kernels import KernelCall
 from engine.layout import Layout
 from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast, contiguous_strides
-from engine.symbolic import tracing
+from engine.symbolic import piecewise, tracing
 
 # What fits: the key row of scores lives in private (CPU) or local (GPU) memory, the query row
 # in local memory. Longer keys run the unfused subgraph (engine/attention_fusion.py: seq_too_long).
@@ -120,7 +120,7 @@ def _kernels(node, ins, outs, deps, device="cpu", kv_append=False):
     g = geometry(node, ins)
     b, h = g["bh"]
     rows = b * h * g["S"]
-    per = query_rows(g["S"])
+    per = piecewise(query_rows, g["S"])     # a value of the traced function, not a guard per range
     st = g["strides"]
     params = st[:12] + (b, h, g["S"], g["L"], g["Dk"], g["Dv"], per) + st[12:]
     jit = (("MAX_L", MAX_L), ("MAX_D", MAX_D), ("IMPL_TAG", "attention"))

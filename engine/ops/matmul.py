@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.kernels import KernelCall, StaticVariant, WeightsLayout, round_up
 from engine.layout import Layout
-from engine.symbolic import prod
+from engine.symbolic import piecewise, prod
 from engine.ops.registry import register
 from engine.ops.common import ShapeInferenceError, broadcast
 
@@ -134,6 +134,12 @@ SPLITK_DEVICES = ("gpu",)
 LM_SPLIT_BLOCKS, LM_SPLIT_MIN_K, LM_SPLIT_CHUNK, LM_SPLIT_MAX = 132, 1024, 256, 8
 
 
+def lm_splits(blocks: int, K: int) -> int:
+    """gemm_lm's K parts for a grid of `blocks` work-groups: towards 2 per SM, at most
+    LM_SPLIT_MAX, each at least LM_SPLIT_CHUNK rows of K."""
+    return min(LM_SPLIT_MAX, -(-2 * LM_SPLIT_BLOCKS // blocks), K // LM_SPLIT_CHUNK)
+
+
 def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
     """The GEMM call, or split-K: the partial kernel (gemm_splitk_partial for a GEMV of at most
     SPLITK_MAX_ROWS rows and a long K, gemm_lm with LM_SPLIT for a tiled grid too small for the
@@ -152,7 +158,7 @@ def split_k(call: KernelCall, dev: str = "gpu") -> list[KernelCall]:
         blocks = -(-M // bm) * -(-N // bn) * nb
         if blocks >= LM_SPLIT_BLOCKS:
             return [call]
-        s = min(LM_SPLIT_MAX, -(-2 * LM_SPLIT_BLOCKS // blocks), K // LM_SPLIT_CHUNK)
+        s = piecewise(lm_splits, blocks, K)   # a value of a traced plan, not a guard per range
         chunk = round_up(-(-K // s), j["BK"])
         s = -(-K // chunk)
         jit = call.jit + (("LM_SPLIT", 1),)

@@ -22,9 +22,8 @@ from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
 from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, print_wide, show_warning, state
 
 COMPILED_PLANS_HELP = ("What is traced into one function of the input dims and called for later new "
-                       "shapes: 'all' (default): whole inferences (a new BERT length within a range "
-                       "traced before: 1.4-1.6 ms against 3-6 ms for its flow on an H200; each range "
-                       "of lengths the model's tiles make pays one 15-20 ms trace first) and the "
+                       "shapes: 'all' (default): whole inferences (a new BERT length: 1.4-1.9 ms "
+                       "against 3-6 ms for its flow on an H200, after one 15-20 ms trace) and the "
                        "nodes a decode step's KV length reaches; 'partial': those only; 'off'.")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,

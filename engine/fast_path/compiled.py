@@ -25,8 +25,11 @@ was bound in (arguments, the nodes' state snapshot) and is bound again, without 
 the next inference of the flow that could have built it. A traced run writes a compiled
 inference as one `plan compiled` event, which the reader expands from the template of the
 inference that bound it (step_events.py). `Network(compile_plans="all")`, the command line's
-default (dyncli/defaults.py has the figure): each range of lengths a model's tiles make pays a
-trace first (docs/performance.md, sessions 13 and 16).
+default (dyncli/defaults.py has the figure). A choice an op makes by size that only picks
+values (the attention's rows per block, gemm_lm's K splits) is a value of the function
+(symbolic.piecewise), not a guard: one trace serves the MiniLM BERT's lengths 8..128; a guard
+that fails (another batch, a kernel switched) traces another variant (docs/performance.md,
+sessions 13, 16 and 17).
 """
 from __future__ import annotations
 

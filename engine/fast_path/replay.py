@@ -64,9 +64,8 @@ class FastPath(Observer):
         self._fed: frozenset = frozenset()
         self.bases = self.templates = 0    # plan bases written, those with a template (readers keep the last few)
         # compiled plans (`compile_plans`: "off", "partial" or "all"): a partial plan's dirty
-        # steps (compiled_steps.py: a decode step) by default; whole plans (compiled.py) only
-        # when asked while a trace costs more than the flow it saves (a trace per range of
-        # lengths a model's tiles make: performance.md)
+        # steps (compiled_steps.py: a decode step) by default; whole plans (compiled.py) when
+        # asked (the command line's default: dyncli/defaults.py)
         self.compiled = compiled.CompiledPlans(self) if compile_plans == "all" and not self.blocker \
             and not by_value else None
         self.steps = compiled_steps.CompiledSteps(self) if compile_plans != "off" else None

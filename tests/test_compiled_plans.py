@@ -158,9 +158,34 @@ def test_a_guard_that_fails_falls_back_to_the_flow(device):
     assert net.fast.compiled.built == 2
 
 
+def test_the_plan_traced_after_the_first_inference_serves_the_third(device, monkeypatch):
+    """An untraced run traces its plan right after the model's first inference (build_ahead):
+    the second length only binds it, once it answers what that inference's flow did, and the
+    third is compiled, deciding and computing as the flow does; a plan that answers otherwise
+    is dropped and the second length traces its own."""
+    from engine.fast_path import compiled
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps([(1, n) for n in (41, 40, 39, 30, 20)])
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    for agree in (True, False):
+        if not agree:
+            monkeypatch.setattr(compiled, "agrees", lambda *a: False)
+        net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
+        net.impls.device_type = "gpu"
+        built = []
+        for k, (feeds, _) in enumerate(steps):
+            out = net.infer(feeds)
+            assert np.array_equal(out["last_hidden_state"], off[k]["last_hidden_state"])
+            assert {n: v for n, v in net.counters.items() if n not in NOT_DECISIONS} == c_off[k]
+            built.append(net.fast.compiled.built)
+        assert built == ([1, 1, 1, 1, 1] if agree else [1, 2, 2, 2, 2]), built
+        assert net.fast.compiled.runs == 3
+
+
 def test_a_structure_refused_twice_is_not_traced_again(device, monkeypatch):
-    """A trace that escapes (here every one) is tried twice per input structure, then the
-    flow's inferences stop paying for it; the reason is kept for `dyncli bench --json`."""
+    """A trace that escapes (here every one) is tried after the model's first inference (not
+    counted: build_ahead), then twice per input structure, then the flow's inferences stop
+    paying for it; the reason is kept for `dyncli bench --json`."""
     from engine.fast_path import compiled
     from engine.symbolic import Escape
     tries = []
@@ -171,7 +196,7 @@ def test_a_structure_refused_twice_is_not_traced_again(device, monkeypatch):
     monkeypatch.setattr(compiled, "_build", refuse)
     prog = build_program(bert_encoder(**BERT))
     net, on, c_on = _run(prog, _bert_steps([(1, n) for n in (41, 40, 39, 38, 37, 36)]), device, True, "gpu")
-    assert len(tries) == compiled.MAX_REFUSALS == 2
+    assert len(tries) == 1 + compiled.MAX_REFUSALS == 3
     assert net.fast.compiled.summary() == {"built": 0, "runs": 0, "refused": "Escape: a dim was hashed"}
 
 

@@ -63,7 +63,9 @@ class Compiled:
                  # traced runs (step_events.py): the moving fields of the device nodes' events,
                  # the base it was bound from (its iteration, the fast path's base count then)
                  # and the variables its template names
-                 "moving", "base", "variables")
+                 "moving", "base", "variables",
+                 # traced from the model's first inference, not yet checked against a steady one
+                 "ahead")
 
 
 class Pending:
@@ -218,9 +220,14 @@ class CompiledPlans:
         dims = args_of([t.layout for t in self.inputs] + layouts, ())
         ids = _kernel_ids(fast)
         c, got = None, None
-        for v in cands:
+        for v in list(cands):
             if v.kernel_ids == ids and v.host_structure == host_structure:
                 got = v.fn(*dims)
+                if got is not None and v.ahead:     # traced from the first inference: checked now
+                    v.ahead = False
+                    if not agrees(fast, v, got, launches, reallocs):
+                        cands.remove(v)
+                        got = None
                 if got is not None:
                     c = v
                     break
@@ -256,6 +263,26 @@ class CompiledPlans:
                 _bind(fast, v, self.host_params, counters if log is None else v.counters, launches, touches)
         return tpl
 
+    def build_ahead(self, launches, reallocs) -> None:
+        """After the model's first inference (untraced runs): trace its plan now, so that the
+        next inference of the flow (a second length) binds it instead of paying for the trace
+        too, and the one after is compiled. It is left unbound; the inference that binds it
+        first checks that it answers what that inference did (`agrees`). A trace refused here
+        is not counted: the first inference is no steady one (kernels built, buffers taken)."""
+        fast = self.fast
+        if self.table.get(self._key()):
+            return                      # (a run the flow took again after an inference raised)
+        try:
+            c = _build(fast, self.host_params, launches, reallocs)
+            check(c.fn(*args_of([t.layout for t in self.inputs] + [t.layout for t in self.host_params], ()))
+                  is not None, None, "its own dims")
+        except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
+            self.why_not = f"{type(e).__name__}: {e}"
+            return
+        c.kernel_ids, c.ahead = _kernel_ids(fast), True
+        self.built += 1
+        self.table.setdefault(self._key(), []).append(c)
+
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose
         only resource changes were new buffers: the variants of its structure and kernels bound
@@ -267,6 +294,35 @@ class CompiledPlans:
         for v in self.table.get(self._key(), ()):
             if v.counters is not None and v.kernel_ids == ids and v.host_structure == host_structure:
                 _bind(fast, v, self.host_params, v.counters, launches, touches)
+
+
+def agrees(fast, c, got: tuple, launches, reallocs) -> bool:
+    """Whether a variant (a plan or steps) traced from another inference answers for the one just
+    run what it did: the launches, their shape_info, the predictor calls, the live bytes, the
+    outputs' layouts (what _build checks a new trace against)."""
+    kernels, images, calls, live, layouts = got[:5]
+    now = fast.buffers.memory.live()
+    if _sizes(kernels) != _sizes((k, g, lw) for _, k, g, lw, _, _ in launches) or \
+            [(t, tuple(map(int, sh)), bits) for t, sh, bits in reallocs] != \
+            [(t, tuple(sh), bits) for t, _, sh, _, bits in calls] or \
+            any(now.get(name) != n for name, n in live.items()) or \
+            list(layouts) != [t.layout for t in c.immediate]:
+        return False
+    infos = {}
+    for b, *_, info in launches:
+        if b is not None and info is not None and b.slot is not None:
+            infos.setdefault(id(b.slot.chunk), {})[id(b)] = info
+    for (chunk, _, base, var, _, _, _), vals in zip(c.image, images):
+        v = base.copy()
+        v[var] = vals
+        seen = list(infos.get(id(chunk), {}).values())
+        if not seen or not np.array_equal(v, np.concatenate(seen)):
+            return False
+    return True
+
+
+def _sizes(kernels) -> list:
+    return [(k, tuple(g), tuple(lw) if lw else None) for k, g, lw in kernels]
 
 
 def buffers_keep(buffers, calls, host_params) -> bool:
@@ -380,7 +436,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
-    c.moving, c.base, c.variables, c.counters = moving, None, None, None
+    c.moving, c.base, c.variables, c.counters, c.ahead = moving, None, None, None, False
     # bound by _bind (record or rebind); until then no epoch serves it
     c.epoch, c.snapshot, c.args, c.touches, c.io_snapshot = -1, None, None, None, None
     c.host_structure = structure([t.layout for t in host_params], ())

@@ -38,8 +38,9 @@ from collections import Counter
 import numpy as np
 
 from engine.fast_path import steady, step_events
-from engine.fast_path.compiled import (Pending, answer_sources, answers_of, buffers_keep, check, compiled_image,
-                                       image_blocks, node_keys, trace_node, upload_host_params, write_image)
+from engine.fast_path.compiled import (Pending, agrees, answer_sources, answers_of, buffers_keep, check,
+                                       compiled_image, image_blocks, node_keys, trace_node, upload_host_params,
+                                       write_image)
 from engine.fast_path.host_values import apply_hosts, host_part, trace_hosts
 from engine.fast_path.partial import DIRTY, SEG, holds
 from engine.fast_path.plans import put_back_args, repeat_predictor_calls
@@ -289,37 +290,16 @@ class CompiledSteps:
 
 def _agrees(fast, c: Steps, got: tuple, launches, reallocs) -> bool:
     """Whether a variant traced before (another epoch, another partial plan) answers for the
-    partial replay just run what it did: the launches, their shape_info, the predictor calls,
-    the live bytes, the outputs' layouts and the host values (what _build checks a new trace
-    against): a variant bakes in the clean nodes' layouts and the constants of its base."""
-    kernels, images, calls, live, layouts = got[:5]
-    now = fast.buffers.memory.live()
-    if _sizes(kernels) != _sizes((k, g, lw) for _, k, g, lw, _, _ in launches) or \
-            [(t, tuple(map(int, sh)), bits) for t, sh, bits in reallocs] != \
-            [(t, tuple(sh), bits) for t, _, sh, _, bits in calls] or \
-            any(now.get(name) != n for name, n in live.items()) or \
-            list(layouts) != [t.layout for t in c.immediate]:
+    partial replay just run what it did (compiled.agrees), the host values too: a variant
+    bakes in the clean nodes' layouts and the constants of its base."""
+    if not agrees(fast, c, got, launches, reallocs):
         return False
-    infos = {}
-    for b, *_, info in launches:
-        if b is not None and info is not None and b.slot is not None:
-            infos.setdefault(id(b.slot.chunk), {})[id(b)] = info
-    for (chunk, _, base, var, _, _, _), vals in zip(c.image, images):
-        v = base.copy()
-        v[var] = vals
-        seen = list(infos.get(id(chunk), {}).values())
-        if not seen or not np.array_equal(v, np.concatenate(seen)):
-            return False
     if c.hosts is not None:
         for (_, _, outs, _), flat in zip(c.hosts, got[8]):
             for (t, shape, dtype), f in zip(outs, flat):
                 if not np.array_equal(np.array(f, dtype).reshape(shape), t.host):
                     return False
     return True
-
-
-def _sizes(kernels) -> list:
-    return [(k, tuple(g), tuple(lw) if lw else None) for k, g, lw in kernels]
 
 
 def _call(c: Steps, dims) -> tuple | None:

@@ -260,18 +260,8 @@ class FastPath(Observer):
         changed = self.buffers.memory.changes != mem or \
             (not self._steps_ran and not resource_free(self.insts, counters))
         if self._partial is not None:
-            if self.steps is not None and not self._steps_ran and not diverged and not changed and \
-                    not counters.get("device_reads"):
-                self._template = self.steps.record(self._partial, self._steady.members, self._steady.counted,
-                                                   launches, reallocs, touches, log if traced else None,
-                                                   iteration)
-            # a dirty node that switched impls may only repeat from now on: the next flow
-            # records a plan with fewer dirty nodes (a compiled step kept every kernel bound)
-            if diverged or (not self._steps_ran and any(k.startswith(_IMPL_CHANGES) for k in counters)):
-                self.current = None
-            self._partial = None
-            if changed:
-                self._new_epoch()
+            self._record_partial(counters, iteration, diverged, changed, launches, reallocs, touches,
+                                 log if traced else None)
             return None
         self.current = None
         ran, self._ran = self._ran, 0
@@ -282,10 +272,13 @@ class FastPath(Observer):
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
             self._template = self.compiled.record(self._steady.counted, launches, reallocs, touches,
                                                   log if traced else None, iteration)
-        if ran == 0 and prev is not None and not counters.get("device_reads"):   # node by node
-            self.current = partial.build(self.attribution, log, launches,
-                                         self.buffers.memory.live(), set(self.program.outputs),
-                                         iteration, self._changed, self._fed)
+        if ran == 0 and not counters.get("device_reads"):
+            if prev is None:               # the model's first inference: its plan traced now
+                if self.compiled is not None and not traced:
+                    self.compiled.build_ahead(launches, reallocs)
+            else:                          # node by node
+                self.current = partial.build(self.attribution, log, launches, self.buffers.memory.live(),
+                                             set(self.program.outputs), iteration, self._changed, self._fed)
         clean = None
         if self.current is not None:
             self.current.base_no = self.bases + 1      # (end_flow counts it)
@@ -306,6 +299,21 @@ class FastPath(Observer):
             return clean
         self.plans.put((prev, sig), self._whole_plan(prev, sig, iteration, counters, launches, reallocs, touches))
         return clean or []
+
+    def _record_partial(self, counters, iteration, diverged, changed, launches, reallocs, touches, log) -> None:
+        """After a partial replay: bind its compiled steps (a traced run's template goes to
+        `_template`)."""
+        if self.steps is not None and not self._steps_ran and not diverged and not changed and \
+                not counters.get("device_reads"):
+            self._template = self.steps.record(self._partial, self._steady.members, self._steady.counted,
+                                               launches, reallocs, touches, log, iteration)
+        # a dirty node that switched impls may only repeat from now on: the next flow
+        # records a plan with fewer dirty nodes (a compiled step kept every kernel bound)
+        if diverged or (not self._steps_ran and any(k.startswith(_IMPL_CHANGES) for k in counters)):
+            self.current = None
+        self._partial = None
+        if changed:
+            self._new_epoch()
 
     def _records_compiled(self, prev, sig, traced: bool) -> bool:
         """Whether a compiled inference is recorded as its transition's plan: the second time

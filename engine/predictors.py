@@ -54,9 +54,14 @@ def slack_limit(need: int, cap: float, floor_elems: int = 0) -> int:
 
 
 class _Track:
-    """What the adaptive policy remembers about one buffer's requirements."""
+    """What the adaptive policy remembers about one buffer's requirements (or about several
+    buffers' whose requirements moved together: AdaptivePredictor.replay shares it)."""
     __slots__ = ("t", "last", "step", "streak", "horizon", "horizon_step", "held", "window", "recent",
-                 "cycle_start", "cycle_max", "prev_cycle_max", "prev_cycle_len")
+                 "cycle_start", "cycle_max", "prev_cycle_max", "prev_cycle_len",
+                 "users", "unlike")
+    # what a buffer's history is (`same_as` compares them)
+    HISTORY = ("t", "last", "step", "streak", "horizon", "horizon_step", "held", "cycle_start",
+               "cycle_max", "prev_cycle_max", "prev_cycle_len")
 
     def __init__(self, window: int):
         self.t = 0                    # requirements seen
@@ -74,6 +79,20 @@ class _Track:
         self.cycle_max = 0
         self.prev_cycle_max = 0
         self.prev_cycle_len = 0
+        self.users = 1                # buffer ids whose track this is
+        self.unlike = None            # a track found to differ (not compared again)
+
+    def copy(self) -> "_Track":
+        """The same history, for one id on its own (users 1)."""
+        c = _Track(self.window)
+        for a in _Track.HISTORY:
+            setattr(c, a, getattr(self, a))
+        c.recent = deque(self.recent)
+        return c
+
+    def same_as(self, other: "_Track") -> bool:
+        return all(getattr(self, a) == getattr(other, a) for a in _Track.HISTORY) and \
+            self.recent == other.recent
 
     def observe(self, shape: tuple, need: int) -> None:
         last = self.last
@@ -150,28 +169,46 @@ class AdaptivePredictor:
 
     def realloc(self, buf: BufferState, id: str, shape: tuple, dtype_bits: int,
                 used_bytes: int | None = None) -> ReallocDecision:
-        s = self.settings
-        tr = self._tracks.get(id)
-        if tr is None:
-            tr = self._tracks[id] = _Track(s.memory_window)
+        tr = self._own(id)
         need = math.prod(shape)       # a tuple of ints (BufferState.realloc_if_needed)
         tr.observe(shape, need)
         return self._decide(buf, tr, shape, need, dtype_bits, used_bytes)
 
+    def _own(self, id: str) -> _Track:
+        """The track of `id` alone: a copy where `replay` shared it with other ids."""
+        tr = self._tracks.get(id)
+        if tr is None:
+            tr = self._tracks[id] = _Track(self.settings.memory_window)
+        elif tr.users > 1:
+            tr.users -= 1
+            tr = self._tracks[id] = tr.copy()
+        return tr
+
     def replay(self, calls, used_bytes: int | None = None) -> None:
         """The calls a plan replay repeats, `(buf, id, shape, need, dtype_bits)` each (shape a
         tuple of ints, need its product): the same history and decisions as `realloc` one by
-        one, the common answer (keep) without its calls."""
-        tracks, s = self._tracks, self.settings
-        base, window = s.base_iters, s.memory_window
-        for buf, id, shape, need, bits in calls:
-            tr = tracks.get(id)
-            if tr is None:
-                tr = tracks[id] = _Track(window)
+        one, the common answer (keep) without its calls. Buffers whose histories are equal and
+        that see the same shape share one track, observed once (a BERT layer's activations,
+        a decoder's KV caches); a track is split again where its buffers part: another shape,
+        a call without the others, a buffer that grows (`_grow` moves its horizon)."""
+        tracks, base = self._tracks, self.settings.base_iters
+        grouped = _group(tracks, calls, self.settings.memory_window)
+        if grouped is None:                # an id called twice: one call at a time
+            for buf, id, shape, need, bits in calls:
+                tr = self._own(id)
+                tr.observe(shape, need)
+                self._decide(buf, tr, shape, need, bits, used_bytes)
+            return
+        rows, groups = grouped
+        for tr, (shape, need, _) in groups.items():
             tr.observe(shape, need)
+        for buf, tr, id, shape, need, bits in rows:
             if buf.has_buffer and need <= buf.cap_elems and \
                     tr.needed_soon(base) * RECLAIM_FACTOR >= buf.cap_elems:
                 continue
+            if tr.users > 1:
+                tr.users -= 1
+                tr = tracks[id] = tr.copy()
             self._decide(buf, tr, shape, need, bits, used_bytes)
 
     def soon_at_least(self, id: str, need: int) -> int:
@@ -222,6 +259,53 @@ class AdaptivePredictor:
             want, mode = limit, "grow"
         limit = min(limit, need + s.max_slack_bytes * 8 // per_elem_bits)
         return max(need, min(want, limit)), mode
+
+
+def _group(tracks: dict, calls, window: int) -> tuple | None:
+    """AdaptivePredictor.replay's calls by track: (rows (buf, track, id, shape, need, bits),
+    {track: (shape, need, row indices)}), each track observed by exactly the ids that share it,
+    all with one shape: a shared track is split where that does not hold, and tracks with
+    equal histories that see the same shape are merged. None when an id comes twice."""
+    rows, groups, by_shape, ids = [], {}, {}, set()
+    for buf, id, shape, need, bits in calls:
+        if id in ids:
+            return None
+        ids.add(id)
+        tr = tracks.get(id)
+        if tr is None:
+            tr = tracks[id] = _Track(window)
+        g = groups.get(tr)
+        if g is not None and g[0] != shape:        # a sharer parts: its own copy
+            tr.users -= 1
+            tr = tracks[id] = tr.copy()
+            g = None
+        if g is None:
+            first = by_shape.get(shape)
+            if first is not None and tr.users == 1 and tr.unlike is not first:
+                if tr.same_as(first):               # (compared once per pair)
+                    del tracks[id]
+                    tr, g = first, groups[first]
+                    tr.users += 1
+                    tracks[id] = tr
+                else:
+                    tr.unlike = first
+            if g is None:
+                g = groups[tr] = (shape, need, [])
+                by_shape.setdefault(shape, tr)
+        g[2].append(len(rows))
+        rows.append((buf, tr, id, shape, need, bits))
+    for tr, (shape, need, at) in list(groups.items()):
+        if len(at) < tr.users:                     # sharers absent: those here split off together
+            tr.users -= len(at)
+            new = tr.copy()
+            new.users = len(at)
+            for k in at:
+                buf, _, id, shape_k, need_k, bits = rows[k]
+                tracks[id] = new
+                rows[k] = (buf, new, id, shape_k, need_k, bits)
+            del groups[tr]
+            groups[new] = (shape, need, at)
+    return rows, groups
 
 
 def surely_keeps(policy, buf: BufferState, need: int, id: str) -> bool:

@@ -279,29 +279,68 @@ def test_run_rejects_unknown_predictor():
     assert r.exit_code == 2 and "unknown policy 'oracle'" in r.output
 
 
-@given(st.lists(st.lists(st.integers(0, 300), min_size=3, max_size=3), min_size=1, max_size=60))
-@settings(max_examples=60, deadline=None)
-def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(needs):
+_LENGTHS = st.sampled_from([0, 1, 2, 3, 4, 5, 6, 40, 41, 300])
+_STEP = st.one_of(
+    # a plan's calls in one go: some of the buffers (others absent), all with one length
+    st.tuples(st.just("replay"), st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True).flatmap(
+        lambda ids: _LENGTHS.map(lambda n: [(k, n) for k in ids]))),
+    # ... or each with its own
+    st.tuples(st.just("replay"), st.lists(st.tuples(st.integers(0, 4), _LENGTHS), min_size=1, max_size=5,
+                                          unique_by=lambda c: c[0])),
+    # the flow's call for one buffer
+    st.tuples(st.just("one"), st.tuples(st.integers(0, 4), _LENGTHS)))
+
+
+@given(st.lists(_STEP, min_size=1, max_size=60))
+@settings(max_examples=150, deadline=None)
+def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(steps):
     """AdaptivePredictor.replay (a plan replay's predictor calls in one go) leaves every
-    buffer and its history as `realloc` called once per buffer does: growth, shrinks, reclaims."""
+    buffer and its history as `realloc` called once per buffer does: growth, shrinks, reclaims,
+    with buffers that share a history (equal so far, the same shape now) observed once and
+    split again where they part (another length, a call without the others, one growing: two
+    of the buffers hold bytes, whose slack differs from the floats')."""
     import math
-    from engine.predictors import AdaptivePredictor
+    from engine.predictors import AdaptivePredictor, _Track
     from engine.shape_predictor import BufferState
     one, many = AdaptivePredictor(), AdaptivePredictor()
-    bufs1 = [BufferState() for _ in range(3)]
-    bufs2 = [BufferState() for _ in range(3)]
-    for step in needs:
-        shapes = [(1, n, 8) for n in step]
-        for k, (b, s) in enumerate(zip(bufs1, shapes)):
-            b.realloc_if_needed(one, f"b{k}", s, 32, 1 << 20)
-        many.replay([(b, f"b{k}", s, math.prod(s), 32) for k, (b, s) in enumerate(zip(bufs2, shapes))], 1 << 20)
+    bufs1 = [BufferState() for _ in range(5)]
+    bufs2 = [BufferState() for _ in range(5)]
+    for how, arg in steps:
+        calls = arg if how == "replay" else [arg]
+        bits = [8, 8, 32, 32, 32]
+        for k, n in calls:
+            bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], 1 << 20)
+        if how == "replay":
+            many.replay([(bufs2[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls], 1 << 20)
+        else:
+            k, n = arg
+            bufs2[k].realloc_if_needed(many, f"b{k}", (1, n, 256), bits[k], 1 << 20)
         for b1, b2 in zip(bufs1, bufs2):
             assert (b1.cap_elems, b1.held_elems, b1.has_buffer) == (b2.cap_elems, b2.held_elems, b2.has_buffer)
-        for k in range(3):
-            t1, t2 = one._tracks[f"b{k}"], many._tracks[f"b{k}"]
-            assert [getattr(t1, a) for a in t1.__slots__ if a != "recent"] == \
-                [getattr(t2, a) for a in t2.__slots__ if a != "recent"]
+        assert set(one._tracks) == set(many._tracks)
+        for name, t1 in one._tracks.items():
+            t2 = many._tracks[name]
+            assert [getattr(t1, a) for a in _Track.HISTORY] == [getattr(t2, a) for a in _Track.HISTORY]
             assert list(t1.recent) == list(t2.recent)
+        # a shared track is shared by exactly the ids that name it
+        users = {}
+        for t in many._tracks.values():
+            users[id(t)] = users.get(id(t), 0) + 1
+        assert all(t.users == users[id(t)] for t in many._tracks.values())
+
+
+def test_buffers_with_one_history_share_a_track_until_they_part():
+    """Two buffers that always saw the same lengths are observed once per replay; one called
+    alone (the flow) gets its own copy, the other keeps the shared one's history."""
+    from engine.predictors import AdaptivePredictor
+    from engine.shape_predictor import BufferState
+    p, a, b = AdaptivePredictor(), BufferState(), BufferState()
+    for n in (40, 39, 38):
+        p.replay([(a, "a", (1, n), n, 32), (b, "b", (1, n), n, 32)], 1 << 20)
+    assert p._tracks["a"] is p._tracks["b"] and p._tracks["a"].users == 2
+    b.realloc_if_needed(p, "b", (1, 37), 32, 1 << 20)
+    assert p._tracks["a"] is not p._tracks["b"]
+    assert p._tracks["a"].t == 3 and p._tracks["b"].t == 4 and p._tracks["a"].users == 1
 
 
 @settings(max_examples=80, deadline=None)
@@ -324,3 +363,20 @@ def test_surely_keeps_never_promises_a_buffer_the_policy_then_drops(needs, polic
         q, b2 = make_predictor("adaptive"), BufferState()
         b2.realloc_if_needed(q, "b", (needs[0],), 32)
         assert surely_keeps(q, b2, needs[0] // 20, "b")
+
+
+def test_shared_buffers_that_both_grow_move_their_own_horizons():
+    """Two buffers sharing a history (the same lengths so far) that both grow in one replay
+    (a steady step: each reallocation moves the horizon of its own history) decide as they
+    would one call at a time: a byte buffer beside a float one, lengths 1..5 then 300."""
+    from engine.predictors import AdaptivePredictor
+    from engine.shape_predictor import BufferState
+    one, many = AdaptivePredictor(), AdaptivePredictor()
+    b1 = {k: BufferState() for k in "ab"}
+    b2 = {k: BufferState() for k in "ab"}
+    bits = {"a": 8, "b": 32}
+    for n in (1, 2, 3, 4, 5, 300, 301, 600):
+        for k in "ab":
+            b1[k].realloc_if_needed(one, k, (1, n, 256), bits[k], 1 << 30)
+        many.replay([(b2[k], k, (1, n, 256), 256 * n, bits[k]) for k in "ab"], 1 << 30)
+        assert [b1[k].cap_elems for k in "ab"] == [b2[k].cap_elems for k in "ab"], n

@@ -211,6 +211,16 @@ class AdaptivePredictor:
                 tr = tracks[id] = tr.copy()
             self._decide(buf, tr, shape, need, bits, used_bytes)
 
+    def observe_kept(self, calls) -> None:
+        """`replay` of calls whose buffers surely keep (surely_keeps said so for each): their
+        histories only, the decisions being keeps."""
+        grouped = _group(self._tracks, calls, self.settings.memory_window)
+        if grouped is None:
+            self.replay(calls)
+            return
+        for tr, (shape, need, _) in grouped[1].items():
+            tr.observe(shape, need)
+
     def soon_at_least(self, id: str, need: int) -> int:
         """A lower bound of what `needed_soon` says once a requirement of `need` elements of
         buffer `id` is observed: the largest requirement its window keeps after it."""

@@ -298,9 +298,10 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
     buffer and its history as `realloc` called once per buffer does: growth, shrinks, reclaims,
     with buffers that share a history (equal so far, the same shape now) observed once and
     split again where they part (another length, a call without the others, one growing: two
-    of the buffers hold bytes, whose slack differs from the floats')."""
+    of the buffers hold bytes, whose slack differs from the floats'); where every buffer surely
+    keeps, `observe_kept` (a compiled plan's calls) leaves what replay would."""
     import math
-    from engine.predictors import AdaptivePredictor, _Track
+    from engine.predictors import AdaptivePredictor, _Track, surely_keeps
     from engine.shape_predictor import BufferState
     one, many = AdaptivePredictor(), AdaptivePredictor()
     bufs1 = [BufferState() for _ in range(5)]
@@ -311,7 +312,11 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
         for k, n in calls:
             bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], 1 << 20)
         if how == "replay":
-            many.replay([(bufs2[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls], 1 << 20)
+            batch = [(bufs2[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls]
+            if all(surely_keeps(many, b, need, name) for b, name, _, need, _ in batch):
+                many.observe_kept(batch)       # what a compiled plan calls then
+            else:
+                many.replay(batch, 1 << 20)
         else:
             k, n = arg
             bufs2[k].realloc_if_needed(many, f"b{k}", (1, n, 256), bits[k], 1 << 20)

@@ -183,7 +183,7 @@ class CompiledPlans:
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
             cache.get(key)
-        repeat_predictor_calls(buffers, calls)
+        repeat_predictor_calls(buffers, calls, kept=True)    # (buffers_keep said so)
         buffers.memory.note_many(live)
         fast.decisions.counters.update(c.counters)
         fast.restore = Pending(c, env, keys)

@@ -200,11 +200,12 @@ class AdaptivePredictor:
                 self._decide(buf, tr, shape, need, bits, used_bytes)
             return
         rows, groups = grouped
+        soon = {}                          # track -> what a buffer must not exceed 10x of to keep
         for tr, (shape, need, _) in groups.items():
             tr.observe(shape, need)
+            soon[tr] = tr.needed_soon(base) * RECLAIM_FACTOR
         for buf, tr, id, shape, need, bits in rows:
-            if buf.has_buffer and need <= buf.cap_elems and \
-                    tr.needed_soon(base) * RECLAIM_FACTOR >= buf.cap_elems:
+            if buf.has_buffer and need <= buf.cap_elems and soon[tr] >= buf.cap_elems:
                 continue
             if tr.users > 1:
                 tr.users -= 1

@@ -163,9 +163,15 @@ class AdaptivePredictor:
         self.device_mem_bytes = device_mem_bytes
         self.max_alloc_bytes = max_alloc_bytes
         self._tracks: dict[str, _Track] = {}
+        # bumped when an id's track is made, split off or joined (replay_plan's groupings hold
+        # until then); id(a plan's calls) -> (those calls, version, its groups)
+        self.version = 0
+        self._plans: dict = {}
 
     def reset(self) -> None:
         self._tracks.clear()
+        self._plans.clear()
+        self.version += 1
 
     def realloc(self, buf: BufferState, id: str, shape: tuple, dtype_bits: int,
                 used_bytes: int | None = None) -> ReallocDecision:
@@ -179,9 +185,11 @@ class AdaptivePredictor:
         tr = self._tracks.get(id)
         if tr is None:
             tr = self._tracks[id] = _Track(self.settings.memory_window)
+            self.version += 1
         elif tr.users > 1:
             tr.users -= 1
             tr = self._tracks[id] = tr.copy()
+            self.version += 1
         return tr
 
     def replay(self, calls, used_bytes: int | None = None) -> None:
@@ -193,13 +201,15 @@ class AdaptivePredictor:
         a call without the others, a buffer that grows (`_grow` moves its horizon)."""
         tracks, base = self._tracks, self.settings.base_iters
         grouped = _group(tracks, calls, self.settings.memory_window)
+        if grouped is None or grouped[2]:  # (tracks made, joined or split: replay_plan's groupings)
+            self.version += 1
         if grouped is None:                # an id called twice: one call at a time
             for buf, id, shape, need, bits in calls:
                 tr = self._own(id)
                 tr.observe(shape, need)
                 self._decide(buf, tr, shape, need, bits, used_bytes)
             return
-        rows, groups = grouped
+        rows, groups, _ = grouped
         soon = {}                          # track -> what a buffer must not exceed 10x of to keep
         for tr, (shape, need, _) in groups.items():
             tr.observe(shape, need)
@@ -210,7 +220,49 @@ class AdaptivePredictor:
             if tr.users > 1:
                 tr.users -= 1
                 tr = tracks[id] = tr.copy()
+                self.version += 1
             self._decide(buf, tr, shape, need, bits, used_bytes)
+
+    def replay_plan(self, reallocs, used_bytes: int | None = None) -> None:
+        """A whole plan's calls, `(tensor, id, shape, need, bits)` each, the same list at every
+        replay of the plan: `replay`, its grouping kept while no track is made, split off or
+        joined (`version`), with each group's buffers' capacities (fixed while the plan lives:
+        its epoch changes no buffer), so that a replay whose groups all keep observes each
+        shared history once and looks at no buffer."""
+        hit = self._plans.get(id(reallocs))
+        if hit is None or hit[0] is not reallocs or hit[1] != self.version:
+            calls = [(t.state, name, shape, need, bits) for t, name, shape, need, bits in reallocs]
+            grouped = _group(self._tracks, calls, self.settings.memory_window)
+            if grouped is None or grouped[2]:
+                self.version += 1
+            if grouped is None:
+                self.replay(calls, used_bytes)
+                return
+            rows, groups, _ = grouped
+            summary = []
+            for tr, (shape, need, at) in groups.items():
+                bufs = [rows[k][0] for k in at]
+                summary.append((tr, shape, need, at, all(b.has_buffer for b in bufs) and
+                                need <= min(b.cap_elems for b in bufs), max(b.cap_elems for b in bufs)))
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            self._plans[id(reallocs)] = hit = (reallocs, self.version, summary)
+        base = self.settings.base_iters
+        for tr, shape, need, at, fits, cap in hit[2]:
+            tr.observe(shape, need)
+            soon = tr.needed_soon(base) * RECLAIM_FACTOR
+            if fits and soon >= cap:
+                continue                   # every buffer of the group keeps
+            for k in at:                   # (the rows of `replay`)
+                t, name, shape_k, need_k, bits = reallocs[k]
+                buf, tr_k = t.state, self._tracks[name]
+                if buf.has_buffer and need_k <= buf.cap_elems and soon >= buf.cap_elems:
+                    continue
+                if tr_k.users > 1:
+                    tr_k.users -= 1
+                    tr_k = self._tracks[name] = tr_k.copy()
+                    self.version += 1
+                self._decide(buf, tr_k, shape_k, need_k, bits, used_bytes)
 
     def observe_kept(self, calls) -> None:
         """`replay` of calls whose buffers surely keep (surely_keeps said so for each): their
@@ -219,6 +271,8 @@ class AdaptivePredictor:
         if grouped is None:
             self.replay(calls)
             return
+        if grouped[2]:
+            self.version += 1
         for tr, (shape, need, _) in grouped[1].items():
             tr.observe(shape, need)
 
@@ -253,6 +307,7 @@ class AdaptivePredictor:
                                                 self.device_mem_bytes, self.max_alloc_bytes):
             alloc, mode = need, "exact"
         buf.take(alloc)
+        self.version += 1                  # (a capacity replay_plan keeps changed)
         return ReallocDecision("alloc", alloc, alloc > need, mode, reclaimed)
 
     def _grow(self, tr: _Track, shape: tuple, need: int, dtype_bits: int) -> tuple[int, str]:
@@ -276,8 +331,9 @@ def _group(tracks: dict, calls, window: int) -> tuple | None:
     """AdaptivePredictor.replay's calls by track: (rows (buf, track, id, shape, need, bits),
     {track: (shape, need, row indices)}), each track observed by exactly the ids that share it,
     all with one shape: a shared track is split where that does not hold, and tracks with
-    equal histories that see the same shape are merged. None when an id comes twice."""
-    rows, groups, by_shape, ids = [], {}, {}, set()
+    equal histories that see the same shape are merged. None when an id comes twice; the
+    third: whether a track was made, joined or split."""
+    rows, groups, by_shape, ids, changed = [], {}, {}, set(), False
     for buf, id, shape, need, bits in calls:
         if id in ids:
             return None
@@ -285,11 +341,12 @@ def _group(tracks: dict, calls, window: int) -> tuple | None:
         tr = tracks.get(id)
         if tr is None:
             tr = tracks[id] = _Track(window)
+            changed = True
         g = groups.get(tr)
         if g is not None and g[0] != shape:        # a sharer parts: its own copy
             tr.users -= 1
             tr = tracks[id] = tr.copy()
-            g = None
+            g, changed = None, True
         if g is None:
             first = by_shape.get(shape)
             if first is not None and tr.users == 1 and tr.unlike is not first:
@@ -298,6 +355,7 @@ def _group(tracks: dict, calls, window: int) -> tuple | None:
                     tr, g = first, groups[first]
                     tr.users += 1
                     tracks[id] = tr
+                    changed = True
                 else:
                     tr.unlike = first
             if g is None:
@@ -316,7 +374,11 @@ def _group(tracks: dict, calls, window: int) -> tuple | None:
                 rows[k] = (buf, new, id, shape_k, need_k, bits)
             del groups[tr]
             groups[new] = (shape, need, at)
-    return rows, groups
+            changed = True
+    return rows, groups, changed
+
+
+PLANS_KEPT = 256    # whole plans' groupings replay_plan keeps (a fast path keeps 64 plans)
 
 
 def surely_keeps(policy, buf: BufferState, need: int, id: str) -> bool:

@@ -288,7 +288,12 @@ _STEP = st.one_of(
     st.tuples(st.just("replay"), st.lists(st.tuples(st.integers(0, 4), _LENGTHS), min_size=1, max_size=5,
                                           unique_by=lambda c: c[0])),
     # the flow's call for one buffer
-    st.tuples(st.just("one"), st.tuples(st.integers(0, 4), _LENGTHS)))
+    st.tuples(st.just("one"), st.tuples(st.integers(0, 4), _LENGTHS)),
+    # a whole plan replayed again: the same list of calls each time (replay_plan)
+    st.tuples(st.just("plan"), st.integers(0, 3)))
+# the whole plans' calls: (buffer, length) each
+_PLANS = [[(0, 40), (1, 40), (2, 40), (3, 40), (4, 40)], [(0, 3), (1, 3), (2, 3)],
+          [(2, 41), (3, 41), (4, 300)], [(0, 300), (1, 300), (2, 300), (3, 300), (4, 300)]]
 
 
 @given(st.lists(_STEP, min_size=1, max_size=60))
@@ -299,19 +304,28 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
     with buffers that share a history (equal so far, the same shape now) observed once and
     split again where they part (another length, a call without the others, one growing: two
     of the buffers hold bytes, whose slack differs from the floats'); where every buffer surely
-    keeps, `observe_kept` (a compiled plan's calls) leaves what replay would."""
+    keeps, `observe_kept` (a compiled plan's calls) leaves what replay would, and a whole
+    plan's calls replayed again (`replay_plan`, its grouping and capacities kept) do too."""
     import math
+    import types
     from engine.predictors import AdaptivePredictor, _Track, surely_keeps
     from engine.shape_predictor import BufferState
-    one, many = AdaptivePredictor(), AdaptivePredictor()
+    # a short window: the reclaim of a buffer 10x too large comes within a sequence
+    one, many = AdaptivePredictor(AdaptiveSettings(memory_window=6)), AdaptivePredictor(AdaptiveSettings(memory_window=6))
     bufs1 = [BufferState() for _ in range(5)]
     bufs2 = [BufferState() for _ in range(5)]
+    tensors = [types.SimpleNamespace(state=b) for b in bufs2]
+    plans = [[(tensors[k], f"b{k}", (1, n, 256), 256 * n, [8, 8, 32, 32, 32][k]) for k, n in p] for p in _PLANS]
     for how, arg in steps:
         calls = arg if how == "replay" else [arg]
         bits = [8, 8, 32, 32, 32]
+        if how == "plan":
+            calls = _PLANS[arg]
         for k, n in calls:
             bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], 1 << 20)
-        if how == "replay":
+        if how == "plan":
+            many.replay_plan(plans[arg], 1 << 20)
+        elif how == "replay":
             batch = [(bufs2[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls]
             if all(surely_keeps(many, b, need, name) for b, name, _, need, _ in batch):
                 many.observe_kept(batch)       # what a compiled plan calls then

@@ -409,7 +409,7 @@ class FastPath(Observer):
         queue.enqueue(plan.kernels)
         for cache, key in plan.touches:        # the flow's cache hits, in the LRU orders too
             cache.get(key)
-        repeat_predictor_calls(self.buffers, plan.reallocs)   # the same calls as the flow's
+        repeat_predictor_calls(self.buffers, plan.reallocs, fixed=True)   # the same calls as the flow's
         queue.read_status()
         for name in want:
             if name in self.device_outputs:

@@ -186,7 +186,12 @@ class AdaptivePredictor:
         if tr is None:
             tr = self._tracks[id] = _Track(self.settings.memory_window)
             self.version += 1
-        elif tr.users > 1:
+            return tr
+        return self._alone(id, tr)
+
+    def _alone(self, id: str, tr: _Track) -> _Track:
+        """`tr`, the track of `id`, for `id` alone: a copy where other ids share it."""
+        if tr.users > 1:
             tr.users -= 1
             tr = self._tracks[id] = tr.copy()
             self.version += 1
@@ -199,15 +204,10 @@ class AdaptivePredictor:
         that see the same shape share one track, observed once (a BERT layer's activations,
         a decoder's KV caches); a track is split again where its buffers part: another shape,
         a call without the others, a buffer that grows (`_grow` moves its horizon)."""
-        tracks, base = self._tracks, self.settings.base_iters
-        grouped = _group(tracks, calls, self.settings.memory_window)
-        if grouped is None or grouped[2]:  # (tracks made, joined or split: replay_plan's groupings)
-            self.version += 1
-        if grouped is None:                # an id called twice: one call at a time
-            for buf, id, shape, need, bits in calls:
-                tr = self._own(id)
-                tr.observe(shape, need)
-                self._decide(buf, tr, shape, need, bits, used_bytes)
+        base = self.settings.base_iters
+        grouped = self._grouped(calls)
+        if grouped is None:
+            self._one_at_a_time(calls, used_bytes)
             return
         rows, groups, _ = grouped
         soon = {}                          # track -> what a buffer must not exceed 10x of to keep
@@ -217,11 +217,7 @@ class AdaptivePredictor:
         for buf, tr, id, shape, need, bits in rows:
             if buf.has_buffer and need <= buf.cap_elems and soon[tr] >= buf.cap_elems:
                 continue
-            if tr.users > 1:
-                tr.users -= 1
-                tr = tracks[id] = tr.copy()
-                self.version += 1
-            self._decide(buf, tr, shape, need, bits, used_bytes)
+            self._decide(buf, self._alone(id, tr), shape, need, bits, used_bytes)
 
     def replay_plan(self, reallocs, used_bytes: int | None = None) -> None:
         """A whole plan's calls, `(tensor, id, shape, need, bits)` each, the same list at every
@@ -232,11 +228,9 @@ class AdaptivePredictor:
         hit = self._plans.get(id(reallocs))
         if hit is None or hit[0] is not reallocs or hit[1] != self.version:
             calls = [(t.state, name, shape, need, bits) for t, name, shape, need, bits in reallocs]
-            grouped = _group(self._tracks, calls, self.settings.memory_window)
-            if grouped is None or grouped[2]:
-                self.version += 1
+            grouped = self._grouped(calls)
             if grouped is None:
-                self.replay(calls, used_bytes)
+                self._one_at_a_time(calls, used_bytes)
                 return
             rows, groups, _ = grouped
             summary = []
@@ -255,26 +249,33 @@ class AdaptivePredictor:
                 continue                   # every buffer of the group keeps
             for k in at:                   # (the rows of `replay`)
                 t, name, shape_k, need_k, bits = reallocs[k]
-                buf, tr_k = t.state, self._tracks[name]
+                buf = t.state
                 if buf.has_buffer and need_k <= buf.cap_elems and soon >= buf.cap_elems:
                     continue
-                if tr_k.users > 1:
-                    tr_k.users -= 1
-                    tr_k = self._tracks[name] = tr_k.copy()
-                    self.version += 1
-                self._decide(buf, tr_k, shape_k, need_k, bits, used_bytes)
+                self._decide(buf, self._alone(name, self._tracks[name]), shape_k, need_k, bits, used_bytes)
 
     def observe_kept(self, calls) -> None:
         """`replay` of calls whose buffers surely keep (surely_keeps said so for each): their
         histories only, the decisions being keeps."""
-        grouped = _group(self._tracks, calls, self.settings.memory_window)
+        grouped = self._grouped(calls)
         if grouped is None:
-            self.replay(calls)
+            self._one_at_a_time(calls)
             return
-        if grouped[2]:
-            self.version += 1
         for tr, (shape, need, _) in grouped[1].items():
             tr.observe(shape, need)
+
+    def _one_at_a_time(self, calls, used_bytes: int | None = None) -> None:
+        """`realloc` for each call: where an id comes twice among them (no grouping)."""
+        for buf, id, shape, _, bits in calls:
+            self.realloc(buf, id, shape, bits, used_bytes)
+
+    def _grouped(self, calls) -> tuple | None:
+        """`_group`'s answer for `calls`, the version moved where it made, joined or split a
+        track (replay_plan's groupings then no longer hold)."""
+        grouped = _group(self._tracks, calls, self.settings.memory_window)
+        if grouped is None or grouped[2]:
+            self.version += 1
+        return grouped
 
     def soon_at_least(self, id: str, need: int) -> int:
         """A lower bound of what `needed_soon` says once a requirement of `need` elements of
@@ -351,7 +352,6 @@ def _group(tracks: dict, calls, window: int) -> tuple | None:
             first = by_shape.get(shape)
             if first is not None and tr.users == 1 and tr.unlike is not first:
                 if tr.same_as(first):               # (compared once per pair)
-                    del tracks[id]
                     tr, g = first, groups[first]
                     tr.users += 1
                     tracks[id] = tr

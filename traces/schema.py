@@ -15,7 +15,7 @@ PLAN_BASES_KEPT = 64
 TEMPLATE_BASES_KEPT = 64
 
 # The fields a compiled plan's template may fill from a `plan` event's values: those that move
-# with the dims (engine/fast_path/step_events.py says which of each kind).
+# with the dims or with the buffers bound (engine/fast_path/step_events.py says which of each kind).
 MOVING_FIELDS = frozenset({"in_shapes", "out_shapes", "shape", "bytes", "bytes_copied", "capacity", "length"})
 
 # Fields every event carries. `iter` counts inferences from 0 (-1 outside an inference),

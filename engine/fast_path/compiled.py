@@ -24,9 +24,8 @@ flow goes on node by node after the host nodes. A compiled plan holds resources 
 was bound in (arguments, the nodes' state snapshot) and is bound again, without a new trace, by
 the next inference of the flow that could have built it. An untraced run traces its plan right
 after the model's first inference (`build_ahead`), so that the second length's flow only binds
-it. A traced run writes a compiled
-inference as one `plan compiled` event, which the reader expands from the template of the
-inference that bound it (step_events.py). `Network(compile_plans="all")`, the command line's
+it. A traced run writes a compiled inference as one `plan compiled` event, which the reader
+expands from the template of the inference that bound it (step_events.py). `Network(compile_plans="all")`, the command line's
 default (dyncli/defaults.py has the figure). A choice an op makes by size that only picks
 values (the attention's rows per block, gemm_lm's K splits) is a value of the function
 (symbolic.piecewise), not a guard: one trace serves the MiniLM BERT's lengths 8..128; a guard
@@ -48,7 +47,7 @@ from engine.predictors import surely_keeps
 from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
 from traces.schema import TEMPLATE_BASES_KEPT
 
-MAX_VARIANTS = 16     # a model's tiles by size split its lengths into several regions
+MAX_VARIANTS = 16     # guards a choice by size still makes (a batch of 1, a kernel by length) split the inputs
 # traces of one input structure refused before it is no longer tried (a model whose host
 # nodes read device tensors would otherwise pay for a trace at every inference of the flow)
 MAX_REFUSALS = 2
@@ -120,6 +119,11 @@ class CompiledPlans:
     def _key(self) -> tuple:
         return structure([t.layout for t in self.inputs], ())
 
+    def _dims(self) -> tuple:
+        """(the structure of the host values' layouts, the arguments of a variant's function)."""
+        layouts = [t.layout for t in self.host_params]
+        return structure(layouts, ()), args_of([t.layout for t in self.inputs] + layouts, ())
+
     # ---- an inference ----------------------------------------------------------------------
     def run(self) -> int:
         """Try the compiled plan for the inputs just set. 0: none applies (nothing done);
@@ -135,9 +139,7 @@ class CompiledPlans:
                 inst.execute()
         if fast.buffers.memory.changes != fast.recording[2]:
             return 2                            # an input took a new buffer
-        layouts = [t.layout for t in self.host_params]
-        host_structure = structure(layouts, ())
-        dims = args_of([t.layout for t in self.inputs] + layouts, ())
+        host_structure, dims = self._dims()
         traced = fast.decisions.traced
         for c in cands:
             if c.epoch != fast.epoch or c.host_structure != host_structure or \
@@ -208,7 +210,7 @@ class CompiledPlans:
         """After an inference of the flow that changed no resource and whose device nodes all
         took steady steps: bind the compiled plan of its structure to this epoch, tracing it
         first if no variant's guards hold for these dims, and its variants of the same kernels
-        (other ranges of lengths) with it. In a traced run (`log`: the inference's events) that
+        (another batch, say) with it. In a traced run (`log`: the inference's events) that
         variant when its template holds (step_events.py), and the siblings whose templates held
         when they were bound first (their bases' events, with the capacities of the buffers
         bound now): returns the template, which the inference's infer_end carries."""
@@ -217,9 +219,7 @@ class CompiledPlans:
         if self.refusals.get(key, 0) >= MAX_REFUSALS:
             return None
         cands = self.table.setdefault(key, [])
-        layouts = [t.layout for t in self.host_params]
-        host_structure = structure(layouts, ())
-        dims = args_of([t.layout for t in self.inputs] + layouts, ())
+        host_structure, dims = self._dims()
         ids = _kernel_ids(fast)
         c, got = None, None
         for v in list(cands):
@@ -276,8 +276,7 @@ class CompiledPlans:
             return                      # (a run the flow took again after an inference raised)
         try:
             c = _build(fast, self.host_params, launches, reallocs)
-            check(c.fn(*args_of([t.layout for t in self.inputs] + [t.layout for t in self.host_params], ()))
-                  is not None, None, "its own dims")
+            check(c.fn(*self._dims()[1]) is not None, None, "its own dims")
         except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
             self.why_not = f"{type(e).__name__}: {e}"
             return

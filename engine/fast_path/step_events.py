@@ -18,8 +18,8 @@ Which fields move is said here, by kind, from the symbolic layouts the variant's
 against the base's value before the variant serves a traced run, and the tests compare every
 event, fields included, with the flow's. A buffer's capacity moves too, not with the dims but
 with the epoch the variant is bound in (`Capacity`): a variant bound again to the buffers a
-growth took, or bound beside the one a flow checked (another range of lengths), still expands
-to what the flow would have written.
+growth took, or bound beside the one a flow checked (another variant of the same kernels), still
+expands to what the flow would have written.
 """
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ history: predictors.surely_keeps) it writes the shape_info image, enqueues the k
 the policy's calls in one go and counts the decisions the compiled inference made. Otherwise the
 flow goes on node by node after the host nodes. A compiled plan holds resources of the epoch it
 was bound in (arguments, the nodes' state snapshot) and is bound again, without a new trace, by
-the next inference of the flow that could have built it. An untraced run traces its plan right
-after the model's first inference (`build_ahead`), so that the second length's flow only binds
-it. A traced run writes a compiled inference as one `plan compiled` event, which the reader
+the next inference of the flow that could have built it. An untraced run traces and binds its
+plan right after the model's first inference (`build_ahead`), so that the second length is
+compiled already. A traced run writes a compiled inference as one `plan compiled` event, which the reader
 expands from the template of the inference that bound it (step_events.py). `Network(compile_plans="all")`, the command line's
 default (dyncli/defaults.py has the figure). A choice an op makes by size that only picks
 values (the attention's rows per block, gemm_lm's K splits) is a value of the function
@@ -65,8 +65,8 @@ class Compiled:
                  # the base it was bound from (its iteration, the fast path's base count then)
                  # and the variables its template names
                  "moving", "base", "variables",
-                 # traced from the model's first inference, not yet checked against a steady one
-                 "ahead")
+                 # what an inference of its steady steps counts (steady.counts_of_steady)
+                 "steady_counts")
 
 
 class Pending:
@@ -112,6 +112,7 @@ class CompiledPlans:
         self.refusals: dict = {}        # input structure -> builds refused
         self.last = None                # (Compiled, its answer) of the last compiled inference
         self.last_values = None         # traced runs: (base iteration, values) of the last one
+        self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -225,11 +226,6 @@ class CompiledPlans:
         for v in list(cands):
             if v.kernel_ids == ids and v.host_structure == host_structure:
                 got = v.fn(*dims)
-                if got is not None and v.ahead:     # traced from the first inference: checked now
-                    v.ahead = False
-                    if not agrees(fast, v, got, launches, reallocs):
-                        cands.remove(v)
-                        got = None
                 if got is not None:
                     c = v
                     break
@@ -247,6 +243,8 @@ class CompiledPlans:
             if len(cands) >= MAX_VARIANTS:
                 cands.pop(0)
             cands.append(c)
+        if counters != c.steady_counts:    # what build_ahead binds with is not what the flow counted
+            self.counts_differ += 1
         tpl = None
         if log is not None:            # (the caller counts the base)
             bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
@@ -266,11 +264,12 @@ class CompiledPlans:
         return tpl
 
     def build_ahead(self, launches, reallocs) -> None:
-        """After the model's first inference (untraced runs): trace its plan now, so that the
-        next inference of the flow (a second length) binds it instead of paying for the trace
-        too, and the one after is compiled. It is left unbound; the inference that binds it
-        first checks that it answers what that inference did (`agrees`). A trace refused here
-        is not counted: the first inference is no steady one (kernels built, buffers taken)."""
+        """After the model's first inference (untraced runs), in the epoch it leaves: trace its
+        plan now and bind it with what an inference of steady steps counts
+        (steady.counts_of_steady), so that the second length is compiled already. The first
+        inference is no steady one (kernels built, buffers taken), so its own counters do not
+        serve; every later inference of the flow that binds a plan checks those counts against
+        its own (`counts_differ`). A trace refused here is not counted."""
         fast = self.fast
         if self.table.get(self._key()):
             return                      # (a run the flow took again after an inference raised)
@@ -280,9 +279,10 @@ class CompiledPlans:
         except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
             self.why_not = f"{type(e).__name__}: {e}"
             return
-        c.kernel_ids, c.ahead = _kernel_ids(fast), True
+        c.kernel_ids = _kernel_ids(fast)
         self.built += 1
         self.table.setdefault(self._key(), []).append(c)
+        _bind(fast, c, self.host_params, c.steady_counts, launches, ())
 
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose
@@ -420,7 +420,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     state: list = []                    # (object, attribute, value) the flow left
     per_bound: dict = {}                # id(bound kernel) -> (gws, lws, shape_info values)
     host_views = []
-    device, keys = [], []               # device nodes; their input dims
+    device, keys, device_steps = [], [], []     # device nodes; their input dims; their steps
     answers: dict = {}                  # a class's answer for symbolic inputs
     with s:
         for t in inputs + host_params:
@@ -429,6 +429,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
             if not inst.node.host:
                 in_l = trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answers)
                 device.append(inst)
+                device_steps.append(step)
                 keys.append(tuple(args_of(in_l, ())))
         kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound, sym)
         image = image_blocks(fast, launches, per_bound)
@@ -437,7 +438,10 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
-    c.moving, c.base, c.variables, c.counters, c.ahead = moving, None, None, None, False
+    c.moving, c.base, c.variables, c.counters = moving, None, None, None
+    owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
+    c.steady_counts = steady.counts_of_steady(device, device_steps,
+                                              sum(id(t) in owned for t, *_ in calls))
     # bound by _bind (record or rebind); until then no epoch serves it
     c.epoch, c.snapshot, c.args, c.touches, c.io_snapshot = -1, None, None, None, None
     c.host_structure = structure([t.layout for t in host_params], ())

@@ -261,6 +261,30 @@ _ENQUEUE = (("execute", "enqueue", ""),)
 _SET_ARGS = {True: (("set_args", "set", ""),), False: (("set_args", "skip", ""),)}
 
 
+def counts_of_steady(device, steps, reused: int) -> Counter:
+    """What an inference in which every node of `device` takes its step of `steps` (kernel or
+    view steps), keeping its buffers (`reused` of them in all) and its kernels' arguments,
+    counts: SteadyRun.counted for it, without running it (a plan bound before any such
+    inference ran: compiled.CompiledPlans.build_ahead)."""
+    paths: Counter = Counter()
+    kernels = 0
+    for inst, step in zip(device, steps):
+        if step is view_step:
+            paths[_VIEW_PATH] += 1
+            continue
+        n = len(inst.bound)
+        kernels += n
+        paths[_KERNEL_PATH + (_KEEP,) * n] += 1
+        paths[_SET_ARGS[False]] += 1
+        paths[_ENQUEUE] += 1
+    paths[_REUSE] += reused
+    c = Counter({"kernels": kernels})
+    for events, n in paths.items():
+        for k, v in _path_counts(events).items():
+            c[k] += v * n
+    return +c
+
+
 _KV_PATH = (("update_shape", "infer", "shape_changed"), ("realloc", "reuse", ""),
             ("kv_cache", "append", ""), ("execute", "skip", "in_place"))
 

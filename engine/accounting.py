@@ -12,7 +12,7 @@ Measured where the time is spent (the services keep their own sums, reset per in
                plan, a partial plan, a compiled step's function: engine/fast_path)
   gc           Python's cyclic garbage collector (gc.callbacks): a collection of the oldest
                generation walks every tracked object, tens of ms on a big network (a pause
-               inside another part is counted there too)
+               inside another part is taken out of that part: `mark`, `since`)
 and `flow`, the rest: the host's own decisions (per-node flow or plan replay, predictor calls,
 bookkeeping). The parts sum to the latency by construction; `flow` is what no other part took.
 """
@@ -35,6 +35,16 @@ class _GcClock:
             cls._t0 = time.perf_counter()
         else:
             cls.spent_s += time.perf_counter() - cls._t0
+
+
+def mark() -> tuple:
+    """Now, for `since`."""
+    return time.perf_counter(), _GcClock.spent_s
+
+
+def since(m: tuple) -> float:
+    """Seconds since `m` (`mark()`) less the collector's pauses in between: the `gc` part's."""
+    return time.perf_counter() - m[0] - (_GcClock.spent_s - m[1])
 
 
 class Accounting:

@@ -3,11 +3,11 @@ preallocation policy that sizes new buffers (the ShapePredictor of the GPU plugi
 memory_preallocation.md, or another policy of engine/predictors.py)."""
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pyopencl as cl
 
+from engine.accounting import mark, since
 from engine.device_queue import DeviceQueue
 from engine.diagnose import DeviceMemoryError, nbytes_text
 from engine.layout import Layout, dtype_from_numpy
@@ -71,11 +71,11 @@ class Buffers:
         (`alloc`). A new buffer the device cannot give is tried again at `exact` bytes (the
         need without the predictor's extra) before failing with a DeviceMemoryError that names
         the tensor and its node."""
-        t0 = time.perf_counter()
+        t0 = mark()
         try:
             return self._give(t, nbytes, exact)
         finally:
-            self.alloc_s += time.perf_counter() - t0
+            self.alloc_s += since(t0)
 
     def _give(self, t: Tensor, nbytes: int, exact: int | None) -> str:
         self.release(t)

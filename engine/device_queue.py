@@ -3,11 +3,11 @@ of the shape_info arena, reads and copies go through here, and every launch pass
 observer (the fast path's door, engine/fast_path)."""
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pyopencl as cl
 
+from engine.accounting import mark, since
 from engine.layout import np_dtype
 from engine.memory import Tensor
 from engine.shape_info_arena import ShapeInfoArena
@@ -90,13 +90,13 @@ class DeviceQueue:
         """(kernel, gws, lws) in order: the one enqueue loop of the flow and of plan replays."""
         enqueue, q = cl.enqueue_nd_range_kernel, self.cl_queue
         self.busy = True
-        t0 = time.perf_counter()
+        t0 = mark()
         if self.profile:
             self.events += [enqueue(q, k, g, l) for k, g, l in launches]
         else:
             for k, g, l in launches:
                 enqueue(q, k, g, l)
-        self.enqueue_s += time.perf_counter() - t0
+        self.enqueue_s += since(t0)
 
     def write(self, buf: cl.Buffer, arr: np.ndarray, offset: int = 0, copy: bool = False,
               ahead: bool = False) -> None:
@@ -106,7 +106,7 @@ class DeviceQueue:
         until the inference ends. `ahead`: no command waiting on the queue reads what it
         changes (the arena says so of its spans), so while kernels wait it goes on the side
         queue, the queue's next commands behind a barrier on it."""
-        t0 = time.perf_counter()
+        t0 = mark()
         arr = np.require(arr, requirements="C")
         if copy:
             arr = arr.copy()
@@ -116,7 +116,7 @@ class DeviceQueue:
         else:
             cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
         self.keep(arr)
-        self.enqueue_s += time.perf_counter() - t0
+        self.enqueue_s += since(t0)
 
     def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int, src_offset: int) -> None:
         """A device-to-device copy, in order after every kernel decided so far."""
@@ -129,9 +129,9 @@ class DeviceQueue:
         arr = np.empty(l.phys, dtype=np_dtype(l.dtype))
         if l.count:
             self.flush()
-            t0 = time.perf_counter()
+            t0 = mark()
             cl.enqueue_copy(self.cl_queue, arr, t.buf, src_offset=t.offset * l.itemsize, is_blocking=True)
-            self.blocked_s += time.perf_counter() - t0
+            self.blocked_s += since(t0)
         if l.pad:
             arr = np.ascontiguousarray(arr[tuple(slice(0, d) for d in l.shape)])
         t.host = arr
@@ -153,11 +153,11 @@ class DeviceQueue:
         """Wait for the inference's commands; the host arrays kept for them can go. (The
         status is read here only when read_status was not called: an inference with no
         outputs to read.)"""
-        t0 = time.perf_counter()
+        t0 = mark()
         self.read_status()
         self.cl_queue.finish()
         self.busy = False
-        self.blocked_s += time.perf_counter() - t0
+        self.blocked_s += since(t0)
         self._keep.clear()
 
     def device_ms(self) -> float:

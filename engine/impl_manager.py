@@ -5,7 +5,6 @@ into the layout a static impl wants (update_weights, preprocessing.md)."""
 from __future__ import annotations
 
 import os
-import time
 import weakref
 from concurrent.futures import Future
 from functools import partial
@@ -13,6 +12,7 @@ from functools import partial
 import numpy as np
 import pyopencl as cl
 
+from engine.accounting import mark, since
 from engine.buffers import Buffers
 from engine.compile_queue import CompileQueue
 from engine.decisions import Decisions
@@ -139,11 +139,11 @@ class ImplManager:
             return
         shapes = tuple((k, np.shape(v)) for k, v in feeds.items())
         if shapes not in self._prebuilt_for and self._idle_walks < 2:
-            t0 = time.perf_counter()
+            t0 = mark()
             self._prebuilt_for.add(shapes)
             found = start_builds(self, insts, tensors, feeds)
             self._idle_walks = 0 if found else self._idle_walks + 1
-            self.prebuild_s += time.perf_counter() - t0
+            self.prebuild_s += since(t0)
 
     def _count_compile(self, ms: float, static: bool, critical: bool) -> None:
         c = self.decisions.counters
@@ -187,13 +187,13 @@ class ImplManager:
                                   impl_kind="dynamic")
             return impl
         built = self.prebuilt.pop((call.source, jit), None)
-        t0 = time.perf_counter()
+        t0 = mark()
         try:
             prg, ms = built.result() if built is not None else compile_program(self.ctx, call.source, jit)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
         finally:
-            self.wait_s += time.perf_counter() - t0
+            self.wait_s += since(t0)
         impl = Impl(impl_name(call.source, jit), "dynamic", prg, ms)
         self._put(key, impl, node)
         self._count_compile(ms, False, built is None)
@@ -266,7 +266,7 @@ class ImplManager:
         return None, "queued"
 
     def _build_static_now(self, key: ImplParams, name: str, node) -> tuple[Impl | None, str]:
-        t0 = time.perf_counter()
+        t0 = mark()
         try:
             prg, ms = self._build_static(key)
         except cl.RuntimeError as e:
@@ -275,7 +275,7 @@ class ImplManager:
                                   error=str(e)[:200])
             return None, "failed"
         finally:
-            self.wait_s += time.perf_counter() - t0
+            self.wait_s += since(t0)
         impl = Impl(name, "static", prg, ms)
         self._put(key, impl, node)
         self._count_compile(ms, True, True)

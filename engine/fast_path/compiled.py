@@ -39,7 +39,7 @@ import operator
 import numpy as np
 
 from engine.bound_kernel import work_sizes
-from engine.fast_path import steady, step_events
+from engine.fast_path import growth, steady, step_events
 from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
@@ -65,8 +65,9 @@ class Compiled:
                  # the base it was bound from (its iteration, the fast path's base count then)
                  # and the variables its template names
                  "moving", "base", "variables",
-                 # what an inference of its steady steps counts (steady.counts_of_steady)
-                 "steady_counts")
+                 # what an inference of its steady steps counts (steady.counts_of_steady); the
+                 # device nodes' steps
+                 "steady_counts", "steps")
 
 
 class Pending:
@@ -138,10 +139,11 @@ class CompiledPlans:
         for inst in fast.insts:                 # the shape subgraph: the flow's own steps
             if inst.node.host:
                 inst.execute()
-        if fast.buffers.memory.changes != fast.recording[2]:
-            return 2                            # an input took a new buffer
-        host_structure, dims = self._dims()
         traced = fast.decisions.traced
+        moved = fast.buffers.memory.changes != fast.recording[2]     # an input took a new buffer
+        if moved and traced:
+            return 2
+        host_structure, dims = self._dims()
         for c in cands:
             if c.epoch != fast.epoch or c.host_structure != host_structure or \
                     (traced and fast.templates - c.base[1] >= TEMPLATE_BASES_KEPT):
@@ -150,25 +152,27 @@ class CompiledPlans:
                 got = c.fn(*dims)
             except ArithmeticError:            # a division by a dim that is now 0
                 got = None
-            if got is not None and self._apply(c, got):
+            if got is not None and self._apply(c, got, moved):
                 self.runs += 1
                 if traced:              # what the trace writes of it (step_events.py)
                     self.last_values = step_events.values(c, got[-1])
                 return 1
         return 2
 
-    def _apply(self, c: Compiled, got: tuple) -> bool:
-        """The compiled inference, when the state and the buffers allow it (else False,
-        nothing changed)."""
+    def _apply(self, c: Compiled, got: tuple, moved: bool) -> bool:
+        """The compiled inference, when the state allows it (else False, nothing changed); an
+        untraced one also where buffers move (`moved`: an input's did; growth.py)."""
         fast = self.fast
         kernels, images, calls, live, layouts, keys, env = got
         if not _steady_from(fast, c, keys):
             return False
         buffers, queue = fast.buffers, fast.queue
-        if not buffers_keep(buffers, calls, self.host_params):
+        keep = not moved and buffers_keep(buffers, calls, self.host_params)
+        if not keep and fast.decisions.traced:
             return False
         # from here on the inference is the compiled one
-        upload_host_params(buffers, self.host_params)
+        if keep:
+            upload_host_params(buffers, self.host_params)
         for t, values in c.io_snapshot:
             t.restore(values)
         for t, l in zip(c.immediate, layouts):
@@ -182,16 +186,30 @@ class CompiledPlans:
             put_back_args(queue, c.args[1])
             c.args = (queue.args_version, c.args[1])
         write_image(queue.arena, c, images)
+        if keep:
+            counters = c.counters
+            fast.restore = Pending(c, env, keys)
+        else:                       # the nodes' state now, then the flow's resource decisions
+            Pending(c, env, keys).put_back()
+            fast.restore = None
+            counters = growth.grow(fast, c, calls, self.inputs)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
             cache.get(key)
-        repeat_predictor_calls(buffers, calls, kept=True)    # (buffers_keep said so)
+        if keep:
+            repeat_predictor_calls(buffers, calls, kept=True)    # (buffers_keep said so)
         buffers.memory.note_many(live)
-        fast.decisions.counters.update(c.counters)
-        fast.restore = Pending(c, env, keys)
+        fast.decisions.counters.update(counters)
         self.last = (c, got)
         return True
+
+    def rebind_grown(self) -> None:
+        """After a compiled inference that moved buffers (growth.py), in the epoch it leaves:
+        its variants bound to the buffers as rebind does after a flow that grew them."""
+        c, got = self.last
+        launches = [(b, k, g, lw, b.arg_ids, None) for (k, g, lw), b in zip(got[0], c.launch_bounds)]
+        self.rebind(launches, c.touches)
 
     def as_launches(self) -> tuple:
         """The last compiled inference as the flow's observer would have seen it (launches,
@@ -438,7 +456,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
         fn, src = s.function("compiled_plan", "(" + ", ".join(parts + ["locals()"]) + ")")
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
-    c.moving, c.base, c.variables, c.counters = moving, None, None, None
+    c.moving, c.base, c.variables, c.counters, c.steps = moving, None, None, None, device_steps
     owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
     c.steady_counts = steady.counts_of_steady(device, device_steps,
                                               sum(id(t) in owned for t, *_ in calls))

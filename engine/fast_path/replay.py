@@ -266,6 +266,10 @@ class FastPath(Observer):
         self.current = None
         ran, self._ran = self._ran, 0
         if ran == 1:
+            if changed:                    # it moved buffers (growth.py): its plans follow them
+                self._new_epoch()
+                self.compiled.rebind_grown()
+                return None
             if not self._records_compiled(prev, sig, traced):
                 return None
             launches, reallocs, touches, counters = self._compiled_as_flow(counters)

@@ -1,0 +1,86 @@
+"""A compiled inference whose buffers do not all keep (a length past their room, an input or
+a host value that took a new buffer): the plan's launches stand, the resources move. Rather
+than walk every node through the flow, it makes the flow's own resource decisions where they
+can differ and re-binds the arguments that name a moved buffer (the issue's "plans survive
+resource changes"; OpenVINO re-runs set_arguments only on the nodes whose memory changed).
+
+The nodes' state is put back first (compiled.Pending), so each node's layouts are the ones the
+flow would have set. Then, node by node in the flow's order:
+- each predictor call the policy surely keeps is only observed (batched, as compiled
+  inferences do), every other one is the flow's `_realloc` for that buffer (its decision, its
+  allocation or pooled buffer, counted and traced as the flow does);
+- a view takes its input's buffer again (the flow's view_input);
+- a kernel node that owns a moved buffer sets its arguments as the flow's realloc_if_needed
+  path does (`set_arguments(True)`); one that reads a moved buffer, or a host value newer on
+  the host than on the device, binds them as the flow's steady step does (the upload, the
+  shape_info block, `set_args set` when a buffer changed).
+What the compiled inference counts is its plan's (all reuses, no arguments set) with those
+decisions in place of the ones they replace. Traced runs do not take this path: their compiled
+inferences are written as a template's values, whose realloc events are reuses.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from engine.fast_path import steady
+from engine.fast_path.plans import repeat_predictor_calls
+from engine.predictors import surely_keeps
+
+
+def grow(fast, c, calls, inputs) -> Counter:
+    """The resource decisions of compiled inference `c` whose predictor calls are `calls`
+    (module docstring), made on the nodes' state put back; returns the counters of the
+    inference (the plan's, adjusted). `inputs`: the graph inputs (their buffers may have
+    moved when set)."""
+    buffers = fast.buffers
+    predictor = buffers.predictor
+    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in _owned(inst)}
+    per_node: dict = {}
+    for call in calls:
+        per_node.setdefault(mine[id(call[0])][0], []).append(call)
+    surely = {id(t) for t, name, _, need, _ in calls if t.capacity and surely_keeps(predictor, t.state, need, name)}
+    moved = {id(t) for t in inputs}       # their readers look (bind_arguments sees what changed)
+    less, more = Counter(), Counter()    # the plan's decisions replaced, and by what
+    kept: list = []
+    for k, (inst, step) in enumerate(zip(c.device, c.steps)):
+        grown = False
+        for call in per_node.get(k, ()):
+            t = call[0]
+            if id(t) in surely:
+                kept.append(call)
+                continue
+            if kept:                     # the policy's calls in the flow's order
+                repeat_predictor_calls(buffers, kept, kept=True)
+                kept = []
+            if inst._realloc(t, _counted, **mine[id(t)][1]):
+                moved.add(id(t))
+                grown = True
+                less.update(steady._path_counts(steady._REUSE))
+        if step is steady.view_step:     # its input's buffer, as the flow's view_input
+            out = inst.outputs[0]
+            was = out.buf, out.offset
+            inst.view_input()
+            if (out.buf, out.offset) != was:
+                moved.add(id(out))
+            continue
+        if grown:                        # realloc_if_needed changed a buffer of its own
+            inst.set_arguments(True)     # (it counts its `set_args set`)
+            less.update(steady._path_counts(steady._SET_ARGS[False]))
+        elif any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
+                 for b in inst.bound for t in b.tensors):
+            if inst.bind_arguments(False, [True] * len(inst.bound)):
+                less.update(steady._path_counts(steady._SET_ARGS[False]))
+                more.update(steady._path_counts(steady._SET_ARGS[True]))
+    if kept:
+        repeat_predictor_calls(buffers, kept, kept=True)
+    return c.counters - less + more
+
+
+def _owned(inst) -> list:
+    """(buffer, the label the flow's _realloc gives it) of each buffer `inst` may ask for."""
+    return [(t, {"output": k} if k else {}) for k, t in enumerate(inst.outputs)] + \
+        [(t, {"buffer": f"internal{k}"}) for k, t in enumerate(inst.internals)]
+
+
+def _counted() -> None:
+    """A `realloc reuse` the plan's counters already hold."""

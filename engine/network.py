@@ -141,7 +141,8 @@ class Network:
         self.rt.shape_of_changed.clear()
         self.memory.begin_inference()
         self.trace.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
-        self.impls.prebuild(self.insts, self.tensors, feeds)
+        if fast is None or partial is not None:
+            self.impls.prebuild(self.insts, self.tensors, feeds)
         if fast is not None:
             fast.begin_flow(sig, feeds, fed_back, partial)
         self.inputs.set(feeds, fed_back)
@@ -149,8 +150,8 @@ class Network:
             upto = fast.run_partial()    # the dirty nodes' flow between repeated blocks
         else:
             upto = None
-            if fast is not None:
-                fast.run_flow()          # steady steps where the flow's path is known
+            if fast is not None:         # (its prebuild walk once a compiled plan did not serve)
+                fast.run_flow(lambda bound: self.impls.prebuild(self.insts, self.tensors, feeds, bound))
                 fast.trace_ahead()       # the first time: while the device runs the kernels
             else:
                 for inst in self.insts:  # the reference: every node's flow

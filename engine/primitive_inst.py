@@ -541,10 +541,12 @@ class PrimitiveInst:
         rewrite the shape_info block (dynamic_impl.md) only when dims or offsets changed."""
         self._rec("set_args", "set" if self.bind_arguments(force) else "skip")
 
-    def bind_arguments(self, force: bool, kept: list | None = None) -> bool:
+    def bind_arguments(self, force: bool, kept: list | None = None, image: bool = False) -> bool:
         """set_arguments' work, undecided: whether any kernel's arguments were set. `kept[k]`:
         kernel k's argument tensors are the ones bound (a steady step that kept the impl and the
-        call's arguments: engine/fast_path/steady.py), so a shape change does not remake them."""
+        call's arguments: engine/fast_path/steady.py), so a shape change does not remake them.
+        `image`: the shape_info blocks are written already for these dims (a compiled
+        inference's image: engine/fast_path/growth.py), rewritten only where an offset moved."""
         did_set = False
         for k, b in enumerate(self.bound):
             # the argument tensors change only with the impl, the weights or the internal
@@ -554,7 +556,7 @@ class PrimitiveInst:
             offsets = tuple(map(_OFFSET, b.tensors))
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.
-            if b.info is None or self.shape_changed or offsets != b.offsets:
+            if offsets != b.offsets or (not image and (b.info is None or self.shape_changed)):
                 self._write_shape_info(b, self._shape_info_for(b.call, b.tensors, offsets), offsets)
             bufs = [b.slot.buf]
             bufs += map(self.rt.buffers.device_buffer, b.tensors)

@@ -114,6 +114,7 @@ class CompiledPlans:
         self.last = None                # (Compiled, its answer) of the last compiled inference
         self.last_values = None         # traced runs: (base iteration, values) of the last one
         self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
+        self.moved: set = set()         # the tensors the last compiled growth moved (ids)
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -192,7 +193,7 @@ class CompiledPlans:
         else:                       # the nodes' state now, then the flow's resource decisions
             Pending(c, env, keys).put_back()
             fast.restore = None
-            counters = growth.grow(fast, c, calls, self.inputs)
+            counters, self.moved = growth.grow(fast, c, calls, self.inputs)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
@@ -206,10 +207,13 @@ class CompiledPlans:
 
     def rebind_grown(self) -> None:
         """After a compiled inference that moved buffers (growth.py), in the epoch it leaves:
-        its variants bound to the buffers as rebind does after a flow that grew them."""
-        c, got = self.last
-        launches = [(b, k, g, lw, b.arg_ids, None) for (k, g, lw), b in zip(got[0], c.launch_bounds)]
-        self.rebind(launches, c.touches)
+        the variants of its kernels bound to them, as rebind does after a flow that grew them
+        (their other resources and the nodes' other state are as they were: growth.rebound)."""
+        c = self.last[0]
+        for v in self.table.get(self._key(), ()):
+            if v.counters is not None and v.kernel_ids == c.kernel_ids and v.host_structure == c.host_structure \
+                    and v.epoch == self.fast.epoch - 1:
+                growth.rebound(v, self.fast.epoch, self.moved)
 
     def as_launches(self) -> tuple:
         """The last compiled inference as the flow's observer would have seen it (launches,
@@ -301,6 +305,9 @@ class CompiledPlans:
         self.built += 1
         self.table.setdefault(self._key(), []).append(c)
         _bind(fast, c, self.host_params, c.steady_counts, launches, ())
+        # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
+        # put-back by substitution: the flow after a compiled inference, a growth)
+        c.setter, c.session = c.session.setter(c.state), None
 
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose

@@ -12,10 +12,12 @@ flow would have set. Then, node by node in the flow's order:
 - a view takes its input's buffer again (the flow's view_input);
 - a kernel node that owns a moved buffer sets its arguments as the flow's realloc_if_needed
   path does (`set_arguments(True)`); one that reads a moved buffer, or a host value newer on
-  the host than on the device, binds them as the flow's steady step does (the upload, the
-  shape_info block, `set_args set` when a buffer changed).
+  the host than on the device, binds them as the flow's steady step does (the upload, `set_args
+  set` when a buffer changed); the shape_info blocks are the image's already (bind_arguments'
+  `image`).
 What the compiled inference counts is its plan's (all reuses, no arguments set) with those
-decisions in place of the ones they replace. Traced runs do not take this path: their compiled
+decisions in place of the ones they replace. Its variants then hold the new buffers: their
+arguments and the moved tensors' entries of their snapshots (`rebound`). Traced runs do not take this path: their compiled
 inferences are written as a template's values, whose realloc events are reuses.
 """
 from __future__ import annotations
@@ -27,11 +29,11 @@ from engine.fast_path.plans import repeat_predictor_calls
 from engine.predictors import surely_keeps
 
 
-def grow(fast, c, calls, inputs) -> Counter:
+def grow(fast, c, calls, inputs) -> tuple:
     """The resource decisions of compiled inference `c` whose predictor calls are `calls`
     (module docstring), made on the nodes' state put back; returns the counters of the
-    inference (the plan's, adjusted). `inputs`: the graph inputs (their buffers may have
-    moved when set)."""
+    inference (the plan's, adjusted) and the tensors that may have moved (ids). `inputs`: the
+    graph inputs (their buffers may have moved when set)."""
     buffers = fast.buffers
     predictor = buffers.predictor
     mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in _owned(inst)}
@@ -63,17 +65,17 @@ def grow(fast, c, calls, inputs) -> Counter:
             if (out.buf, out.offset) != was:
                 moved.add(id(out))
             continue
-        if grown:                        # realloc_if_needed changed a buffer of its own
-            inst.set_arguments(True)     # (it counts its `set_args set`)
+        if grown:                        # realloc_if_needed changed a buffer of its own: set_arguments(True)
+            inst._rec("set_args", "set" if inst.bind_arguments(True, image=True) else "skip")
             less.update(steady._path_counts(steady._SET_ARGS[False]))
         elif any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
                  for b in inst.bound for t in b.tensors):
-            if inst.bind_arguments(False, [True] * len(inst.bound)):
+            if inst.bind_arguments(False, [True] * len(inst.bound), image=True):
                 less.update(steady._path_counts(steady._SET_ARGS[False]))
                 more.update(steady._path_counts(steady._SET_ARGS[True]))
     if kept:
         repeat_predictor_calls(buffers, kept, kept=True)
-    return c.counters - less + more
+    return c.counters - less + more, moved
 
 
 def _owned(inst) -> list:
@@ -84,3 +86,13 @@ def _owned(inst) -> list:
 
 def _counted() -> None:
     """A `realloc reuse` the plan's counters already hold."""
+
+
+def rebound(c, epoch: int, moved: set) -> None:
+    """Variant `c` bound to the buffers a growth left (CompiledPlans.rebind_grown): in `epoch`,
+    each kernel's arguments as set now, the moved tensors' snapshots taken again (a growth
+    changes no other state of the nodes)."""
+    c.epoch = epoch
+    c.args = (-1, [(b, k, b.arg_ids) for b, k, _ in c.args[1]])
+    c.snapshot = [(obj, obj.snapshot()) if id(obj) in moved else (obj, v) for obj, v in c.snapshot]
+    c.io_snapshot = [(t, t.snapshot()) for t, _ in c.io_snapshot]

@@ -170,12 +170,15 @@ class FastPath(Observer):
         elif r is not None:
             _restore(r.state)
 
-    def run_flow(self) -> None:
+    def run_flow(self, prebuild) -> None:
         """The nodes' part of an inference of the flow: its compiled plan (compiled.py) where
         one holds, else each node's steady step (steady.py) where it holds (its shapes moved and
-        nothing else did), else its flow."""
+        nothing else did), else its flow. `prebuild(bound)`: the impl manager's walk of the new
+        signature (ImplManager.prebuild), made before the flow, only counted when a compiled
+        plan served."""
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
         ran = self._ran = self.compiled.run() if self.compiled is not None else 0
+        prebuild(ran == 1)
         if ran == 1:
             self.decisions.counters["plan.compiled"] = 1
             return

@@ -8,6 +8,7 @@ import numpy as np
 import pyopencl as cl
 
 from engine.accounting import mark, since
+from engine.launcher import Launcher
 from engine.layout import np_dtype
 from engine.memory import Tensor
 from engine.shape_info_arena import ShapeInfoArena
@@ -49,6 +50,8 @@ class DeviceQueue:
         self.busy = False              # kernels or copies enqueued since the last finish
         self.in_order = 0              # > 0: every write waits its turn (control flow bodies)
         self.profile = profile
+        # launches with no Event object (engine/launcher.py); a profiling queue reads events
+        self.launcher = None if profile else Launcher.for_queue(self.cl_queue)
         # every kernel's shape_info block, written once per flush (engine/shape_info_arena.py)
         self.arena = ShapeInfoArena(ctx, device)
         self.args_version = 0          # bumped whenever a bound kernel's arguments are set
@@ -93,6 +96,8 @@ class DeviceQueue:
         t0 = mark()
         if self.profile:
             self.events += [enqueue(q, k, g, l) for k, g, l in launches]
+        elif self.launcher is not None:
+            self.launcher.launch_all(launches)
         else:
             for k, g, l in launches:
                 enqueue(q, k, g, l)

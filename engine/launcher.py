@@ -1,0 +1,73 @@
+"""Kernel launches without pyopencl's per-launch Event: clEnqueueNDRangeKernel called through
+ctypes with no event, from the same OpenCL library pyopencl is linked against.
+
+pyopencl's enqueue_nd_range_kernel wraps every launch's event in a Python object and releases
+it later; a launch whose event nobody waits on pays for that. Measured on an H200 host
+(`.device/launch_floor.py`, the same 4096-element kernel): 7.41 us a launch through pyopencl,
+5.84 through ctypes with no event. The flow and every replay launch this way (DeviceQueue.
+enqueue); a profiling queue keeps pyopencl's, whose events it reads.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+
+import pyopencl as cl
+
+_SIZES_KEPT = 4096     # distinct work sizes whose ctypes arrays are kept (a long run meets many)
+
+
+def _library() -> ctypes.CDLL | None:
+    """The OpenCL ICD loader pyopencl uses: its wheel's own, else the system's."""
+    here = os.path.join(os.path.dirname(cl.__file__), ".libs")
+    paths = sorted(glob.glob(os.path.join(here, "libOpenCL*"))) or \
+        [p for p in [ctypes.util.find_library("OpenCL")] if p]
+    for path in paths:
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+class Launcher:
+    """`launch(kernel, gws, lws)` for one queue; None from `for_queue` where the library
+    cannot be loaded (pyopencl's launch then)."""
+
+    def __init__(self, lib: ctypes.CDLL, queue: cl.CommandQueue):
+        self._fn = lib.clEnqueueNDRangeKernel
+        self._fn.restype = ctypes.c_int
+        self._queue = ctypes.c_void_p(queue.int_ptr)
+        self._queue_ref = queue           # the handle lives as long as this
+        self._sizes: dict = {}            # work sizes -> ctypes array
+
+    @classmethod
+    def for_queue(cls, queue: cl.CommandQueue) -> "Launcher | None":
+        lib = _library()
+        return cls(lib, queue) if lib is not None else None
+
+    def _array(self, sizes):
+        a = self._sizes.get(sizes)
+        if a is None:
+            if len(self._sizes) >= _SIZES_KEPT:
+                self._sizes.clear()
+            a = self._sizes[sizes] = (ctypes.c_size_t * len(sizes))(*sizes)
+        return a
+
+    def launch_all(self, launches) -> None:
+        """Each (kernel, gws, lws) in order."""
+        fn, q, sizes, array = self._fn, self._queue, self._sizes, self._array
+        for k, g, l in launches:
+            g = tuple(g)
+            ga = sizes.get(g) or array(g)
+            if l is None:
+                la = None
+            else:
+                l = tuple(l)
+                la = sizes.get(l) or array(l)
+            err = fn(q, ctypes.c_void_p(k.int_ptr), len(g), None, ga, la, 0, None, None)
+            if err:
+                raise cl.LogicError(f"clEnqueueNDRangeKernel failed for kernel {k.function_name}: "
+                                    f"OpenCL error {err} (work sizes {g}, {l})")

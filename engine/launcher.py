@@ -16,9 +16,6 @@ import os
 
 import pyopencl as cl
 
-_SIZES_KEPT = 4096     # distinct work sizes whose ctypes arrays are kept (a long run meets many)
-
-
 def _library() -> ctypes.CDLL | None:
     """The OpenCL ICD loader pyopencl uses: its wheel's own, else the system's."""
     here = os.path.join(os.path.dirname(cl.__file__), ".libs")
@@ -33,41 +30,32 @@ def _library() -> ctypes.CDLL | None:
 
 
 class Launcher:
-    """`launch(kernel, gws, lws)` for one queue; None from `for_queue` where the library
-    cannot be loaded (pyopencl's launch then)."""
+    """`launch_all(launches)` on one queue; None from `for_queue` where the library cannot be
+    loaded (pyopencl's launch then). The work sizes go through two arrays of three reused for
+    every launch (the driver copies them): a new signature's sizes cost no allocation."""
 
     def __init__(self, lib: ctypes.CDLL, queue: cl.CommandQueue):
         self._fn = lib.clEnqueueNDRangeKernel
         self._fn.restype = ctypes.c_int
         self._queue = ctypes.c_void_p(queue.int_ptr)
         self._queue_ref = queue           # the handle lives as long as this
-        self._sizes: dict = {}            # work sizes -> ctypes array
+        self._g = (ctypes.c_size_t * 3)()
+        self._l = (ctypes.c_size_t * 3)()
 
     @classmethod
     def for_queue(cls, queue: cl.CommandQueue) -> "Launcher | None":
         lib = _library()
         return cls(lib, queue) if lib is not None else None
 
-    def _array(self, sizes):
-        a = self._sizes.get(sizes)
-        if a is None:
-            if len(self._sizes) >= _SIZES_KEPT:
-                self._sizes.clear()
-            a = self._sizes[sizes] = (ctypes.c_size_t * len(sizes))(*sizes)
-        return a
-
     def launch_all(self, launches) -> None:
         """Each (kernel, gws, lws) in order."""
-        fn, q, sizes, array = self._fn, self._queue, self._sizes, self._array
+        fn, q, ga, la = self._fn, self._queue, self._g, self._l
         for k, g, l in launches:
-            g = tuple(g)
-            ga = sizes.get(g) or array(g)
-            if l is None:
-                la = None
-            else:
-                l = tuple(l)
-                la = sizes.get(l) or array(l)
-            err = fn(q, ctypes.c_void_p(k.int_ptr), len(g), None, ga, la, 0, None, None)
+            n = len(g)
+            ga[:n] = g
+            if l is not None:
+                la[:n] = l
+            err = fn(q, ctypes.c_void_p(k.int_ptr), n, None, ga, None if l is None else la, 0, None, None)
             if err:
                 raise cl.LogicError(f"clEnqueueNDRangeKernel failed for kernel {k.function_name}: "
-                                    f"OpenCL error {err} (work sizes {g}, {l})")
+                                    f"OpenCL error {err} (work sizes {tuple(g)}, {l and tuple(l)})")

@@ -40,5 +40,5 @@ class Tensor:
         return tuple(d[k] for k in self.STATE)
 
     def restore(self, values: tuple) -> None:
-        for k, v in zip(self.STATE, values):
-            setattr(self, k, v)
+        # one C-level update (no STATE name is a property): plan replays put back hundreds
+        self.__dict__.update(zip(self.STATE, values))

@@ -131,8 +131,8 @@ class PrimitiveInst:
             [(t, t.snapshot()) for t in self.internals]
 
     def restore(self, values: tuple) -> None:
-        for k, v in zip(self.STATE, values):
-            setattr(self, k, v)
+        # one C-level update (no STATE name is a property): plan replays put back hundreds
+        self.__dict__.update(zip(self.STATE, values))
 
     # ---- pure functions of the shapes (prebuild walks them too) ---------------------------
     def infer_layouts(self, in_layouts, deps) -> tuple[list, str]:

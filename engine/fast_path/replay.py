@@ -340,7 +340,9 @@ class FastPath(Observer):
         """The plan of the transition (prev, sig) from what the inference just run launched,
         asked the predictor and left the nodes in."""
         state = [entry for i in self.all_insts for entry in i.snapshot()]
-        state += [(t, t.snapshot()) for t in self.buffers.tensors.values()]
+        # (not the constants: their buffers only change by an upload, a memory change that
+        # ends the plan's epoch; a third of a BERT's tensors)
+        state += [(t, t.snapshot()) for t in self.buffers.tensors.values() if not t.constant]
         return Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches],

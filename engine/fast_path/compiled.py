@@ -285,18 +285,21 @@ class CompiledPlans:
                 _bind(fast, v, self.host_params, counters if log is None else v.counters, launches, touches)
         return tpl
 
-    def build_ahead(self, launches, reallocs) -> None:
-        """After the model's first inference (untraced runs), in the epoch it leaves: trace its
-        plan now and bind it with what an inference of steady steps counts
-        (steady.counts_of_steady), so that the second length is compiled already. The first
+    def build_ahead(self, launches, reallocs, log=None) -> None:
+        """After the model's first inference, in the epoch it leaves: trace its plan now. An
+        untraced run binds it at once with what an inference of steady steps counts
+        (steady.counts_of_steady), so that the second length is compiled already: the first
         inference is no steady one (kernels built, buffers taken), so its own counters do not
         serve; every later inference of the flow that binds a plan checks those counts against
-        its own (`counts_differ`). A trace refused here is not counted."""
+        its own (`counts_differ`). A traced run (`log`: the first inference's events, which
+        name the fields that move) leaves it for the second length's flow to bind, since a
+        template names a steady inference's events (step_events.py): that flow then pays for
+        no trace. A trace refused here is not counted."""
         fast = self.fast
         if self.table.get(self._key()):
             return                      # (a run the flow took again after an inference raised)
         try:
-            c = _build(fast, self.host_params, launches, reallocs)
+            c = _build(fast, self.host_params, launches, reallocs, log)
             check(c.fn(*self._dims()[1]) is not None, None, "its own dims")
         except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
             self.why_not = f"{type(e).__name__}: {e}"
@@ -304,7 +307,8 @@ class CompiledPlans:
         c.kernel_ids = _kernel_ids(fast)
         self.built += 1
         self.table.setdefault(self._key(), []).append(c)
-        _bind(fast, c, self.host_params, c.steady_counts, launches, ())
+        if log is None:
+            _bind(fast, c, self.host_params, c.steady_counts, launches, ())
         # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
         # put-back by substitution: the flow after a compiled inference, a growth)
         c.setter, c.session = c.session.setter(c.state), None

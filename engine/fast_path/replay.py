@@ -279,10 +279,10 @@ class FastPath(Observer):
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
             self._template = self.compiled.record(self._steady.counted, launches, reallocs, touches,
                                                   log if traced else None, iteration)
-        ahead = False                      # the model's first inference: its plan traced and bound
+        ahead = False                      # the model's first inference: its plan traced now
         if ran == 0 and not counters.get("device_reads"):
             if prev is None:
-                ahead = self.compiled is not None and not traced
+                ahead = self.compiled is not None
             else:                          # node by node
                 self.current = partial.build(self.attribution, log, launches, self.buffers.memory.live(),
                                              set(self.program.outputs), iteration, self._changed, self._fed)
@@ -293,7 +293,7 @@ class FastPath(Observer):
         if changed:
             self._new_epoch()
         if ahead:                          # (in the epoch the first inference leaves)
-            self.compiled.build_ahead(launches, reallocs)
+            self.compiled.build_ahead(launches, reallocs, log if traced else None)
         if changed:
             # new buffers only (a length past their room), every device node steady: the
             # compiled plans bound before serve the next inference on the new ones

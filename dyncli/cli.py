@@ -22,9 +22,9 @@ from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
 from dyncli.console import EXIT_CHECK, EXIT_INTERRUPTED, console, err_console, fail, print_wide, show_warning, state
 
 COMPILED_PLANS_HELP = ("What is traced into one function of the input dims and called for later new "
-                       "shapes: 'all' (default): whole inferences (a new BERT length: 1.4-1.9 ms "
-                       "against 3-6 ms for its flow on an H200, after one 15-20 ms trace) and the "
-                       "nodes a decode step's KV length reaches; 'partial': those only; 'off'.")
+                       "shapes: 'all' (default): whole inferences (a new BERT length: 1.3-2.4 ms "
+                       "against 1.0-1.1 warm on an H200; the trace is made in the first inference) "
+                       "and the nodes a decode step's KV length reaches; 'partial': those only; 'off'.")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Run ONNX models over sequences of input shapes on an OpenCL engine that "

@@ -18,5 +18,7 @@ CLI_DEFAULT_POLICY = "adaptive"
 # benchmark sequence both give 1.09-1.20 ms (docs/performance.md, session 16). The price: one
 # trace (15-20 ms) when the flow first runs a new length; since session 17 one serves every
 # BERT length in 8..128 (a tile choice is a value of the traced function, not a guard), and
-# `dyncli run` over those 200 lengths takes 1.9-2.6 ms mean, traced or not.
+# `dyncli run` over those 200 lengths takes 1.9-2.6 ms mean, traced or not; since session 18 the
+# trace is made in the model's first inference and growths are compiled too: 1.51 ms mean with
+# `--trace none` (199 of 199 compiled), 1.54-2.01 traced (docs/performance.md, session 18).
 CLI_COMPILE_PLANS = "all"

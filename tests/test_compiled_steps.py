@@ -201,3 +201,4 @@ def test_a_traced_decode_takes_compiled_steps_that_the_reader_expands(device, tm
     refused(base, lambda r: r["template"].update(nodes=3), "its template is not")
     refused(base, lambda r: r["template"]["fields"][0].__setitem__(3, "iter"), "a template field is not")
     refused(k, lambda r: r.update(template_of=k + 100), "inference .* is not the base")
+    refused(k, lambda r: r.update(written=[3]), "written is not an array of node names")

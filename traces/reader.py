@@ -185,7 +185,10 @@ def stepped(base: list[dict] | None, rec: dict, template: dict | None) -> Iterat
             raise ValueError("a template field is not [node, kind, occurrence, moving field, value]")
         node, kind, k, field, v = entry
         fill.setdefault((node, kind, k), []).append((field, _filled(v, values)))
-    nodes = set(nodes)
+    written = rec.get("written", [])    # nodes whose events the inference wrote itself
+    if not isinstance(written, list) or not all(isinstance(n, str) for n in written):
+        raise ValueError("written is not an array of node names")
+    nodes = set(nodes) - set(written)
     seen: Counter = Counter()
     for e in base:
         if e["node"] in nodes:

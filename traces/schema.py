@@ -32,7 +32,7 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
                "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,),
-               "template_of": (int,), "values": (list,), "template": (dict,)}
+               "template_of": (int,), "values": (list,), "template": (dict,), "written": (list,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -206,7 +206,7 @@ KINDS: dict[str, dict] = {
     "plan": {
         "actions": {"replay", "partial", "compiled"},
         "reasons": {"same_signature", "transition", "diverged"},
-        "fields": ("of_iter", "kernels", "upto", "steady", "template_of", "values"),
+        "fields": ("of_iter", "kernels", "upto", "steady", "template_of", "values", "written"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
                "the inference `of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
@@ -229,7 +229,9 @@ KINDS: dict[str, dict] = {
                "the buffers the compiled inference ran on) filled from `values`. "
                "`compiled`: a whole inference ran as one compiled plan "
                "(engine/fast_path/compiled.py; its host nodes' events are in the file as usual), "
-               "bound in inference `template_of` (= `of_iter`), expanded as above. "
+               "bound in inference `template_of` (= `of_iter`), expanded as above, but for the "
+               "nodes named in `written`: a compiled inference that moved buffers (a length past "
+               "their room) wrote those nodes' events itself (engine/fast_path/growth.py). "
                "Off with `--no-fast-path`.",
     },
     "infer_end": {

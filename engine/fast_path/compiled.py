@@ -115,6 +115,7 @@ class CompiledPlans:
         self.last_values = None         # traced runs: (base iteration, values) of the last one
         self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
         self.moved: set = set()         # the tensors the last compiled growth moved (ids)
+        self.written: list = []         # traced: the nodes whose events it wrote (growth.grow)
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -142,8 +143,6 @@ class CompiledPlans:
                 inst.execute()
         traced = fast.decisions.traced
         moved = fast.buffers.memory.changes != fast.recording[2]     # an input took a new buffer
-        if moved and traced:
-            return 2
         host_structure, dims = self._dims()
         for c in cands:
             if c.epoch != fast.epoch or c.host_structure != host_structure or \
@@ -161,16 +160,15 @@ class CompiledPlans:
         return 2
 
     def _apply(self, c: Compiled, got: tuple, moved: bool) -> bool:
-        """The compiled inference, when the state allows it (else False, nothing changed); an
-        untraced one also where buffers move (`moved`: an input's did; growth.py)."""
+        """The compiled inference, when the state allows it (else False, nothing changed), also
+        where buffers move (`moved`: an input's did; growth.py)."""
         fast = self.fast
         kernels, images, calls, live, layouts, keys, env = got
         if not _steady_from(fast, c, keys):
             return False
         buffers, queue = fast.buffers, fast.queue
         keep = not moved and buffers_keep(buffers, calls, self.host_params)
-        if not keep and fast.decisions.traced:
-            return False
+        self.written = []
         # from here on the inference is the compiled one
         if keep:
             upload_host_params(buffers, self.host_params)
@@ -193,7 +191,7 @@ class CompiledPlans:
         else:                       # the nodes' state now, then the flow's resource decisions
             Pending(c, env, keys).put_back()
             fast.restore = None
-            counters, self.moved = growth.grow(fast, c, calls, self.inputs)
+            counters, self.moved, self.written = growth.grow(fast, c, calls, self.inputs)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too

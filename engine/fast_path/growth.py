@@ -17,8 +17,10 @@ flow would have set. Then, node by node in the flow's order:
   `image`).
 What the compiled inference counts is its plan's (all reuses, no arguments set) with those
 decisions in place of the ones they replace. Its variants then hold the new buffers: their
-arguments and the moved tensors' entries of their snapshots (`rebound`). Traced runs do not take this path: their compiled
-inferences are written as a template's values, whose realloc events are reuses.
+arguments and the moved tensors' entries of their snapshots (`rebound`). In a traced run the
+nodes that own or read a moved buffer write their events themselves, as their steady steps
+would (the template's realloc events are reuses); the `plan compiled` event names them
+(`written`) and the reader expands the template for the others.
 """
 from __future__ import annotations
 
@@ -32,10 +34,12 @@ from engine.predictors import surely_keeps
 def grow(fast, c, calls, inputs) -> tuple:
     """The resource decisions of compiled inference `c` whose predictor calls are `calls`
     (module docstring), made on the nodes' state put back; returns the counters of the
-    inference (the plan's, adjusted) and the tensors that may have moved (ids). `inputs`: the
-    graph inputs (their buffers may have moved when set)."""
+    inference (the plan's, adjusted), the tensors that may have moved (ids) and, in a traced
+    run, the nodes whose events it wrote. `inputs`: the graph inputs (their buffers may have
+    moved when set)."""
     buffers = fast.buffers
     predictor = buffers.predictor
+    traced = fast.decisions.traced
     mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in _owned(inst)}
     per_node: dict = {}
     for call in calls:
@@ -44,20 +48,8 @@ def grow(fast, c, calls, inputs) -> tuple:
     moved = {id(t) for t in inputs}       # their readers look (bind_arguments sees what changed)
     less, more = Counter(), Counter()    # the plan's decisions replaced, and by what
     kept: list = []
+    written = []
     for k, (inst, step) in enumerate(zip(c.device, c.steps)):
-        grown = False
-        for call in per_node.get(k, ()):
-            t = call[0]
-            if id(t) in surely:
-                kept.append(call)
-                continue
-            if kept:                     # the policy's calls in the flow's order
-                repeat_predictor_calls(buffers, kept, kept=True)
-                kept = []
-            if inst._realloc(t, _counted, **mine[id(t)][1]):
-                moved.add(id(t))
-                grown = True
-                less.update(steady._path_counts(steady._REUSE))
         if step is steady.view_step:     # its input's buffer, as the flow's view_input
             out = inst.outputs[0]
             was = out.buf, out.offset
@@ -65,17 +57,54 @@ def grow(fast, c, calls, inputs) -> tuple:
             if (out.buf, out.offset) != was:
                 moved.add(id(out))
             continue
+        mycalls = per_node.get(k, ())
+        stale = any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
+                    for b in inst.bound for t in b.tensors)
+        if not stale and all(id(call[0]) in surely for call in mycalls):
+            kept += mycalls              # nothing of its own moves
+            continue
+        if traced:                       # its events are written, not expanded from the template
+            _head(fast.decisions, inst)
+            written.append(inst.node.name)
+        grown = False
+        for call in mycalls:
+            t = call[0]
+            if id(t) in surely and not traced:
+                kept.append(call)
+                continue
+            if kept:                     # the policy's calls in the flow's order
+                repeat_predictor_calls(buffers, kept, kept=True)
+                kept = []
+            if inst._realloc(t, None if traced else _counted, **mine[id(t)][1]):
+                moved.add(id(t))
+                grown = True
+                less.update(steady._path_counts(steady._REUSE))    # its own decision instead
+            elif traced:                 # a reuse written and counted by _rec: the plan's holds it
+                less.update(steady._path_counts(steady._REUSE))
         if grown:                        # realloc_if_needed changed a buffer of its own: set_arguments(True)
             inst._rec("set_args", "set" if inst.bind_arguments(True, image=True) else "skip")
             less.update(steady._path_counts(steady._SET_ARGS[False]))
-        elif any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
-                 for b in inst.bound for t in b.tensors):
-            if inst.bind_arguments(False, [True] * len(inst.bound), image=True):
+        else:
+            did = inst.bind_arguments(False, [True] * len(inst.bound), image=True)
+            if did:
                 less.update(steady._path_counts(steady._SET_ARGS[False]))
                 more.update(steady._path_counts(steady._SET_ARGS[True]))
+            if traced:
+                fast.decisions.write("set_args", "set" if did else "skip", "", inst.node)
+        if traced:
+            fast.decisions.write("execute", "enqueue", "", inst.node, kernels=len(inst.bound))
     if kept:
         repeat_predictor_calls(buffers, kept, kept=True)
-    return c.counters - less + more, moved
+    return c.counters - less + more, moved, written
+
+
+def _head(decisions, inst) -> None:
+    """The events a steady step writes before realloc_if_needed (steady.kernel_step's)."""
+    decisions.write("update_shape", "infer", "shape_changed", inst.node, device_reads=0,
+                    in_shapes=[l.shape if l else None for l in inst.in_layouts],
+                    out_shapes=[t.layout.shape for t in inst.outputs])
+    for b in inst.bound:
+        decisions.write(*steady._KEEP, inst.node, impl=b.impl.name, impl_kind="dynamic")
 
 
 def _owned(inst) -> list:

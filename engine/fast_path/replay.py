@@ -236,7 +236,9 @@ class FastPath(Observer):
                                        steady=self._steady.members, **stepped)
         elif self._ran == 1 and traced:
             base, values = self.compiled.last_values
-            self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, template_of=base, values=values)
+            written = self.compiled.written    # (a growth: those nodes' events are in the file)
+            self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, template_of=base, values=values,
+                                       **({"written": written} if written else {}))
         self._template = None
         clean = self._record(counters, iteration, upto is not None)
         if clean is None and self._template is None:

@@ -39,6 +39,9 @@ class MemoryPool:
         self.enabled = enabled
         self.poolable = poolable if enabled else set()
         self._blocks: dict[int, _Block] = {}    # id(buf) -> block
+        # the non-constant ones, in the same order: what `take` looks through (a BERT's
+        # weights are a hundred blocks a growth's sixty takes would each walk past)
+        self._activations: dict[int, _Block] = {}
         self.used_bytes = 0                     # every buffer held (weights included)
         self.act_bytes = 0                      # buffers of non-constant tensors
         self.peak_bytes = 0                     # max act_bytes since begin_inference
@@ -69,9 +72,10 @@ class MemoryPool:
         except (cl.Error, MemoryError) as e:
             raise DeviceMemoryError(f"the device could not allocate it ({getattr(e, 'what', e)}) "
                                     f"with {nbytes_text(self.used_bytes)} held") from None
-        self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
+        b = self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
         self.used_bytes += nbytes
         if not constant:
+            self._activations[id(buf)] = b
             self.act_bytes += nbytes
             self.peak_bytes = max(self.peak_bytes, self.act_bytes)
         return buf
@@ -87,6 +91,7 @@ class MemoryPool:
             del self._blocks[id(buf)]
             self.used_bytes -= b.nbytes
             if not b.constant:
+                del self._activations[id(buf)]
                 self.act_bytes -= b.nbytes
 
     def take(self, holder: str, need: int) -> tuple[cl.Buffer, int] | None:
@@ -96,8 +101,8 @@ class MemoryPool:
             return None
         start = self.lifetimes[holder][0]
         best = None
-        for b in self._blocks.values():
-            if b.constant or not need <= b.nbytes < 2 * need or (best and b.nbytes >= best.nbytes):
+        for b in self._activations.values():
+            if not need <= b.nbytes < 2 * need or (best and b.nbytes >= best.nbytes):
                 continue
             if all(h in self.poolable and self.lifetimes[h][1] < start for h in b.holders):
                 best = b

@@ -116,6 +116,7 @@ class CompiledPlans:
         self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
         self.moved: set = set()         # the tensors the last compiled growth moved (ids)
         self.written: list = []         # traced: the nodes whose events it wrote (growth.grow)
+        self.template = None            # traced: the template the last compiled inference based
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -146,7 +147,7 @@ class CompiledPlans:
         host_structure, dims = self._dims()
         for c in cands:
             if c.epoch != fast.epoch or c.host_structure != host_structure or \
-                    (traced and fast.templates - c.base[1] >= TEMPLATE_BASES_KEPT):
+                    (traced and c.base is not None and fast.templates - c.base[1] >= TEMPLATE_BASES_KEPT):
                 continue
             try:
                 got = c.fn(*dims)
@@ -154,10 +155,37 @@ class CompiledPlans:
                 got = None
             if got is not None and self._apply(c, got, moved):
                 self.runs += 1
-                if traced:              # what the trace writes of it (step_events.py)
+                if traced and c.base is None:      # the first one: the template's base
+                    self.last_values, self.template = None, self._write_base(c, got)
+                elif traced:            # what the trace writes of it (step_events.py)
                     self.last_values = step_events.values(c, got[-1])
                 return 1
         return 2
+
+    def _write_base(self, c: Compiled, got: tuple) -> dict | None:
+        """A traced run's first compiled inference of variant `c` (bound after the first
+        inference: no template yet): its device nodes' events written as their steady steps
+        write them, and the variant's template attached to them, so that later compiled
+        inferences are one `plan compiled` event each. Returns the template (for infer_end),
+        or None when it does not hold (the variant is dropped; the inference stands)."""
+        fast = self.fast
+        kernels, images, calls, live, layouts, keys, env = got
+        fast.restore.put_back()         # the nodes' layouts, for the events' fields
+        fast.restore = None
+        decisions = fast.decisions
+        for inst, step in zip(c.device, c.steps):
+            steady.write_events(decisions, inst, step)
+        bound = step_events.attach(c, decisions.log, env, decisions.trace.iter, fast.templates + 1)
+        if bound is None:               # dropped, counted with the refused traces
+            key = self._key()
+            self.table[key].remove(c)
+            self.why_not = step_events.REFUSED
+            self.refusals[key] = self.refusals.get(key, 0) + 1
+            return None
+        tpl, counters = bound
+        if counters != c.steady_counts:
+            self.counts_differ += 1
+        return tpl
 
     def _apply(self, c: Compiled, got: tuple, moved: bool) -> bool:
         """The compiled inference, when the state allows it (else False, nothing changed), also
@@ -168,6 +196,8 @@ class CompiledPlans:
             return False
         buffers, queue = fast.buffers, fast.queue
         keep = not moved and buffers_keep(buffers, calls, self.host_params)
+        if not keep and c.base is None and fast.decisions.traced:
+            return False                # (its template is made by an inference that keeps)
         self.written = []
         # from here on the inference is the compiled one
         if keep:
@@ -263,8 +293,6 @@ class CompiledPlans:
             if len(cands) >= MAX_VARIANTS:
                 cands.pop(0)
             cands.append(c)
-        if counters != c.steady_counts:    # what build_ahead binds with is not what the flow counted
-            self.counts_differ += 1
         tpl = None
         if log is not None:            # (the caller counts the base)
             bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
@@ -273,7 +301,9 @@ class CompiledPlans:
                 self.why_not = step_events.REFUSED
                 self.refusals[key] = self.refusals.get(key, 0) + 1
                 return None
-            tpl, counters = bound
+            tpl, counters = bound      # (a traced step writes some decisions one by one)
+        if counters != c.steady_counts:    # what build_ahead binds with is not what the flow counted
+            self.counts_differ += 1
         for v in cands:
             if v is c:
                 _bind(fast, v, self.host_params, counters, launches, touches)
@@ -284,15 +314,14 @@ class CompiledPlans:
         return tpl
 
     def build_ahead(self, launches, reallocs, log=None) -> None:
-        """After the model's first inference, in the epoch it leaves: trace its plan now. An
-        untraced run binds it at once with what an inference of steady steps counts
-        (steady.counts_of_steady), so that the second length is compiled already: the first
-        inference is no steady one (kernels built, buffers taken), so its own counters do not
-        serve; every later inference of the flow that binds a plan checks those counts against
-        its own (`counts_differ`). A traced run (`log`: the first inference's events, which
-        name the fields that move) leaves it for the second length's flow to bind, since a
-        template names a steady inference's events (step_events.py): that flow then pays for
-        no trace. A trace refused here is not counted."""
+        """After the model's first inference, in the epoch it leaves: trace its plan now and
+        bind it with what an inference of steady steps counts (steady.counts_of_steady), so
+        that the second length is compiled already: the first inference is no steady one
+        (kernels built, buffers taken), so its own counters do not serve; every later inference
+        of the flow that binds a plan checks those counts against its own (`counts_differ`). In
+        a traced run (`log`: the first inference's events, which name the fields that move) the
+        first compiled inference writes its nodes' events and is its template's base
+        (`_write_base`). A trace refused here is not counted."""
         fast = self.fast
         if self.table.get(self._key()):
             return                      # (a run the flow took again after an inference raised)
@@ -305,8 +334,7 @@ class CompiledPlans:
         c.kernel_ids = _kernel_ids(fast)
         self.built += 1
         self.table.setdefault(self._key(), []).append(c)
-        if log is None:
-            _bind(fast, c, self.host_params, c.steady_counts, launches, ())
+        _bind(fast, c, self.host_params, c.steady_counts, launches, ())
         # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
         # put-back by substitution: the flow after a compiled inference, a growth)
         c.setter, c.session = c.session.setter(c.state), None

@@ -64,7 +64,7 @@ def grow(fast, c, calls, inputs) -> tuple:
             kept += mycalls              # nothing of its own moves
             continue
         if traced:                       # its events are written, not expanded from the template
-            _head(fast.decisions, inst)
+            steady.write_head(fast.decisions, inst)
             written.append(inst.node.name)
         grown = False
         for call in mycalls:
@@ -96,15 +96,6 @@ def grow(fast, c, calls, inputs) -> tuple:
     if kept:
         repeat_predictor_calls(buffers, kept, kept=True)
     return c.counters - less + more, moved, written
-
-
-def _head(decisions, inst) -> None:
-    """The events a steady step writes before realloc_if_needed (steady.kernel_step's)."""
-    decisions.write("update_shape", "infer", "shape_changed", inst.node, device_reads=0,
-                    in_shapes=[l.shape if l else None for l in inst.in_layouts],
-                    out_shapes=[t.layout.shape for t in inst.outputs])
-    for b in inst.bound:
-        decisions.write(*steady._KEEP, inst.node, impl=b.impl.name, impl_kind="dynamic")
 
 
 def _owned(inst) -> list:

@@ -234,13 +234,16 @@ class FastPath(Observer):
                                        of_iter=p.of_iter, kernels=p.kernels,
                                        upto=len(p.clean_nodes) if upto is None else upto,
                                        steady=self._steady.members, **stepped)
-        elif self._ran == 1 and traced:
+        elif self._ran == 1 and traced and self.compiled.last_values is not None:
             base, values = self.compiled.last_values
             written = self.compiled.written    # (a growth: those nodes' events are in the file)
             self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, template_of=base, values=values,
                                        **({"written": written} if written else {}))
         self._template = None
+        based = self._ran == 1 and traced and self.compiled.last_values is None
         clean = self._record(counters, iteration, upto is not None)
+        if based:                      # its events are in the file: the template's base
+            self._template, self.compiled.template = self.compiled.template, None
         if clean is None and self._template is None:
             return {}
         self.bases += 1                # a base of plan events (the reader keeps the last few)

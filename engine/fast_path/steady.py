@@ -261,6 +261,38 @@ _ENQUEUE = (("execute", "enqueue", ""),)
 _SET_ARGS = {True: (("set_args", "set", ""),), False: (("set_args", "skip", ""),)}
 
 
+def write_head(decisions, inst, kernels: bool = True) -> None:
+    """The events a traced steady step writes before realloc_if_needed: update_shape's, then
+    (`kernels`) each kept kernel's update_impl."""
+    decisions.write("update_shape", "infer", "shape_changed", inst.node, device_reads=0,
+                    in_shapes=[l.shape if l else None for l in inst.in_layouts],
+                    out_shapes=[t.layout.shape for t in inst.outputs])
+    if kernels:
+        for b in inst.bound:
+            decisions.write(*_KEEP, inst.node, impl=b.impl.name, impl_kind="dynamic")
+
+
+def write_events(decisions, inst, step) -> None:
+    """The events a traced steady step of `inst` writes when it keeps its buffers and its
+    kernels' arguments, for a compiled inference that stands for one (compiled._write_base);
+    its layouts are put back. Written, not counted: the plan counts them (counts_of_steady)."""
+    node = inst.node
+    write_head(decisions, inst, step is kernel_step)
+    if step is view_step:
+        decisions.write("realloc", "view", "", node)
+        decisions.write("execute", "skip", "view", node)
+        return
+    owned = [(t, {"output": k} if k else {}) for k, t in enumerate(inst.outputs)] + \
+        [(inst.internals[k], {"buffer": f"internal{k}"}) for k in range(len(inst.internal_layouts))]
+    for t, label in owned:
+        l = t.layout
+        if l.count:
+            decisions.write("realloc", "reuse", "", node, bytes=l.nbytes, capacity=t.capacity,
+                            shape=l.shape, dtype=l.dtype, **label)
+    decisions.write("set_args", "skip", "", node)
+    decisions.write("execute", "enqueue", "", node, kernels=len(inst.bound))
+
+
 def counts_of_steady(device, steps, reused: int) -> Counter:
     """What an inference in which every node of `device` takes its step of `steps` (kernel or
     view steps), keeping its buffers (`reused` of them in all) and its kernels' arguments,

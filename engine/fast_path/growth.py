@@ -81,21 +81,28 @@ def grow(fast, c, calls, inputs) -> tuple:
                 less.update(steady._path_counts(steady._REUSE))    # its own decision instead
             elif traced:                 # a reuse written and counted by _rec: the plan's holds it
                 less.update(steady._path_counts(steady._REUSE))
-        if grown:                        # realloc_if_needed changed a buffer of its own: set_arguments(True)
-            inst._rec("set_args", "set" if inst.bind_arguments(True, image=True) else "skip")
-            less.update(steady._path_counts(steady._SET_ARGS[False]))
-        else:
-            did = inst.bind_arguments(False, [True] * len(inst.bound), image=True)
-            if did:
-                less.update(steady._path_counts(steady._SET_ARGS[False]))
-                more.update(steady._path_counts(steady._SET_ARGS[True]))
-            if traced:
-                fast.decisions.write("set_args", "set" if did else "skip", "", inst.node)
-        if traced:
-            fast.decisions.write("execute", "enqueue", "", inst.node, kernels=len(inst.bound))
+        _set_arguments(fast.decisions, inst, grown, less, more)
     if kept:
         repeat_predictor_calls(buffers, kept, kept=True)
     return c.counters - less + more, moved, written
+
+
+def _set_arguments(decisions, inst, grown: bool, less: Counter, more: Counter) -> None:
+    """The rest of the steady step of a node that owns (`grown`) or reads a moved buffer: its
+    arguments set as the flow's realloc_if_needed path (set_arguments(True)) or bind_arguments
+    would, the plan's counts it changes (`less`, `more`), its events in a traced run."""
+    if grown:
+        inst._rec("set_args", "set" if inst.bind_arguments(True, image=True) else "skip")
+        less.update(steady._path_counts(steady._SET_ARGS[False]))
+    else:
+        did = inst.bind_arguments(False, [True] * len(inst.bound), image=True)
+        if did:
+            less.update(steady._path_counts(steady._SET_ARGS[False]))
+            more.update(steady._path_counts(steady._SET_ARGS[True]))
+        if decisions.traced:
+            decisions.write("set_args", "set" if did else "skip", "", inst.node)
+    if decisions.traced:
+        decisions.write("execute", "enqueue", "", inst.node, kernels=len(inst.bound))
 
 
 def _owned(inst) -> list:

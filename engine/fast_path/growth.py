@@ -1,8 +1,9 @@
 """A compiled inference whose buffers do not all keep (a length past their room, an input or
 a host value that took a new buffer): the plan's launches stand, the resources move. Rather
 than walk every node through the flow, it makes the flow's own resource decisions where they
-can differ and re-binds the arguments that name a moved buffer (the issue's "plans survive
-resource changes"; OpenVINO re-runs set_arguments only on the nodes whose memory changed).
+can differ and re-binds the arguments that name a moved buffer, so that plans survive the
+resource change (the plugin's flow sets a node's arguments again only when its impl or memory
+changed: overall_flow.md).
 
 The nodes' state is put back first (compiled.Pending), so each node's layouts are the ones the
 flow would have set. Then, node by node in the flow's order:

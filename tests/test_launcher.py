@@ -1,0 +1,53 @@
+"""Kernel launches without pyopencl's events (engine/launcher.py): the same results as
+pyopencl's launch, which stays the path where the OpenCL library cannot be loaded, and an
+error that names the kernel where the driver refuses a launch."""
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from engine import Network, build_program
+from engine import launcher as launcher_mod
+from tests.models import bert_encoder
+from tests.test_shape_functions import BERT, _bert_steps
+
+SRC = """__kernel void add1(__global const float* a, __global float* b)
+{ int i = get_global_id(0); b[i] = a[i] + 1.0f; }"""
+
+
+def test_a_network_computes_the_same_with_either_launch(device, monkeypatch):
+    import onnxruntime as ort
+    model = bert_encoder(**BERT)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    steps = _bert_steps([(1, 17), (2, 9), (1, 30)])
+    outs = {}
+    for raw in (True, False):
+        if not raw:
+            monkeypatch.setattr(launcher_mod, "_library", lambda: None)
+        net = Network(build_program(model), device)
+        assert (net.queue.launcher is not None) == raw
+        outs[raw] = [net.infer(feeds)["last_hidden_state"].copy() for feeds, _ in steps]
+    for (feeds, _), a, b in zip(steps, outs[True], outs[False]):
+        assert np.array_equal(a, b)
+        np.testing.assert_allclose(a, sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_launch_the_driver_refuses_names_its_kernel(device):
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx)
+    k = cl.Kernel(cl.Program(ctx, SRC).build(), "add1")
+    a = np.arange(64, dtype=np.float32)
+    mf = cl.mem_flags
+    src = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    dst = cl.Buffer(ctx, mf.WRITE_ONLY, a.nbytes)
+    k.set_args(src, dst)
+    launch = launcher_mod.Launcher.for_queue(q)
+    launch.launch_all([(k, (64,), (16,)), (k, (64,), None)])
+    out = np.empty_like(a)
+    cl.enqueue_copy(q, out, dst)
+    assert np.array_equal(out, a + 1)
+    # a work-group larger than the device allows: refused by the driver
+    big = 2 * device.max_work_group_size
+    with pytest.raises(cl.LogicError, match="add1"):
+        launch.launch_all([(k, (big,), (big,))])

@@ -22,10 +22,12 @@ history: predictors.surely_keeps) it writes the shape_info image, enqueues the k
 the policy's calls in one go and counts the decisions the compiled inference made. Otherwise the
 flow goes on node by node after the host nodes. A compiled plan holds resources of the epoch it
 was bound in (arguments, the nodes' state snapshot) and is bound again, without a new trace, by
-the next inference of the flow that could have built it. An untraced run traces and binds its
-plan right after the model's first inference (`build_ahead`), so that the second length is
-compiled already. A traced run writes a compiled inference as one `plan compiled` event, which the reader
-expands from the template of the inference that bound it (step_events.py). `Network(compile_plans="all")`, the command line's
+the next inference of the flow that could have built it. A run traces and binds its plan right
+after the model's first inference (`build_ahead`), so that the second length is compiled
+already; a length past the buffers is compiled too (growth.py). A traced run writes a compiled
+inference as one `plan compiled` event, which the reader expands from the template of the
+inference that bound it (step_events.py): the first compiled inference, which writes its nodes'
+events (`_write_base`), or a flow. `Network(compile_plans="all")`, the command line's
 default (dyncli/defaults.py has the figure). A choice an op makes by size that only picks
 values (the attention's rows per block, gemm_lm's K splits) is a value of the function
 (symbolic.piecewise), not a guard: one trace serves the MiniLM BERT's lengths 8..128; a guard

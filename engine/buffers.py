@@ -3,7 +3,6 @@ preallocation policy that sizes new buffers (the ShapePredictor of the GPU plugi
 memory_preallocation.md, or another policy of engine/predictors.py)."""
 from __future__ import annotations
 
-
 import numpy as np
 import pyopencl as cl
 

@@ -3,7 +3,6 @@ of the shape_info arena, reads and copies go through here, and every launch pass
 observer (the fast path's door, engine/fast_path)."""
 from __future__ import annotations
 
-
 import numpy as np
 import pyopencl as cl
 

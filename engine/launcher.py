@@ -16,6 +16,7 @@ import os
 
 import pyopencl as cl
 
+
 def _library() -> ctypes.CDLL | None:
     """The OpenCL ICD loader pyopencl uses: its wheel's own, else the system's."""
     here = os.path.join(os.path.dirname(cl.__file__), ".libs")

@@ -171,13 +171,12 @@ class CompiledPlans:
         inferences are one `plan compiled` event each. Returns the template (for infer_end),
         or None when it does not hold (the variant is dropped; the inference stands)."""
         fast = self.fast
-        kernels, images, calls, live, layouts, keys, env = got
         fast.restore.put_back()         # the nodes' layouts, for the events' fields
         fast.restore = None
         decisions = fast.decisions
         for inst, step in zip(c.device, c.steps):
             steady.write_events(decisions, inst, step)
-        bound = step_events.attach(c, decisions.log, env, decisions.trace.iter, fast.templates + 1)
+        bound = step_events.attach(c, decisions.log, got[-1], decisions.trace.iter, fast.templates + 1)
         if bound is None:               # dropped, counted with the refused traces
             key = self._key()
             self.table[key].remove(c)

@@ -41,7 +41,7 @@ def grow(fast, c, calls, inputs) -> tuple:
     buffers = fast.buffers
     predictor = buffers.predictor
     traced = fast.decisions.traced
-    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in _owned(inst)}
+    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in steady.owned_buffers(inst)}
     per_node: dict = {}
     for call in calls:
         per_node.setdefault(mine[id(call[0])][0], []).append(call)
@@ -76,11 +76,13 @@ def grow(fast, c, calls, inputs) -> tuple:
             if kept:                     # the policy's calls in the flow's order
                 repeat_predictor_calls(buffers, kept, kept=True)
                 kept = []
-            if inst._realloc(t, None if traced else _counted, **mine[id(t)][1]):
+            # its own decision instead of the plan's reuse; a traced run's reuse is written and
+            # counted by _rec, where the plan's counters hold it too
+            realloced = inst._realloc(t, None if traced else _counted, **mine[id(t)][1])
+            if realloced:
                 moved.add(id(t))
                 grown = True
-                less.update(steady._path_counts(steady._REUSE))    # its own decision instead
-            elif traced:                 # a reuse written and counted by _rec: the plan's holds it
+            if realloced or traced:
                 less.update(steady._path_counts(steady._REUSE))
         _set_arguments(fast.decisions, inst, grown, less, more)
     if kept:
@@ -104,12 +106,6 @@ def _set_arguments(decisions, inst, grown: bool, less: Counter, more: Counter) -
             decisions.write("set_args", "set" if did else "skip", "", inst.node)
     if decisions.traced:
         decisions.write("execute", "enqueue", "", inst.node, kernels=len(inst.bound))
-
-
-def _owned(inst) -> list:
-    """(buffer, the label the flow's _realloc gives it) of each buffer `inst` may ask for."""
-    return [(t, {"output": k} if k else {}) for k, t in enumerate(inst.outputs)] + \
-        [(t, {"buffer": f"internal{k}"}) for k, t in enumerate(inst.internals)]
 
 
 def _counted() -> None:

@@ -261,6 +261,13 @@ _ENQUEUE = (("execute", "enqueue", ""),)
 _SET_ARGS = {True: (("set_args", "set", ""),), False: (("set_args", "skip", ""),)}
 
 
+def owned_buffers(inst) -> list:
+    """(buffer, the label its realloc event carries) of each buffer realloc_if_needed asks
+    for: the outputs, then the scratch buffers of the current call."""
+    return [(t, {"output": k} if k else {}) for k, t in enumerate(inst.outputs)] + \
+        [(inst.internals[k], {"buffer": f"internal{k}"}) for k in range(len(inst.internal_layouts))]
+
+
 def write_head(decisions, inst, kernels: bool = True) -> None:
     """The events a traced steady step writes before realloc_if_needed: update_shape's, then
     (`kernels`) each kept kernel's update_impl."""
@@ -282,9 +289,7 @@ def write_events(decisions, inst, step) -> None:
         decisions.write("realloc", "view", "", node)
         decisions.write("execute", "skip", "view", node)
         return
-    owned = [(t, {"output": k} if k else {}) for k, t in enumerate(inst.outputs)] + \
-        [(inst.internals[k], {"buffer": f"internal{k}"}) for k in range(len(inst.internal_layouts))]
-    for t, label in owned:
+    for t, label in owned_buffers(inst):
         l = t.layout
         if l.count:
             decisions.write("realloc", "reuse", "", node, bytes=l.nbytes, capacity=t.capacity,

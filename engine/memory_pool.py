@@ -15,6 +15,7 @@ half its size (a small tensor does not pin a large buffer), and the smallest suc
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,7 @@ class _Block:
     nbytes: int
     constant: bool
     holders: set = field(default_factory=set)
+    made: int = 0           # the pool's count of buffers made when this one was (their order)
 
 
 class MemoryPool:
@@ -39,9 +41,10 @@ class MemoryPool:
         self.enabled = enabled
         self.poolable = poolable if enabled else set()
         self._blocks: dict[int, _Block] = {}    # id(buf) -> block
-        # the non-constant ones, in the same order: what `take` looks through (a BERT's
-        # weights are a hundred blocks a growth's sixty takes would each walk past)
-        self._activations: dict[int, _Block] = {}
+        # the non-constant ones by (size, order made): what `take` looks through, from the
+        # smallest size it may take (a growth's sixty takes each walked every block)
+        self._by_size: list = []
+        self._made = 0
         self.used_bytes = 0                     # every buffer held (weights included)
         self.act_bytes = 0                      # buffers of non-constant tensors
         self.peak_bytes = 0                     # max act_bytes since begin_inference
@@ -72,10 +75,11 @@ class MemoryPool:
         except (cl.Error, MemoryError) as e:
             raise DeviceMemoryError(f"the device could not allocate it ({getattr(e, 'what', e)}) "
                                     f"with {nbytes_text(self.used_bytes)} held") from None
-        b = self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder})
+        self._made += 1
+        b = self._blocks[id(buf)] = _Block(buf, nbytes, constant, {holder}, self._made)
         self.used_bytes += nbytes
         if not constant:
-            self._activations[id(buf)] = b
+            bisect.insort(self._by_size, (nbytes, b.made, b))
             self.act_bytes += nbytes
             self.peak_bytes = max(self.peak_bytes, self.act_bytes)
         return buf
@@ -91,7 +95,7 @@ class MemoryPool:
             del self._blocks[id(buf)]
             self.used_bytes -= b.nbytes
             if not b.constant:
-                del self._activations[id(buf)]
+                del self._by_size[bisect.bisect_left(self._by_size, (b.nbytes, b.made))]
                 self.act_bytes -= b.nbytes
 
     def take(self, holder: str, need: int) -> tuple[cl.Buffer, int] | None:
@@ -100,12 +104,15 @@ class MemoryPool:
         if holder not in self.poolable:
             return None
         start = self.lifetimes[holder][0]
+        by_size = self._by_size
         best = None
-        for b in self._activations.values():
-            if not need <= b.nbytes < 2 * need or (best and b.nbytes >= best.nbytes):
-                continue
+        for k in range(bisect.bisect_left(by_size, (need,)), len(by_size)):
+            b = by_size[k][2]
+            if b.nbytes >= 2 * need:
+                break
             if all(h in self.poolable and self.lifetimes[h][1] < start for h in b.holders):
-                best = b
+                best = b            # the smallest, the first made of that size
+                break
         if best is None:
             return None
         self.changes += 1

@@ -203,7 +203,7 @@ class AdaptivePredictor:
         one, the common answer (keep) without its calls. Buffers whose histories are equal and
         that see the same shape share one track, observed once (a BERT layer's activations,
         a decoder's KV caches); a track is split again where its buffers part: another shape,
-        a call without the others, a buffer that grows (`_grow` moves its horizon)."""
+        a call without the others, a buffer that grows (`_move_horizon` moves its track)."""
         base = self.settings.base_iters
         grouped = self._grouped(calls)
         if grouped is None:
@@ -291,8 +291,7 @@ class AdaptivePredictor:
 
     def _decide(self, buf: BufferState, tr: _Track, shape: tuple, need: int, dtype_bits: int,
                 used_bytes: int | None) -> ReallocDecision:
-        s = self.settings
-        soon = tr.needed_soon(s.base_iters)
+        soon = tr.needed_soon(self.settings.base_iters)
         reclaimed = False
         if buf.has_buffer and need <= buf.cap_elems:
             if soon * RECLAIM_FACTOR >= buf.cap_elems:
@@ -301,8 +300,13 @@ class AdaptivePredictor:
         if not buf.has_buffer:
             alloc, mode = need, "first"  # no history: nothing to predict from
         else:
-            alloc, mode = self._grow(tr, shape, need, dtype_bits)
-        alloc = max(alloc, soon)
+            alloc, mode = self._grow_size(tr, shape, need, dtype_bits, self._move_horizon(tr))
+        return self._take(buf, max(alloc, soon), mode, need, dtype_bits, used_bytes, reclaimed)
+
+    def _take(self, buf: BufferState, alloc: int, mode: str, need: int, dtype_bits: int,
+              used_bytes: int | None, reclaimed: bool) -> ReallocDecision:
+        """The decision to allocate `alloc` elements (`mode`), the exact need where the 90%
+        rule refuses the extra."""
         used = _bytes_for(buf.held_elems, dtype_bits) if used_bytes is None else used_bytes
         if alloc > need and not can_preallocate(alloc * ((dtype_bits + 7) // 8), used,
                                                 self.device_mem_bytes, self.max_alloc_bytes):
@@ -311,18 +315,25 @@ class AdaptivePredictor:
         self.version += 1                  # (a capacity replay_plan keeps changed)
         return ReallocDecision("alloc", alloc, alloc > need, mode, reclaimed)
 
-    def _grow(self, tr: _Track, shape: tuple, need: int, dtype_bits: int) -> tuple[int, str]:
+    def _move_horizon(self, tr: _Track) -> bool:
+        """What a reallocation from a buffer does to its track; whether it is a steady step."""
+        if tr.streak >= 2:
+            h = tr.horizon * 2 if tr.held and tr.horizon_step == tr.step else self.settings.base_iters
+            tr.horizon, tr.horizon_step, tr.held = h, tr.step, True
+            return True
+        tr.horizon_step, tr.held = None, False
+        return False
+
+    def _grow_size(self, tr: _Track, shape: tuple, need: int, dtype_bits: int, steady: bool) -> tuple[int, str]:
+        """The elements a buffer that grows asks for, its track's horizon moved (`steady`)."""
         s = self.settings
         per_elem_bits = max(dtype_bits, 1)
-        limit = slack_limit(need, s.slack_cap)
-        if tr.streak >= 2:
-            h = tr.horizon * 2 if tr.held and tr.horizon_step == tr.step else s.base_iters
-            tr.horizon, tr.horizon_step, tr.held = h, tr.step, True
-            want = _shape_size(c + d * h for c, d in zip(shape, tr.step))
+        if steady:
+            want = _shape_size(c + d * tr.horizon for c, d in zip(shape, tr.step))
             limit = slack_limit(need, s.slack_cap, s.min_slack_bytes * 8 // per_elem_bits)
             mode = "steady"
         else:
-            tr.horizon_step, tr.held = None, False
+            limit = slack_limit(need, s.slack_cap)
             want, mode = limit, "grow"
         limit = min(limit, need + s.max_slack_bytes * 8 // per_elem_bits)
         return max(need, min(want, limit)), mode
@@ -376,6 +387,102 @@ def _group(tracks: dict, calls, window: int) -> tuple | None:
             groups[new] = (shape, need, at)
             changed = True
     return rows, groups, changed
+
+
+def growth_decisions(policy, calls):
+    """The policy's decisions for the predictor calls `(tensor, id, shape, need, bits)` of a
+    compiled inference whose buffers move (engine/fast_path/growth.py), each asked for where
+    the flow asks (its order, the memory used then): `keeps(k)`, `decide(k, used_bytes)`, then
+    `finish()` once."""
+    if isinstance(policy, AdaptivePredictor):
+        grouped = policy._grouped([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls])
+        if grouped is not None:
+            return _GroupedGrowth(policy, grouped[0], grouped[1])
+    return _OneByOne(policy, calls)
+
+
+class _OneByOne:
+    """A policy's realloc, call by call. A call it surely keeps (surely_keeps) need not be
+    asked in order: those not asked are repeated by `finish` (their histories only)."""
+    __slots__ = ("policy", "calls", "surely", "asked")
+
+    def __init__(self, policy, calls):
+        self.policy, self.calls = policy, calls
+        # (an id asked twice has its calls in order: none is put off)
+        unique = len({name for _, name, _, _, _ in calls}) == len(calls)
+        self.surely = [unique and t.capacity and surely_keeps(policy, t.state, need, name)
+                       for t, name, _, need, _ in calls]
+        self.asked = set()
+
+    def keeps(self, k: int) -> bool:
+        return self.surely[k]
+
+    def decide(self, k: int, used_bytes: int | None) -> ReallocDecision:
+        self.asked.add(k)
+        t, name, shape, _, bits = self.calls[k]
+        return t.state.realloc_if_needed(self.policy, name, shape, bits, used_bytes)
+
+    def finish(self) -> None:
+        for k, (t, name, shape, _, bits) in enumerate(self.calls):
+            if self.surely[k] and k not in self.asked:
+                t.state.realloc_if_needed(self.policy, name, shape, bits)
+
+
+class _GroupedGrowth:
+    """AdaptivePredictor's decisions for a growth, worked out once per shared history: every
+    call is observed up front, once per track (replay's grouping); the buffers of a track
+    that grow from a buffer share one copy of it, its horizon moved once (the flow moves each
+    one's copy alike); each decision's size is then final where the flow makes it (`_take`:
+    the 90% rule with the memory used then)."""
+    __slots__ = ("policy", "rows", "plans")
+
+    def __init__(self, policy: AdaptivePredictor, rows: list, groups: dict):
+        self.policy, self.rows = policy, rows
+        self.plans = [None] * len(rows)     # k -> (track, soon, steady or None for "first", reclaimed)
+        base, tracks = policy.settings.base_iters, policy._tracks
+        for tr, (shape, need, at) in groups.items():
+            tr.observe(shape, need)
+            soon = tr.needed_soon(base)
+            growing = []
+            for k in at:
+                buf = rows[k][0]
+                fits = buf.has_buffer and need <= buf.cap_elems
+                if fits and soon * RECLAIM_FACTOR >= buf.cap_elems:
+                    continue                # keeps
+                if buf.has_buffer:
+                    growing.append((k, fits))
+                else:
+                    self.plans[k] = (tr, soon, None, False)
+            if not growing:
+                continue
+            if len(growing) < len(at):      # the others' track does not move
+                moved = tr.copy()
+                moved.users, tr.users = len(growing), tr.users - len(growing)
+                for k, _ in growing:
+                    tracks[rows[k][2]] = moved
+                tr = moved
+                policy.version += 1
+            steady = policy._move_horizon(tr)
+            for k, reclaimed in growing:
+                self.plans[k] = (tr, soon, steady, reclaimed)
+
+    def keeps(self, k: int) -> bool:
+        return self.plans[k] is None
+
+    def decide(self, k: int, used_bytes: int | None) -> ReallocDecision:
+        plan = self.plans[k]
+        if plan is None:
+            return _KEEP
+        tr, soon, steady, reclaimed = plan
+        buf, _, _, shape, need, bits = self.rows[k]
+        if steady is None:
+            alloc, mode = need, "first"
+        else:
+            alloc, mode = self.policy._grow_size(tr, shape, need, bits, steady)
+        return self.policy._take(buf, max(alloc, soon), mode, need, bits, used_bytes, reclaimed)
+
+    def finish(self) -> None:
+        pass
 
 
 PLANS_KEPT = 256    # whole plans' groupings replay_plan keeps (a fast path keeps 64 plans)

@@ -507,6 +507,12 @@ class PrimitiveInst:
             return False
         d = buffers.realloc_decision(t, l.shape, l.itemsize * 8)
         buffers.memory.note_live(t.name, l.nbytes)
+        return self.carry_out(t, d, reused, label)
+
+    def carry_out(self, t: Tensor, d, reused, label: dict) -> bool:
+        """The policy's decision `d` for `t` (its layout set) carried out and recorded:
+        a reuse, or a buffer of the size it asks for (realloc_if_needed)."""
+        buffers, l = self.rt.buffers, t.layout
         if d.action == "reuse" and t.capacity:   # an owned buffer (not a view's alias)
             if reused is not None:
                 reused()
@@ -520,9 +526,13 @@ class PrimitiveInst:
         if how == "alloc" and t.capacity < nbytes:   # the extra was dropped to fit the device
             nbytes, predicted = t.capacity, False
         t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
-        self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
-                  capacity=t.capacity, predicted=predicted, mode=d.mode, shape=l.shape,
-                  dtype=l.dtype, **label)
+        decisions = self.rt.decisions
+        if decisions.itemized:
+            self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
+                      capacity=t.capacity, predicted=predicted, mode=d.mode, shape=l.shape,
+                      dtype=l.dtype, **label)
+        else:           # counted only (a growth moves dozens of buffers)
+            decisions.count_many(1, "realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes)
         return True
 
     def _arg_tensor(self, kind: str, i: int) -> Tensor:

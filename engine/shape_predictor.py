@@ -40,6 +40,7 @@ done in float32 because the right side is a float.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import deque
@@ -166,8 +167,14 @@ def can_preallocate(desired_bytes: int, used_bytes: int = 0, device_mem_bytes: i
         return False
     if device_mem_bytes is None:
         return True
-    limit = _f32_mul(device_mem_bytes, np.float32(MEMORY_THRESHOLD))
-    return bool(_f32(int(used_bytes) + int(desired_bytes)) < limit)
+    return float(_f32(int(used_bytes) + int(desired_bytes))) < _memory_limit(int(device_mem_bytes))
+
+
+@functools.lru_cache(maxsize=16)
+def _memory_limit(device_mem_bytes: int) -> float:
+    """0.9 x device memory in float32 (as the C++ computes it), once per device: a growth
+    asks for it for every buffer."""
+    return float(_f32_mul(device_mem_bytes, np.float32(MEMORY_THRESHOLD)))
 
 
 class ShapePredictor:

@@ -290,7 +290,12 @@ _STEP = st.one_of(
     # the flow's call for one buffer
     st.tuples(st.just("one"), st.tuples(st.integers(0, 4), _LENGTHS)),
     # a whole plan replayed again: the same list of calls each time (replay_plan)
-    st.tuples(st.just("plan"), st.integers(0, 3)))
+    st.tuples(st.just("plan"), st.integers(0, 3)),
+    # a compiled inference whose buffers move: its calls decided in order (growth_decisions)
+    st.tuples(st.just("growth"), st.lists(st.tuples(st.integers(0, 4), _LENGTHS), min_size=1, max_size=5,
+                                          unique_by=lambda c: c[0])),
+    st.tuples(st.just("growth"), st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True).flatmap(
+        lambda ids: _LENGTHS.map(lambda n: [(k, n) for k in ids]))))
 # the whole plans' calls: (buffer, length) each
 _PLANS = [[(0, 40), (1, 40), (2, 40), (3, 40), (4, 40)], [(0, 3), (1, 3), (2, 3)],
           [(2, 41), (3, 41), (4, 300)], [(0, 300), (1, 300), (2, 300), (3, 300), (4, 300)]]
@@ -305,25 +310,33 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
     split again where they part (another length, a call without the others, one growing: two
     of the buffers hold bytes, whose slack differs from the floats'); where every buffer surely
     keeps, `observe_kept` (a compiled plan's calls) leaves what replay would, and a whole
-    plan's calls replayed again (`replay_plan`, its grouping and capacities kept) do too."""
+    plan's calls replayed again (`replay_plan`, its grouping and capacities kept) do too; a
+    compiled growth's calls decided in order (`growth_decisions`, the memory used growing with
+    each allocation: the 90% rule refuses some extra) decide as `realloc` does."""
     import math
     import types
-    from engine.predictors import AdaptivePredictor, _Track, surely_keeps
+    from engine.predictors import AdaptivePredictor, _Track, growth_decisions, surely_keeps
     from engine.shape_predictor import BufferState
-    # a short window: the reclaim of a buffer 10x too large comes within a sequence
-    one, many = AdaptivePredictor(AdaptiveSettings(memory_window=6)), AdaptivePredictor(AdaptiveSettings(memory_window=6))
+    # a short window: the reclaim of a buffer 10x too large comes within a sequence; 4 MiB of
+    # device memory, of which growth steps find 3 MiB used by others
+    one, many = (AdaptivePredictor(AdaptiveSettings(memory_window=6), 4 << 20) for _ in range(2))
     bufs1 = [BufferState() for _ in range(5)]
     bufs2 = [BufferState() for _ in range(5)]
     tensors = [types.SimpleNamespace(state=b) for b in bufs2]
     plans = [[(tensors[k], f"b{k}", (1, n, 256), 256 * n, [8, 8, 32, 32, 32][k]) for k, n in p] for p in _PLANS]
     for how, arg in steps:
-        calls = arg if how == "replay" else [arg]
+        calls = arg if how in ("replay", "growth") else [arg]
         bits = [8, 8, 32, 32, 32]
         if how == "plan":
             calls = _PLANS[arg]
-        for k, n in calls:
-            bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], 1 << 20)
-        if how == "plan":
+        if how == "growth":
+            _growth_step(one, many, bufs1, tensors, calls, bits, growth_decisions)
+        else:
+            for k, n in calls:
+                bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], 1 << 20)
+        if how == "growth":
+            pass
+        elif how == "plan":
             many.replay_plan(plans[arg], 1 << 20)
         elif how == "replay":
             batch = [(bufs2[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls]
@@ -346,6 +359,47 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
         for t in many._tracks.values():
             users[id(t)] = users.get(id(t), 0) + 1
         assert all(t.users == users[id(t)] for t in many._tracks.values())
+
+
+def _growth_step(one, many, bufs1, tensors, calls, bits, growth_decisions) -> None:
+    """A growth's calls: `realloc` one at a time for `one`, growth_decisions for `many`, each
+    with the memory used then (3 MiB of others, and the buffers' own)."""
+    def used(bufs):
+        return (3 << 20) + sum(b.held_elems * ((bits[k] + 7) // 8) for k, b in enumerate(bufs))
+    batch = [(tensors[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls]
+    g = growth_decisions(many, batch)
+    for j, (k, n) in enumerate(calls):
+        d1 = bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], used(bufs1))
+        if g.keeps(j):
+            assert d1.action == "reuse", (j, d1)
+        else:
+            assert g.decide(j, used([t.state for t in tensors])) == d1, (j, d1)
+    g.finish()
+
+
+def test_a_growth_where_one_of_two_sharers_grows_moves_only_its_track():
+    """Two buffers of one history whose capacities differ (bytes and floats: a steady step
+    of 40 lengths gives them different slack) share a track until one of them must grow; a
+    compiled growth then moves that one's horizon only, as realloc one at a time does."""
+    import types
+    from engine.predictors import AdaptivePredictor, _Track, growth_decisions
+    from engine.shape_predictor import BufferState
+    one, many = AdaptivePredictor(), AdaptivePredictor()
+    bits = {"a": 8, "b": 32}
+    b1 = {k: BufferState() for k in "ab"}
+    t2 = {k: types.SimpleNamespace(state=BufferState()) for k in "ab"}
+    mixed = 0
+    for n in (1, 41, 81, 121, 161, 201, 241, 281, 321, 361):
+        decided = [b1[k].realloc_if_needed(one, k, (1, n, 256), bits[k], 1 << 20) for k in "ab"]
+        ta, tb = many._tracks.get("a"), many._tracks.get("b")
+        one_history = ta is not None and tb is not None and ta.same_as(tb)    # (one track then)
+        g = growth_decisions(many, [(t2[k], k, (1, n, 256), 256 * n, bits[k]) for k in "ab"])
+        mixed += one_history and g.keeps(0) != g.keeps(1)
+        assert [g.decide(j, 1 << 20) for j in range(2)] == decided, n
+        for k in "ab":
+            assert [getattr(one._tracks[k], a) for a in _Track.HISTORY] == \
+                [getattr(many._tracks[k], a) for a in _Track.HISTORY], (n, k)
+    assert mixed, "no step had one sharer grow and the other keep"
 
 
 def test_buffers_with_one_history_share_a_track_until_they_part():

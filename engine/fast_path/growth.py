@@ -28,8 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.fast_path import steady
-from engine.fast_path.plans import repeat_predictor_calls
-from engine.predictors import surely_keeps
+from engine.predictors import growth_decisions
 
 
 def grow(fast, c, calls, inputs) -> tuple:
@@ -38,17 +37,26 @@ def grow(fast, c, calls, inputs) -> tuple:
     inference (the plan's, adjusted), the tensors that may have moved (ids) and, in a traced
     run, the nodes whose events it wrote. `inputs`: the graph inputs (their buffers may have
     moved when set)."""
-    buffers = fast.buffers
-    predictor = buffers.predictor
-    traced = fast.decisions.traced
-    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in steady.owned_buffers(inst)}
+    buffers, decisions = fast.buffers, fast.decisions
+    traced = decisions.traced
+    # the flow's log of this inference is not read after a growth (replay._record): its
+    # decisions are counted, or written to the trace, not logged
+    log, decisions.log = decisions.log, None
+    try:
+        return _grow(fast, c, calls, inputs, buffers, traced)
+    finally:
+        decisions.log = log
+
+
+def _grow(fast, c, calls, inputs, buffers, traced: bool) -> tuple:
+    policy = growth_decisions(buffers.predictor, calls)
+    mine = owners(c, calls)
     per_node: dict = {}
-    for call in calls:
-        per_node.setdefault(mine[id(call[0])][0], []).append(call)
-    surely = {id(t) for t, name, _, need, _ in calls if t.capacity and surely_keeps(predictor, t.state, need, name)}
+    for j, call in enumerate(calls):
+        per_node.setdefault(mine[id(call[0])][0], []).append(j)
     moved = {id(t) for t in inputs}       # their readers look (bind_arguments sees what changed)
-    less, more = Counter(), Counter()    # the plan's decisions replaced, and by what
-    kept: list = []
+    # the plan's decisions replaced: reuses, arguments skipped; and arguments set instead
+    reuses = skips = sets = 0
     written = []
     for k, (inst, step) in enumerate(zip(c.device, c.steps)):
         if step is steady.view_step:     # its input's buffer, as the flow's view_input
@@ -58,54 +66,63 @@ def grow(fast, c, calls, inputs) -> tuple:
             if (out.buf, out.offset) != was:
                 moved.add(id(out))
             continue
-        mycalls = per_node.get(k, ())
-        stale = any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
-                    for b in inst.bound for t in b.tensors)
-        if not stale and all(id(call[0]) in surely for call in mycalls):
-            kept += mycalls              # nothing of its own moves
-            continue
+        mine_k = per_node.get(k, ())
+        asked = [j for j in mine_k if not policy.keeps(j)]
+        if not asked and not any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
+                                 for b in inst.bound for t in b.tensors):
+            continue                     # nothing of its own moves, nothing it reads did
         if traced:                       # its events are written, not expanded from the template
             steady.write_head(fast.decisions, inst)
             written.append(inst.node.name)
         grown = False
-        for call in mycalls:
-            t = call[0]
-            if id(t) in surely and not traced:
-                kept.append(call)
-                continue
-            if kept:                     # the policy's calls in the flow's order
-                repeat_predictor_calls(buffers, kept, kept=True)
-                kept = []
+        for j in mine_k if traced else asked:
+            t = calls[j][0]
             # its own decision instead of the plan's reuse; a traced run's reuse is written and
             # counted by _rec, where the plan's counters hold it too
-            realloced = inst._realloc(t, None if traced else _counted, **mine[id(t)][1])
+            realloced = inst.carry_out(t, policy.decide(j, buffers.used_bytes), None if traced else _counted,
+                                       mine[id(t)][1])
             if realloced:
                 moved.add(id(t))
                 grown = True
-            if realloced or traced:
-                less.update(steady._path_counts(steady._REUSE))
-        _set_arguments(fast.decisions, inst, grown, less, more)
-    if kept:
-        repeat_predictor_calls(buffers, kept, kept=True)
-    return c.counters - less + more, moved, written
+            reuses += realloced or traced
+        did = _set_arguments(fast.decisions, inst, grown)
+        skips += grown or did
+        sets += did and not grown
+    policy.finish()
+    less = _times(steady._REUSE, reuses) + _times(steady._SET_ARGS[False], skips)
+    return c.counters - less + _times(steady._SET_ARGS[True], sets), moved, written
 
 
-def _set_arguments(decisions, inst, grown: bool, less: Counter, more: Counter) -> None:
+def _times(events: tuple, n: int) -> Counter:
+    """What `n` decisions of a path (steady.py's events) count."""
+    return Counter({k: v * n for k, v in steady._path_counts(events).items()}) if n else Counter()
+
+
+def owners(c, calls) -> dict:
+    """id(buffer) -> (the index of the device node of `c` that owns it, its realloc label), for
+    each buffer realloc_if_needed asks for; kept with the variant (its nodes own the same
+    buffers while its kernels stand), made again where a call names another."""
+    mine = c.owners
+    if mine is None or any(id(call[0]) not in mine for call in calls):
+        mine = c.owners = {id(t): (k, label) for k, inst in enumerate(c.device)
+                           for t, label in steady.owned_buffers(inst)}
+    return mine
+
+
+def _set_arguments(decisions, inst, grown: bool) -> bool:
     """The rest of the steady step of a node that owns (`grown`) or reads a moved buffer: its
     arguments set as the flow's realloc_if_needed path (set_arguments(True)) or bind_arguments
-    would, the plan's counts it changes (`less`, `more`), its events in a traced run."""
+    would, its events in a traced run. Whether a node that reads a moved buffer set any."""
+    did = False
     if grown:
         inst._rec("set_args", "set" if inst.bind_arguments(True, image=True) else "skip")
-        less.update(steady._path_counts(steady._SET_ARGS[False]))
     else:
         did = inst.bind_arguments(False, [True] * len(inst.bound), image=True)
-        if did:
-            less.update(steady._path_counts(steady._SET_ARGS[False]))
-            more.update(steady._path_counts(steady._SET_ARGS[True]))
         if decisions.traced:
             decisions.write("set_args", "set" if did else "skip", "", inst.node)
     if decisions.traced:
         decisions.write("execute", "enqueue", "", inst.node, kernels=len(inst.bound))
+    return did
 
 
 def _counted() -> None:

@@ -254,15 +254,27 @@ class AdaptivePredictor:
                     continue
                 self._decide(buf, self._alone(name, self._tracks[name]), shape_k, need_k, bits, used_bytes)
 
-    def observe_kept(self, calls) -> None:
+    def observe_kept(self, calls, key=None) -> None:
         """`replay` of calls whose buffers surely keep (surely_keeps said so for each): their
-        histories only, the decisions being keeps."""
+        histories only, the decisions being keeps. `key`: an object whose calls name the same
+        buffers in one order every time (a compiled variant), whose grouping is kept while no
+        track is made, split off or joined (`version`) and each group still sees one shape."""
+        hit = self._plans.get(id(key)) if key is not None else None
+        if hit is not None and hit[0] is key and hit[1] == self.version and \
+                all(calls[k][2] == calls[at[0]][2] for _, at in hit[2] for k in at):
+            for tr, at in hit[2]:
+                tr.observe(calls[at[0]][2], calls[at[0]][3])
+            return
         grouped = self._grouped(calls)
         if grouped is None:
-            self._one_at_a_time(calls)
+            self._one_at_a_time([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls])
             return
         for tr, (shape, need, _) in grouped[1].items():
             tr.observe(shape, need)
+        if key is not None:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            self._plans[id(key)] = (key, self.version, [(tr, at) for tr, (_, _, at) in grouped[1].items()])
 
     def _one_at_a_time(self, calls, used_bytes: int | None = None) -> None:
         """`realloc` for each call: where an id comes twice among them (no grouping)."""

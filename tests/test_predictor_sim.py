@@ -324,6 +324,7 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
     bufs2 = [BufferState() for _ in range(5)]
     tensors = [types.SimpleNamespace(state=b) for b in bufs2]
     plans = [[(tensors[k], f"b{k}", (1, n, 256), 256 * n, [8, 8, 32, 32, 32][k]) for k, n in p] for p in _PLANS]
+    variants: dict = {}
     for how, arg in steps:
         calls = arg if how in ("replay", "growth") else [arg]
         bits = [8, 8, 32, 32, 32]
@@ -334,17 +335,18 @@ def test_adaptive_replay_keeps_the_history_and_decisions_of_one_call_at_a_time(s
         else:
             for k, n in calls:
                 bufs1[k].realloc_if_needed(one, f"b{k}", (1, n, 256), bits[k], 1 << 20)
-        if how == "growth":
-            pass
-        elif how == "plan":
+        if how == "plan":
             many.replay_plan(plans[arg], 1 << 20)
         elif how == "replay":
             batch = [(bufs2[k], f"b{k}", (1, n, 256), 256 * n, bits[k]) for k, n in calls]
             if all(surely_keeps(many, b, need, name) for b, name, _, need, _ in batch):
-                many.observe_kept(batch)       # what a compiled plan calls then
+                # what a compiled plan calls then: the same buffers in one order are one
+                # variant, whose grouping is kept while it holds
+                variant = variants.setdefault(tuple(k for k, _ in calls), object())
+                many.observe_kept([(tensors[k], *call[1:]) for (k, _), call in zip(calls, batch)], variant)
             else:
                 many.replay(batch, 1 << 20)
-        else:
+        elif how == "one":
             k, n = arg
             bufs2[k].realloc_if_needed(many, f"b{k}", (1, n, 256), bits[k], 1 << 20)
         for b1, b2 in zip(bufs1, bufs2):
@@ -400,6 +402,31 @@ def test_a_growth_where_one_of_two_sharers_grows_moves_only_its_track():
             assert [getattr(one._tracks[k], a) for a in _Track.HISTORY] == \
                 [getattr(many._tracks[k], a) for a in _Track.HISTORY], (n, k)
     assert mixed, "no step had one sharer grow and the other keep"
+
+
+def test_a_compiled_variants_kept_grouping_parts_where_its_buffers_see_two_shapes():
+    """observe_kept keeps a compiled variant's grouping while no track changes; its buffers
+    that shared a history and now see two lengths (both keep) part, each observing its own,
+    as realloc one at a time does."""
+    import types
+    from engine.predictors import AdaptivePredictor, _Track
+    from engine.shape_predictor import BufferState
+    one, many = AdaptivePredictor(), AdaptivePredictor()
+    b1 = {k: BufferState() for k in "ab"}
+    t2 = {k: types.SimpleNamespace(state=BufferState()) for k in "ab"}
+    variant = object()
+    for n in (100,):
+        for k in "ab":
+            b1[k].realloc_if_needed(one, k, (1, n), 32)
+        many.replay([(t2[k].state, k, (1, n), n, 32) for k in "ab"], 0)
+    for lengths in ((90, 90), (80, 80), (70, 60), (50, 50)):
+        for k, n in zip("ab", lengths):
+            assert b1[k].realloc_if_needed(one, k, (1, n), 32).action == "reuse"
+        many.observe_kept([(t2[k], k, (1, n), n, 32) for k, n in zip("ab", lengths)], variant)
+        for k in "ab":
+            assert [getattr(one._tracks[k], a) for a in _Track.HISTORY] == \
+                [getattr(many._tracks[k], a) for a in _Track.HISTORY], (lengths, k)
+            assert list(one._tracks[k].recent) == list(many._tracks[k].recent), (lengths, k)
 
 
 def test_buffers_with_one_history_share_a_track_until_they_part():

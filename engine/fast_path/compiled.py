@@ -228,7 +228,7 @@ class CompiledPlans:
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
             cache.get(key)
         if keep:
-            repeat_predictor_calls(buffers, calls, kept=True)    # (buffers_keep said so)
+            repeat_predictor_calls(buffers, calls, kept=True, key=c)    # (buffers_keep said so)
         buffers.memory.note_many(live)
         fast.decisions.counters.update(counters)
         self.last = (c, got)

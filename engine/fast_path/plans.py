@@ -28,17 +28,18 @@ def put_back_args(queue, args) -> None:
         b.arg_ids = bufs
 
 
-def repeat_predictor_calls(buffers, calls, kept: bool = False, fixed: bool = False) -> None:
+def repeat_predictor_calls(buffers, calls, kept: bool = False, fixed: bool = False, key=None) -> None:
     """The flow's predictor calls of a plan, `(tensor, id, shape, its product, bits)` each, made
     again: in one call where the policy batches them (AdaptivePredictor.replay; `kept`: every
-    buffer surely keeps, checked before (compiled.buffers_keep): their histories only;
-    `fixed`: `calls` is a whole plan's own list, the same at every replay of it)."""
+    buffer surely keeps, checked before (compiled.buffers_keep): their histories only, `key`
+    the compiled variant that made them; `fixed`: `calls` is a whole plan's own list, the same
+    at every replay of it)."""
     predictor, used = buffers.predictor, buffers.used_bytes
     batch = getattr(predictor, "replay", None)
     if batch is not None and fixed:
         predictor.replay_plan(calls, used)
     elif batch is not None and kept:
-        predictor.observe_kept([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls])
+        predictor.observe_kept(calls, key)     # (the histories only: the tensors stand for buffers)
     elif batch is not None:
         batch([(t.state, name, shape, need, bits) for t, name, shape, need, bits in calls], used)
     else:

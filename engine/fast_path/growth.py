@@ -6,10 +6,13 @@ resource change (the plugin's flow sets a node's arguments again only when its i
 changed: overall_flow.md).
 
 The nodes' state is put back first (compiled.Pending), so each node's layouts are the ones the
-flow would have set. Then, node by node in the flow's order:
-- each predictor call the policy surely keeps is only observed (batched, as compiled
-  inferences do), every other one is the flow's `_realloc` for that buffer (its decision, its
-  allocation or pooled buffer, counted and traced as the flow does);
+flow would have set. The policy sees every call up front (predictors.growth_decisions: the
+adaptive policy observes each shared history once and works out a growth once for the
+buffers that share it). Then, node by node in the flow's order:
+- a buffer the policy keeps is left alone; every other gets the policy's decision where the
+  flow asks for it (the memory used then: the 90% rule), carried out as the flow's
+  `_realloc` does (PrimitiveInst.carry_out: a pooled buffer or a new one, counted and traced
+  as the flow does);
 - a view takes its input's buffer again (the flow's view_input);
 - a kernel node that owns a moved buffer sets its arguments as the flow's realloc_if_needed
   path does (`set_arguments(True)`); one that reads a moved buffer, or a host value newer on

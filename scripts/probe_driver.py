@@ -15,6 +15,10 @@ queue with a barrier; a new program's kernel object 1.2 ms, its first enqueue 60
 Session 10 (3.): three builds of 3.4-9.0 s on a thread; the enqueues meanwhile kept their median
 (6.3-7.8 us against 6.5-6.8 alone), but one of them waited 4.0 s in one run and 10 ms in
 another: a build in flight can hold an inference's launches for a long time.
+4. What does a new buffer cost: clCreateBuffer, the first launch of a kernel that uses it, a
+   later launch, its release? (What a growth pays beyond its decisions.)
+H200 (driver 580.159), session 19: created in 1.4-3.6 us, but its first launch took 26-65 us
+against 9-11 for the next ones (the memory is placed at first use), its release 7-44 us.
 """
 import threading
 import time
@@ -113,6 +117,29 @@ def builds_beside(ctx, q, builds=3):
           f"{np.median(during) * 1e6:.1f} us, max {max(during) * 1e3:.1f} ms")
 
 
+def new_buffers(ctx, q, n=10):
+    prg = cl.Program(ctx, "__kernel void touch(__global float* a) { a[get_global_id(0)] = 1.0f; }").build()
+    k = prg.touch
+    for nbytes in (294912, 1769472):     # a BERT activation at 192 tokens, a 12-head score block
+        t0 = time.perf_counter()
+        bufs = [cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes) for _ in range(n)]
+        t1 = time.perf_counter()
+        laps = []
+        for _ in range(2):
+            t = time.perf_counter()
+            for b in bufs:
+                k.set_args(b)
+                cl.enqueue_nd_range_kernel(q, k, (256,), (256,))
+            laps.append(time.perf_counter() - t)
+            q.finish()
+        t = time.perf_counter()
+        del bufs
+        freed = time.perf_counter() - t
+        print(f"{n} new buffers of {nbytes / 1e6:.2f} MB: created in {(t1 - t0) / n * 1e6:.1f} us each; "
+              f"first launch using one {laps[0] / n * 1e6:.1f} us, the next {laps[1] / n * 1e6:.1f} us; "
+              f"released in {freed / n * 1e6:.1f} us each")
+
+
 def main():
     ctx = cl.create_some_context(interactive=False)
     q = cl.CommandQueue(ctx)
@@ -120,6 +147,7 @@ def main():
     busy_writes(ctx, q)
     first_launches(ctx, q)
     builds_beside(ctx, q)
+    new_buffers(ctx, q)
 
 
 if __name__ == "__main__":

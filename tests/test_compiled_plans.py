@@ -85,6 +85,24 @@ def test_a_compiled_inference_is_counted_and_leaves_the_flow_its_state(device):
         assert c_off[k].get("realloc.external.alloc", 0) > 0 and c_off[k].get("set_args.set", 0) > 0, c_off[k]
 
 
+def test_a_growth_under_the_plugins_policy_decides_as_the_flow(device):
+    """The plugin's ShapePredictor (no grouped decisions: growth_decisions asks it call by
+    call, and repeats the calls it surely keeps at the end): compiled growths allocate, and
+    every inference computes and counts what the flow does."""
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps(WARM + [(1, 39), (1, 100), (1, 38), (1, 150), (1, 37), (1, 36), (1, 155)])
+    _, off, c_off = _run(prog, steps, device, False, "gpu", predictor="openvino")
+    net = Network(prog, device, impls="dynamic", predictor="openvino", compile_plans="all")
+    net.impls.device_type = "gpu"
+    grown = 0
+    for k, (feeds, _) in enumerate(steps):
+        out = net.infer(feeds)
+        assert np.array_equal(out["last_hidden_state"], off[k]["last_hidden_state"]), k
+        assert {n: v for n, v in net.counters.items() if n not in NOT_DECISIONS} == c_off[k], k
+        grown += bool(net.counters.get("plan.compiled") and net.counters.get("realloc.alloc"))
+    assert grown >= 2, grown
+
+
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device, tmp_path, kind):
     """A traced run's compiled inference writes one `plan compiled` event; the reader expands it

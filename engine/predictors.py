@@ -163,8 +163,9 @@ class AdaptivePredictor:
         self.device_mem_bytes = device_mem_bytes
         self.max_alloc_bytes = max_alloc_bytes
         self._tracks: dict[str, _Track] = {}
-        # bumped when an id's track is made, split off or joined (replay_plan's groupings hold
-        # until then); id(a plan's calls) -> (those calls, version, its groups)
+        # bumped when an id's track is made, split off or joined, or a capacity changes (the
+        # groupings kept hold until then); id(a whole plan's calls, or a compiled variant's
+        # function) -> (it, version, its groups)
         self.version = 0
         self._plans: dict = {}
 
@@ -256,9 +257,11 @@ class AdaptivePredictor:
 
     def observe_kept(self, calls, key=None) -> None:
         """`replay` of calls whose buffers surely keep (surely_keeps said so for each): their
-        histories only, the decisions being keeps. `key`: an object whose calls name the same
-        buffers in one order every time (a compiled variant), whose grouping is kept while no
-        track is made, split off or joined (`version`) and each group still sees one shape."""
+        histories only, the decisions being keeps. `calls`: `(tensor, id, shape, need, bits)`
+        each (the tensor is not looked at but for its `state` where an id comes twice). `key`:
+        an object whose calls name the same buffers in one order every time (a compiled
+        variant's function), whose grouping is kept while no track is made, split off or
+        joined (`version`) and each group still sees one shape."""
         hit = self._plans.get(id(key)) if key is not None else None
         if hit is not None and hit[0] is key and hit[1] == self.version and \
                 all(calls[k][2] == calls[at[0]][2] for _, at in hit[2] for k in at):
@@ -422,7 +425,7 @@ class _OneByOne:
         self.policy, self.calls = policy, calls
         # (an id asked twice has its calls in order: none is put off)
         unique = len({name for _, name, _, _, _ in calls}) == len(calls)
-        self.surely = [unique and t.capacity and surely_keeps(policy, t.state, need, name)
+        self.surely = [unique and t.capacity > 0 and surely_keeps(policy, t.state, need, name)
                        for t, name, _, need, _ in calls]
         self.asked = set()
 
@@ -497,7 +500,8 @@ class _GroupedGrowth:
         pass
 
 
-PLANS_KEPT = 256    # whole plans' groupings replay_plan keeps (a fast path keeps 64 plans)
+PLANS_KEPT = 256    # groupings kept: whole plans' (replay_plan; a fast path keeps 64 plans) and
+# compiled variants' (observe_kept)
 
 
 def surely_keeps(policy, buf: BufferState, need: int, id: str) -> bool:

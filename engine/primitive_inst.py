@@ -531,7 +531,7 @@ class PrimitiveInst:
             self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,
                       capacity=t.capacity, predicted=predicted, mode=d.mode, shape=l.shape,
                       dtype=l.dtype, **label)
-        else:           # counted only (a growth moves dozens of buffers)
+        else:           # counted only (nothing reads them one by one)
             decisions.count_many(1, "realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes)
         return True
 

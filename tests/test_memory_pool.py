@@ -96,3 +96,21 @@ def test_the_live_lower_bound_is_the_peak_of_a_sweep(spans, unknown):
     if spans:     # a live tensor's lifetime changed, the same names live
         pool.add_scratch("t0", 13)
         assert pool.live_lower_bound() == peak(pool.live())
+
+
+def test_take_gives_the_smallest_dead_buffer_that_fits_the_first_made_of_a_size(device):
+    """MemoryPool.take (found by size): among buffers whose holders are all dead before the
+    new holder is written, the smallest at least the need and under twice it; of equal sizes,
+    the one made first; a buffer with a live holder, or freed, is never handed on."""
+    import pyopencl as cl
+    ctx = cl.Context([device])
+    life = {"a": [0, 1], "b": [0, 2], "c": [0, 1], "d": [0, 9], "e": [0, 1], "new": [5, 6], "big": [7, 8]}
+    pool = MemoryPool(life, set(life))
+    bufs = {h: pool.alloc(ctx, n, h) for h, n in (("a", 1000), ("b", 600), ("c", 600), ("d", 500), ("e", 2000))}
+    assert pool.take("new", 500)[0] is bufs["b"]         # d is live; b and c alike: b first made
+    pool.release(bufs["b"], "b")
+    pool.release(bufs["b"], "new")                          # b freed
+    assert pool.take("new", 550)[0] is bufs["c"]
+    assert pool.take("big", 1100) == (bufs["e"], 2000)      # 1000 is under the need
+    assert pool.take("big", 900)[0] is bufs["a"]
+    assert pool.take("big", 2100) is None

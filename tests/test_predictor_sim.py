@@ -415,11 +415,11 @@ def test_a_compiled_variants_kept_grouping_parts_where_its_buffers_see_two_shape
     b1 = {k: BufferState() for k in "ab"}
     t2 = {k: types.SimpleNamespace(state=BufferState()) for k in "ab"}
     variant = object()
-    for n in (100,):
-        for k in "ab":
-            b1[k].realloc_if_needed(one, k, (1, n), 32)
-        many.replay([(t2[k].state, k, (1, n), n, 32) for k in "ab"], 0)
-    for lengths in ((90, 90), (80, 80), (70, 60), (50, 50)):
+    for k in "ab":
+        b1[k].realloc_if_needed(one, k, (1, 100), 32)
+    many.replay([(t2[k].state, k, (1, 100), 100, 32) for k in "ab"], 0)
+    # (after 70 and 60 their histories differ: two tracks from then on)
+    for lengths, shared in (((90, 90), True), ((80, 80), True), ((70, 60), False), ((50, 50), False)):
         for k, n in zip("ab", lengths):
             assert b1[k].realloc_if_needed(one, k, (1, n), 32).action == "reuse"
         many.observe_kept([(t2[k], k, (1, n), n, 32) for k, n in zip("ab", lengths)], variant)
@@ -427,6 +427,9 @@ def test_a_compiled_variants_kept_grouping_parts_where_its_buffers_see_two_shape
             assert [getattr(one._tracks[k], a) for a in _Track.HISTORY] == \
                 [getattr(many._tracks[k], a) for a in _Track.HISTORY], (lengths, k)
             assert list(one._tracks[k].recent) == list(many._tracks[k].recent), (lengths, k)
+        # the grouping is kept with the variant (one track observed for both while they agree)
+        assert many._plans[id(variant)][0] is variant
+        assert (many._tracks["a"] is many._tracks["b"]) == shared, lengths
 
 
 def test_buffers_with_one_history_share_a_track_until_they_part():

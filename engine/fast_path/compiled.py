@@ -199,6 +199,8 @@ class CompiledPlans:
         keep = not moved and buffers_keep(buffers, calls, self.host_params)
         if not keep and c.base is None and fast.decisions.traced:
             return False                # (its template is made by an inference that keeps)
+        if not keep and not all(call[3] for call in calls):
+            return False                # an empty buffer: the flow asks the policy nothing
         self.written = []
         # from here on the inference is the compiled one
         if keep:
@@ -228,7 +230,9 @@ class CompiledPlans:
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
             cache.get(key)
         if keep:
-            repeat_predictor_calls(buffers, calls, kept=True, key=c)    # (buffers_keep said so)
+            # (buffers_keep said so); the grouping kept with the function, which holds no
+            # buffers (a dropped variant's arguments are not kept alive by the policy)
+            repeat_predictor_calls(buffers, calls, kept=True, key=c.fn)
         buffers.memory.note_many(live)
         fast.decisions.counters.update(counters)
         self.last = (c, got)

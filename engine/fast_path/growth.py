@@ -9,10 +9,10 @@ The nodes' state is put back first (compiled.Pending), so each node's layouts ar
 flow would have set. The policy sees every call up front (predictors.growth_decisions: the
 adaptive policy observes each shared history once and works out a growth once for the
 buffers that share it). Then, node by node in the flow's order:
-- a buffer the policy keeps is left alone; every other gets the policy's decision where the
-  flow asks for it (the memory used then: the 90% rule), carried out as the flow's
-  `_realloc` does (PrimitiveInst.carry_out: a pooled buffer or a new one, counted and traced
-  as the flow does);
+- a buffer the policy keeps is left alone (in a traced run its reuse is written where its
+  node's events are); every other gets the policy's decision where the flow asks for it (the
+  memory used then: the 90% rule), carried out as the flow's `_realloc` does
+  (PrimitiveInst.carry_out: a pooled buffer or a new one, counted and traced as the flow does);
 - a view takes its input's buffer again (the flow's view_input);
 - a kernel node that owns a moved buffer sets its arguments as the flow's realloc_if_needed
   path does (`set_arguments(True)`); one that reads a moved buffer, or a host value newer on
@@ -40,18 +40,18 @@ def grow(fast, c, calls, inputs) -> tuple:
     inference (the plan's, adjusted), the tensors that may have moved (ids) and, in a traced
     run, the nodes whose events it wrote. `inputs`: the graph inputs (their buffers may have
     moved when set)."""
-    buffers, decisions = fast.buffers, fast.decisions
-    traced = decisions.traced
+    decisions = fast.decisions
     # the flow's log of this inference is not read after a growth (replay._record): its
     # decisions are counted, or written to the trace, not logged
     log, decisions.log = decisions.log, None
     try:
-        return _grow(fast, c, calls, inputs, buffers, traced)
+        return _grow(fast, c, calls, inputs)
     finally:
         decisions.log = log
 
 
-def _grow(fast, c, calls, inputs, buffers, traced: bool) -> tuple:
+def _grow(fast, c, calls, inputs) -> tuple:
+    buffers, traced = fast.buffers, fast.decisions.traced
     policy = growth_decisions(buffers.predictor, calls)
     mine = owners(c, calls)
     per_node: dict = {}
@@ -70,7 +70,8 @@ def _grow(fast, c, calls, inputs, buffers, traced: bool) -> tuple:
                 moved.add(id(out))
             continue
         mine_k = per_node.get(k, ())
-        asked = [j for j in mine_k if not policy.keeps(j)]
+        # (the flow reuses only a buffer it holds: carry_out)
+        asked = [j for j in mine_k if not (policy.keeps(j) and calls[j][0].capacity)]
         if not asked and not any(id(t) in moved or (t.host is not None and t.dev_version != t.version)
                                  for b in inst.bound for t in b.tensors):
             continue                     # nothing of its own moves, nothing it reads did

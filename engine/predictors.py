@@ -275,9 +275,19 @@ class AdaptivePredictor:
         for tr, (shape, need, _) in grouped[1].items():
             tr.observe(shape, need)
         if key is not None:
-            if len(self._plans) >= PLANS_KEPT:
-                self._plans.clear()
-            self._plans[id(key)] = (key, self.version, [(tr, at) for tr, (_, _, at) in grouped[1].items()])
+            self._keep_grouping(key, grouped[1])
+
+    def group_ahead(self, calls, key) -> None:
+        """observe_kept's grouping of `key`'s calls made now, nothing observed: its tracks
+        that agree are merged, and the grouping is kept for its first observe_kept."""
+        grouped = self._grouped(calls)
+        if grouped is not None:
+            self._keep_grouping(key, grouped[1])
+
+    def _keep_grouping(self, key, groups: dict) -> None:
+        if len(self._plans) >= PLANS_KEPT:
+            self._plans.clear()
+        self._plans[id(key)] = (key, self.version, [(tr, at) for tr, (_, _, at) in groups.items()])
 
     def _one_at_a_time(self, calls, used_bytes: int | None = None) -> None:
         """`realloc` for each call: where an id comes twice among them (no grouping)."""

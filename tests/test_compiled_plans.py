@@ -211,6 +211,9 @@ def test_the_plan_traced_after_the_first_inference_serves_the_second(device):
         assert {n: v for n, v in net.counters.items() if n not in NOT_DECISIONS} == c_off[k], k
         built.append(net.fast.compiled.built)
         runs.append(net.counters.get("plan.compiled", 0))
+        if k == 0:      # the policy's grouping of its calls made there too (group_ahead)
+            fn = next(iter(net.fast.compiled.table.values()))[0].fn
+            assert net.buffers.predictor._plans[id(fn)][0] is fn
     # batch 2 is a guard that fails: its first length traces its own variant
     assert built == [1, 1, 1, 1, 1, 2, 2, 2], built
     assert runs == [0, 1, 1, 1, 1, 0, 1, 1], runs

@@ -332,7 +332,8 @@ class CompiledPlans:
             return                      # (a run the flow took again after an inference raised)
         try:
             c = _build(fast, self.host_params, launches, reallocs, log)
-            check(c.fn(*self._dims()[1]) is not None, None, "its own dims")
+            got = c.fn(*self._dims()[1])
+            check(got is not None, None, "its own dims")
         except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
             self.why_not = f"{type(e).__name__}: {e}"
             return
@@ -341,8 +342,13 @@ class CompiledPlans:
         self.table.setdefault(self._key(), []).append(c)
         _bind(fast, c, self.host_params, c.steady_counts, launches, ())
         # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
-        # put-back by substitution: the flow after a compiled inference, a growth)
+        # put-back by substitution: the flow after a compiled inference, a growth), and the
+        # policy's grouping of its calls (the first inference's buffers each have a history of
+        # their own: merging those that agree is the second length's to do otherwise)
         c.setter, c.session = c.session.setter(c.state), None
+        group_ahead = getattr(fast.buffers.predictor, "group_ahead", None)
+        if group_ahead is not None:
+            group_ahead(got[2], c.fn)
 
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose

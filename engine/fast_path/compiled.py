@@ -108,6 +108,7 @@ class CompiledPlans:
         tensors = fast.buffers.tensors
         self.inputs = [tensors[n] for n in fast.program.inputs]
         self.host_params = _host_params(fast)   # the graph's: fixed for the network
+        self.host_insts = [i for i in fast.insts if i.node.host]    # (in the flow's order)
         self.table: dict = {}           # structure of the inputs' layouts -> [Compiled]
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
@@ -141,9 +142,8 @@ class CompiledPlans:
         cands = self.table.get(self._key())
         if not cands or not any(c.epoch == fast.epoch for c in cands):
             return 0
-        for inst in fast.insts:                 # the shape subgraph: the flow's own steps
-            if inst.node.host:
-                inst.execute()
+        for inst in self.host_insts:            # the shape subgraph: the flow's own steps
+            inst.execute()
         traced = fast.decisions.traced
         moved = fast.buffers.memory.changes != fast.recording[2]     # an input took a new buffer
         host_structure, dims = self._dims()

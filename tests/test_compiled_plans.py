@@ -220,6 +220,21 @@ def test_the_plan_traced_after_the_first_inference_serves_the_second(device):
     assert net.fast.compiled.counts_differ == 0
 
 
+def test_the_state_the_first_inference_left_serves_only_the_next(device):
+    """The plan bound after the first inference finds the state that inference left (compiled.
+    ahead: no walk over the nodes at the second length); with another batch's flow right
+    after the first inference, or later, every inference still decides and counts as the flow
+    does."""
+    prog = build_program(bert_encoder(**BERT))
+    for lengths in ([(1, 41), (2, 20), (1, 40), (1, 39)], [(1, 41), (1, 40), (2, 20), (1, 39)]):
+        steps = _bert_steps(lengths)
+        _, off, c_off = _run(prog, steps, device, False, "gpu")
+        net, on, c_on = _run(prog, steps, device, True, "gpu")
+        for k in range(len(steps)):
+            assert np.array_equal(on[k]["last_hidden_state"], off[k]["last_hidden_state"]), (lengths, k)
+            assert c_on[k] == c_off[k], (lengths, k)
+
+
 def test_a_structure_refused_twice_is_not_traced_again(device, monkeypatch):
     """A trace that escapes (here every one) is tried after the model's first inference (not
     counted: build_ahead), then twice per input structure, then the flow's inferences stop

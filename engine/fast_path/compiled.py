@@ -117,6 +117,9 @@ class CompiledPlans:
         self.last = None                # (Compiled, its answer) of the last compiled inference
         self.last_values = None         # traced runs: (base iteration, values) of the last one
         self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
+        # (the plan bound after the first inference, that inference, each device node's input
+        # dims it left): what _steady_from checks at the next inference, found there
+        self.ahead = None
         self.moved: set = set()         # the tensors the last compiled growth moved (ids)
         self.written: list = []         # traced: the nodes whose events it wrote (growth.grow)
         self.template = None            # traced: the template the last compiled inference based
@@ -349,6 +352,9 @@ class CompiledPlans:
         group_ahead = getattr(fast.buffers.predictor, "group_ahead", None)
         if group_ahead is not None:
             group_ahead(got[2], c.fn)
+        # and the state this inference leaves, as a Pending holds it (_steady_from)
+        if not any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
+            self.ahead = (c, fast.decisions.trace.iter, node_keys(c.device))
 
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose
@@ -414,9 +420,11 @@ def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
     """Whether the state the last inference left is one from which every device node takes
     its steady step: the same kernels bound, nothing skipped or done by another node, every
     node's input layouts moved."""
-    r = fast.restore
+    r, ahead = fast.restore, fast.compiled.ahead
     if r.__class__ is Pending:
         ids, prev = r.c.kernel_ids, r.keys
+    elif r is None and ahead is not None and ahead[0] is c and ahead[1] == fast.decisions.trace.iter - 1:
+        ids, prev = c.kernel_ids, ahead[2]    # the state the model's first inference left
     else:
         if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
             return False

@@ -105,19 +105,15 @@ class MemoryPool:
             return None
         start = self.lifetimes[holder][0]
         by_size = self._by_size
-        best = None
         for k in range(bisect.bisect_left(by_size, (need,)), len(by_size)):
-            b = by_size[k][2]
+            b = by_size[k][2]               # (the smallest first, the first made of a size)
             if b.nbytes >= 2 * need:
-                break
+                return None
             if all(h in self.poolable and self.lifetimes[h][1] < start for h in b.holders):
-                best = b            # the smallest, the first made of that size
-                break
-        if best is None:
-            return None
-        self.changes += 1
-        best.holders.add(holder)
-        return best.buf, best.nbytes
+                self.changes += 1
+                b.holders.add(holder)
+                return b.buf, b.nbytes
+        return None
 
     # ---- per-inference figures ----------------------------------------------------------
     def begin_inference(self) -> None:

@@ -322,16 +322,19 @@ class AdaptivePredictor:
             if soon * RECLAIM_FACTOR >= buf.cap_elems:
                 return _KEEP
             reclaimed = True
-        if not buf.has_buffer:
-            alloc, mode = need, "first"  # no history: nothing to predict from
-        else:
-            alloc, mode = self._grow_size(tr, shape, need, dtype_bits, self._move_horizon(tr))
-        return self._take(buf, max(alloc, soon), mode, need, dtype_bits, used_bytes, reclaimed)
+        steady = self._move_horizon(tr) if buf.has_buffer else None
+        return self._take(buf, tr, shape, need, dtype_bits, steady, soon, used_bytes, reclaimed)
 
-    def _take(self, buf: BufferState, alloc: int, mode: str, need: int, dtype_bits: int,
-              used_bytes: int | None, reclaimed: bool) -> ReallocDecision:
-        """The decision to allocate `alloc` elements (`mode`), the exact need where the 90%
-        rule refuses the extra."""
+    def _take(self, buf: BufferState, tr: _Track, shape: tuple, need: int, dtype_bits: int,
+              steady: bool | None, soon: int, used_bytes: int | None, reclaimed: bool) -> ReallocDecision:
+        """The decision to allocate for a buffer that does not keep, its track's horizon moved
+        (`steady`; None: it has no buffer yet, nothing to predict from): at least what it needs
+        soon, the exact need where the 90% rule refuses the extra."""
+        if steady is None:
+            alloc, mode = need, "first"
+        else:
+            alloc, mode = self._grow_size(tr, shape, need, dtype_bits, steady)
+        alloc = max(alloc, soon)
         used = _bytes_for(buf.held_elems, dtype_bits) if used_bytes is None else used_bytes
         if alloc > need and not can_preallocate(alloc * ((dtype_bits + 7) // 8), used,
                                                 self.device_mem_bytes, self.max_alloc_bytes):
@@ -435,8 +438,7 @@ class _OneByOne:
         self.policy, self.calls = policy, calls
         # (an id asked twice has its calls in order: none is put off)
         unique = len({name for _, name, _, _, _ in calls}) == len(calls)
-        self.surely = [unique and t.capacity > 0 and surely_keeps(policy, t.state, need, name)
-                       for t, name, _, need, _ in calls]
+        self.surely = [unique and surely_keeps(policy, t.state, need, name) for t, name, _, need, _ in calls]
         self.asked = set()
 
     def keeps(self, k: int) -> bool:
@@ -500,11 +502,7 @@ class _GroupedGrowth:
             return _KEEP
         tr, soon, steady, reclaimed = plan
         buf, _, _, shape, need, bits = self.rows[k]
-        if steady is None:
-            alloc, mode = need, "first"
-        else:
-            alloc, mode = self.policy._grow_size(tr, shape, need, bits, steady)
-        return self.policy._take(buf, max(alloc, soon), mode, need, bits, used_bytes, reclaimed)
+        return self.policy._take(buf, tr, shape, need, bits, steady, soon, used_bytes, reclaimed)
 
     def finish(self) -> None:
         pass

@@ -68,8 +68,8 @@ class Compiled:
                  # and the variables its template names
                  "moving", "base", "variables",
                  # what an inference of its steady steps counts (steady.counts_of_steady); the
-                 # device nodes' steps; the buffers each owns (growth.owners)
-                 "steady_counts", "steps", "owners")
+                 # device nodes' steps
+                 "steady_counts", "steps")
 
 
 class Pending:
@@ -513,7 +513,6 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables, c.counters, c.steps = moving, None, None, None, device_steps
-    c.owners = None
     owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
     c.steady_counts = steady.counts_of_steady(device, device_steps,
                                               sum(id(t) in owned for t, *_ in calls))

@@ -53,7 +53,7 @@ def grow(fast, c, calls, inputs) -> tuple:
 def _grow(fast, c, calls, inputs) -> tuple:
     buffers, traced = fast.buffers, fast.decisions.traced
     policy = growth_decisions(buffers.predictor, calls)
-    mine = owners(c, calls)
+    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in steady.owned_buffers(inst)}
     per_node: dict = {}
     for j, call in enumerate(calls):
         per_node.setdefault(mine[id(call[0])][0], []).append(j)
@@ -100,17 +100,6 @@ def _grow(fast, c, calls, inputs) -> tuple:
 def _times(events: tuple, n: int) -> Counter:
     """What `n` decisions of a path (steady.py's events) count."""
     return Counter({k: v * n for k, v in steady._path_counts(events).items()}) if n else Counter()
-
-
-def owners(c, calls) -> dict:
-    """id(buffer) -> (the index of the device node of `c` that owns it, its realloc label), for
-    each buffer realloc_if_needed asks for; kept with the variant (its nodes own the same
-    buffers while its kernels stand), made again where a call names another."""
-    mine = c.owners
-    if mine is None or any(id(call[0]) not in mine for call in calls):
-        mine = c.owners = {id(t): (k, label) for k, inst in enumerate(c.device)
-                           for t, label in steady.owned_buffers(inst)}
-    return mine
 
 
 def _set_arguments(decisions, inst, grown: bool) -> bool:

@@ -6,7 +6,8 @@ Measured where the time is spent (the services keep their own sums, reset per in
   prebuild     walking a new input signature to start its builds in parallel
   alloc        making and pooling device buffers
   enqueue      kernel launches, shape_info and input writes handed to the OpenCL queue
-  device_wait  blocked on the device: output reads, reads of shape values, the final finish
+  device_wait  blocked on the device: output reads, the status read (DeviceQueue.read_status),
+               reads of shape values, the final finish
   trace        writing this inference's events
   record       the fast path recording what the inference did, once its outputs are read (a
                plan, a partial plan, a compiled step's function: engine/fast_path)

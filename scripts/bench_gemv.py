@@ -11,14 +11,14 @@ costs seconds to build). Time: the node's bound kernels re-enqueued on a profili
 median of the summed OpenCL event times (end - start; a split GEMV is the GEMV plus
 gemm_splitk_reduce, its kernels also given one by one), three ways: "warm", each run waited
 for (the GPU idles between runs; a weight under the 50 MB of an H100's L2 stays there: what
-`dyncli bench --kernel` and scripts/bench_gemm.py measure), "cold", the L2 flushed by a 256 MiB
-fill before each run (a decode step reads each weight once, from HBM), and "queued", runs
-back to back behind one fill (launches overlap: what cuBLAS's loop below measures; "span" is
+`dyncli bench --kernel` and scripts/bench_gemm.py measure), "cold", the L2 flushed before each run
+by a 256 MiB fill or, with --flush read, a 256 MiB read (a decode step reads each weight once,
+from HBM), and "queued", runs back to back behind one flush (launches overlap: what cuBLAS's loop below measures; "span" is
 the wall time per run between the first start and the last end). GB/s: weight bytes (4 K N)
 over the time. Checked against numpy. --floor: the same for an empty kernel first.
 --peers: cuBLAS through torch.matmul on CUDA events, kernels queued behind a torch.cuda._sleep so
-that launches do not show: warm = a loop of back-to-back calls, cold = each call after a fill of
-the same 256 MiB. --sweep: every GEMV configuration of SWEEP / SWEEP_T (engine/ops/matmul.py's
+that launches do not show: warm = a loop of back-to-back calls, cold = each call after the same
+flush of 256 MiB. --sweep: every GEMV configuration of SWEEP / SWEEP_T (engine/ops/matmul.py's
 constants) per shape; what its table is chosen from.
 """
 from __future__ import annotations
@@ -50,9 +50,35 @@ SHAPES = ["1x2304x768", "1x768x768", "1x3072x768", "1x768x3072", "1x50257x768", 
 # configurations: gemv's tile (WX, KY, U, G) forced over engine/ops/matmul.py's table, gemv_t's
 # GEMV_T_TILE (WK, NC, U, G); G: split K towards G work-groups (0: one kernel)
 SWEEP = [{"tile": t} for t in ((8, 32, 4, 0), (8, 32, 1, 0), (16, 16, 4, 0), (16, 16, 1, 0), (32, 8, 1, 0),
-                               (32, 8, 1, 264), (4, 64, 4, 0), (8, 64, 4, 0))]
+                               (32, 8, 1, 264), (4, 64, 4, 0), (8, 64, 4, 0), (8, 64, 2, 0), (16, 32, 2, 0),
+                               (16, 32, 4, 0), (32, 16, 1, 0), (32, 16, 2, 0), (4, 128, 4, 0), (4, 64, 2, 0),
+                               (8, 64, 4, 264), (4, 64, 4, 264), (8, 32, 2, 0), (16, 16, 2, 0))]
 SWEEP_T = [{"GEMV_T_TILE": t} for t in ((32, 8, 2, 264), (32, 8, 1, 264), (32, 4, 2, 264), (32, 8, 2, 0))]
 FLUSH_BYTES = 256 << 20
+# "fill" writes FLUSH_BYTES: the L2 is left full of dirty lines, which the GEMV's reads then
+# write back to HBM. "read" sums them instead, leaving clean lines, as a decode step's previous
+# GEMV leaves the L2 (its weight read once): evicting them costs nothing.
+FLUSHES = ("fill", "read")
+_READ_SRC = """__kernel void rd(__global const float4* p, __global float* o, int n) {
+    float4 s = (float4)(0.0f);
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) s += p[i];
+    if (s.x == 1234.5f) o[0] = s.y; }"""
+
+
+class Flush:
+    """A callable that enqueues the L2's eviction of kind `how` (FLUSHES) on `queue`."""
+
+    def __init__(self, ctx, queue, how: str):
+        self.queue, self.how = queue, how
+        self.buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
+        cl.enqueue_fill_buffer(queue, self.buf, np.uint32(0), 0, FLUSH_BYTES)
+        self.kernel = cl.Program(ctx, _READ_SRC).build().rd
+        self.kernel.set_args(self.buf, self.buf, np.int32(FLUSH_BYTES // 16))
+
+    def __call__(self):
+        if self.how == "fill":
+            return cl.enqueue_fill_buffer(self.queue, self.buf, np.uint32(0), 0, FLUSH_BYTES)
+        return cl.enqueue_nd_range_kernel(self.queue, self.kernel, (132 * 2048,), (256,))
 
 
 def parse(s: str) -> tuple:
@@ -87,16 +113,15 @@ def config(cfg):
 
 def run_times(queue, kernels, repeat: int, flush=None, queued=False) -> list[list[float]]:
     """us of each of `kernels` ((kernel, gws, lws) enqueued in order) per run, from profiling
-    events. Default: each run waited for (the GPU idles between runs). flush: a buffer filled
-    before each run (the L2 holds none of the weight). queued: the runs enqueued back to back
-    behind one fill and waited for at the end (launches overlap the previous run)."""
-    fill = lambda: cl.enqueue_fill_buffer(queue, flush, np.uint32(0), 0, FLUSH_BYTES)  # noqa: E731
+    events. Default: each run waited for (the GPU idles between runs). flush: enqueues what
+    evicts the weight from the L2 (Flush) before each run. queued: the runs enqueued back to
+    back behind one flush and waited for at the end (launches overlap the previous run)."""
     runs = []
     if queued:
-        fill()
+        flush()
     for _ in range(repeat):
         if flush is not None and not queued:
-            fill()
+            flush()
         runs.append([cl.enqueue_nd_range_kernel(queue, k, g, l) for k, g, l in kernels])
         if not queued:
             runs[-1][-1].wait()
@@ -110,14 +135,14 @@ def summary(times) -> tuple[float, list[float]]:
     return statistics.median(sum(t) for t in times), [statistics.median(c) for c in zip(*times)]
 
 
-def bench(device, tb, M, N, K, x, w, repeat, cfg=None) -> dict:
+def bench(device, tb, M, N, K, x, w, repeat, cfg=None, how="fill") -> dict:
     with config(cfg):
         net = Network(build_program(model(tb, K, N)), device, impls="dynamic", profile=True)
         y = net.infer({"x": x, "w": w})["y"]
     inst = next(i for i in net.insts if i.node.op in ("MatMul", "Gemm"))
     ref = x @ (w.T if tb else w)
     err = float(np.abs(y - ref).max() / max(1e-30, float(np.abs(ref).max())))
-    flush = cl.Buffer(net.ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
+    flush = Flush(net.ctx, net.queue.cl_queue, how)
     ks = [(b.kernel, b.gws, b.lws) for b in inst.bound]
     warm, _ = summary(run_times(net.queue.cl_queue, ks, repeat)[0])
     cold, cold_k = summary(run_times(net.queue.cl_queue, ks, repeat, flush)[0])
@@ -132,17 +157,17 @@ def bench(device, tb, M, N, K, x, w, repeat, cfg=None) -> dict:
             "gws": b0.gws, "lws": b0.lws, "rel_err": err}
 
 
-def floor(device, repeat) -> dict:
+def floor(device, repeat, how="fill") -> dict:
     """Event times of a kernel that does nothing (one work-group of 256), the same three ways."""
     ctx = cl.Context([device])
     q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     prg = cl.Program(ctx, "__kernel void nop(__global float* p, int n) { if (get_global_id(0) == n) p[0] = 1.0f; }").build()
-    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, FLUSH_BYTES)
+    flush = Flush(ctx, q, how)
     k = prg.nop
-    k.set_args(buf, np.int32(-1))
+    k.set_args(flush.buf, np.int32(-1))
     ks = [(k, (256,), (256,))]
     out = {}
-    for mode, kw in (("idle", {}), ("after_fill", {"flush": buf}), ("queued", {"flush": buf, "queued": True})):
+    for mode, kw in (("idle", {}), ("after_flush", {"flush": flush}), ("queued", {"flush": flush, "queued": True})):
         t, span = run_times(q, ks, repeat, **kw)
         out[mode] = summary(t)[0]
         if mode == "queued":
@@ -150,7 +175,7 @@ def floor(device, repeat) -> dict:
     return out
 
 
-def cublas(tb, M, N, K, repeat) -> dict:
+def cublas(tb, M, N, K, repeat, how="fill") -> dict:
     try:
         import torch
     except ImportError:
@@ -176,7 +201,10 @@ def cublas(tb, M, N, K, repeat) -> dict:
     warm = e0.elapsed_time(e1) * 1e3 / repeat
     torch.cuda._sleep(20_000_000)
     for a, b in ev:
-        flush.zero_()
+        if how == "fill":
+            flush.zero_()
+        else:
+            flush.sum()
         a.record()
         f()
         b.record()
@@ -194,6 +222,10 @@ def main():
     ap.add_argument("--peers", action="store_true")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--floor", action="store_true", help="event times of an empty kernel first")
+    ap.add_argument("--flush", choices=FLUSHES, default="fill",
+                    help="how cold runs evict the weight from the L2: write 256 MiB (fill, dirty "
+                         "lines written back during the GEMV) or read them (clean lines, as a "
+                         "decode step's previous GEMV leaves the L2)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a constant of engine/ops/matmul.py (e.g. GEMV_MIN_CHUNK=128)")
     ap.add_argument("--json")
@@ -201,10 +233,10 @@ def main():
     set_constants(ap, a.set)
     dev = select_device(a.device)
     print(f"device: {describe(dev)}; median of {a.repeat} runs (OpenCL profiling events); "
-          f"cold = after a {FLUSH_BYTES >> 20} MiB fill" + (f"; {', '.join(a.set)}" if a.set else ""), flush=True)
+          f"cold = after a {FLUSH_BYTES >> 20} MiB {a.flush}" + (f"; {', '.join(a.set)}" if a.set else ""), flush=True)
     rows = []
     if a.floor:
-        f = floor(dev, a.repeat)
+        f = floor(dev, a.repeat, a.flush)
         print("empty kernel: " + ", ".join(f"{k} {v:.1f} us" for k, v in f.items()), flush=True)
         rows.append({"floor": f})
     rng = np.random.default_rng(0)
@@ -212,13 +244,13 @@ def main():
         tb, M, N, K = parse(s)
         x = rng.standard_normal((M, K), dtype=np.float32)
         w = (rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32) / np.sqrt(K)).astype(np.float32)
-        peers = cublas(tb, M, N, K, a.repeat) if a.peers else {}
+        peers = cublas(tb, M, N, K, a.repeat, a.flush) if a.peers else {}
         if peers:
             print(f"{s:>14} cuBLAS          warm {peers['cublas_warm_us']:8.1f} us  cold "
                   f"{peers['cublas_cold_us']:8.1f} us {peers['cublas_cold_gbps']:6.0f} GB/s", flush=True)
         for cfg in ((SWEEP_T if tb else SWEEP) if a.sweep else [None]):
             try:
-                r = bench(dev, tb, M, N, K, x, w, a.repeat, cfg)
+                r = bench(dev, tb, M, N, K, x, w, a.repeat, cfg, a.flush)
             except Exception as e:  # a configuration the device cannot run: report it, go on
                 print(f"{s:>14} {cfg}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 continue

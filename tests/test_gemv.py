@@ -39,12 +39,12 @@ TILES = [None, (8, 32, 3, 0), (32, 8, 1, 264), (16, 16, 4, 0), (8, 4, 2, 10 ** 6
 
 
 def test_table_widths():
-    """N >= 8192: the widest columns with >= 256 work-groups; below, 16 columns x 64 slices up
-    to GEMV_SMALL weight elements (GPT-2's), else 32 columns x 64 slices."""
-    assert [mm.gemv_tile(n, 768)[:2] for n in (8200, 16390, 32000, 50257, 4096, 3072)] == \
-        [(8, 32), (16, 16), (16, 16), (32, 8), (4, 64), (4, 64)]
-    assert [mm.gemv_tile(n, k)[:2] for n, k in ((4096, 4096), (4096, 11008), (768, 3072))] == \
-        [(8, 64), (8, 64), (4, 64)]
+    """N >= 8192: the widest columns with >= 256 work-groups; below, 16 columns x 64 slices
+    (a weight of at most GEMV_SMALL elements at least twice as tall as wide: 128 slices)."""
+    assert [mm.gemv_tile(n, 768)[:2] for n in (8200, 16390, 32000, 50257, 4096, 3072, 384)] == \
+        [(8, 32), (16, 16), (16, 16), (32, 8), (4, 64), (4, 64), (4, 128)]
+    assert [mm.gemv_tile(n, k)[:3] for n, k in ((4096, 4096), (4096, 11008), (768, 3072), (3072, 768))] == \
+        [(4, 64, 2), (4, 64, 2), (4, 128, 4), (4, 64, 4)]
 
 
 # (M, N, K): N around a work-group's 32 to 128 columns (and 4-column vectors: N % 4 != 0 reads B

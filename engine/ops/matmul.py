@@ -208,6 +208,11 @@ GEMV_MIN_CHUNK = 64
 #   two rounds alternating in one call, the stores spread over the work-group): weights of at
 #   most GEMV_SMALL elements (GPT-2's 768x768 .. 768x3072) on 16 columns x 64 slices rather than
 #   32 x 64: 0.850 -> 0.818 and 0.737 -> 0.724 ms a step (each of its GEMV shapes 2-7% faster).
+# - H200, session 20 (--sweep --flush read: the L2 holds clean lines, as a decode step's
+#   previous GEMV leaves it; cold us): below 8192 columns and above GEMV_SMALL, 16 columns x 64
+#   slices with U 2 rather than 32 x 64 with U 4: 1x4096x4096 21.3 against 22.6, 4x4096x4096
+#   25.1 against 27.1, 1x4096x11008 49.0 (32 x 64, U 2: 48.0) against 52.2; a small weight at
+#   least twice as tall as wide on 128 slices: 1x768x3072 9.0 against 11.0.
 GEMV_T_TILE = (32, 8, 2, 0)          # (WK, NC, U, G)
 GEMV_SMALL = 1 << 22
 
@@ -219,8 +224,8 @@ def gemv_tile(N: int, K: int) -> tuple:
         wx = next(w for w in (32, 16, 8) if N // (4 * w) >= 256)
         return (wx, 256 // wx, 1, 0)
     if N * K <= GEMV_SMALL:
-        return (4, 64, 4, 0)
-    return (8, 64, 4, 0)
+        return (4, 128, 4, 0) if K >= 2 * N else (4, 64, 4, 0)
+    return (4, 64, 2, 0)
 
 
 def gemv_rows(R: int) -> int:

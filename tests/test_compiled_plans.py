@@ -298,3 +298,49 @@ def test_a_template_refused_in_a_traced_run_drops_its_variant(device, tmp_path, 
     cp = net.fast.compiled
     assert list(cp.refusals.values()) == [1] and cp.built == 2 and cp.runs == 3, cp.summary()
     assert all(c.epoch == net.fast.epoch for cs in cp.table.values() for c in cs)
+
+
+def _positions_model():
+    """y = table[ids[:, :n]] + x[..., None] for x [1, n]: the positions a host value (Shape ->
+    Slice of a constant) that a device Gather reads as indices (an index check reads them
+    after the inference: an io tensor of the plans), and a device view (Unsqueeze) of the
+    graph input, whose host value it shares."""
+    from onnx import TensorProto, helper
+    i64 = lambda name, vals, dims: helper.make_tensor(name, TensorProto.INT64, dims, vals)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["len"], axis=0),
+             helper.make_node("Unsqueeze", ["len", "zero1"], ["len1"]),
+             helper.make_node("Slice", ["ids", "zero1", "len1", "one1"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["emb"], axis=0),
+             helper.make_node("Unsqueeze", ["x", "minus1"], ["x3"]),
+             helper.make_node("Add", ["emb", "x3"], ["y"])]
+    g = helper.make_graph(nodes, "positions",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"]),
+                           helper.make_tensor_value_info("table", TensorProto.FLOAT, [512, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n", 4])],
+                          [i64("one", [1], []), i64("zero1", [0], [1]), i64("one1", [1], [1]),
+                           i64("minus1", [-1], [1]), i64("ids", list(range(512)), [1, 512])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@given(lengths=st.lists(st.integers(1, 300), min_size=3, max_size=8))
+@SETTINGS
+def test_host_values_and_views_of_inputs_follow_a_compiled_growth(device, lengths):
+    """A compiled inference past the buffers (growth.py) with a host value a device kernel
+    reads (uploaded to a grown buffer by its reader) and a view of a graph input whose buffer
+    grew (its readers bound to the new one): bit-identical to the flow, the same decisions,
+    the reference's values; compiled inferences served (a length past the buffers among
+    them, the first three fixed so)."""
+    prog = build_program(_positions_model())
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((512, 4)).astype(np.float32)
+    steps = [({"x": rng.standard_normal((1, n)).astype(np.float32), "table": table}, None)
+             for n in [41, 40, 150] + lengths]
+    net, on, c_on = _run(prog, steps, device, True, "gpu")
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    for i, ((feeds, _), a, b) in enumerate(zip(steps, on, off)):
+        assert np.array_equal(a["y"], b["y"]), f"inference {i}"
+        assert c_on[i] == c_off[i], f"inference {i}"
+        n = feeds["x"].shape[1]
+        np.testing.assert_allclose(a["y"], table[:n][None] + feeds["x"][..., None], rtol=1e-6)
+    assert net.fast.compiled.runs >= 2, net.fast.compiled.summary()

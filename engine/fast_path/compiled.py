@@ -208,6 +208,10 @@ class CompiledPlans:
         # from here on the inference is the compiled one
         if keep:
             upload_host_params(buffers, self.host_params)
+            fresh = ()
+        else:           # uploaded by their readers in the growth (a buffer may grow)
+            fresh = [(t, t.host, t.version) for t in self.host_params
+                     if t.host is not None and t.dev_version != t.version]
         for t, values in c.io_snapshot:
             t.restore(values)
         for t, l in zip(c.immediate, layouts):
@@ -227,7 +231,11 @@ class CompiledPlans:
         else:                       # the nodes' state now, then the flow's resource decisions
             Pending(c, env, keys).put_back()
             fast.restore = None
-            counters, self.moved, self.written = growth.grow(fast, c, calls, self.inputs)
+            for t, value, version in fresh:
+                t.host, t.version = value, version
+            # what may have moved: the inputs, the views of them, the host values
+            may = self.inputs + [dst for dst, _ in c.host_views] + [t for t, _, _ in fresh]
+            counters, self.moved, self.written = growth.grow(fast, c, calls, may)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
@@ -506,6 +514,8 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
                 device_steps.append(step)
                 keys.append(tuple(args_of(in_l, ())))
         kernels, calls, live_names, live_vals, immediate = answers_of(fast, launches, reallocs, per_bound, sym)
+        # a view of a host value takes it reshaped to its own layout: set at once too
+        immediate += [dst for dst, _ in host_views if id(dst) in sym and dst not in immediate]
         image = image_blocks(fast, launches, per_bound)
         moving = step_events.symbolic(device, state, log) if log is not None else None
         parts = answer_sources(s, sym, kernels, image, calls, live_names, live_vals, immediate, keys)

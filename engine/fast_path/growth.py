@@ -38,8 +38,9 @@ def grow(fast, c, calls, inputs) -> tuple:
     """The resource decisions of compiled inference `c` whose predictor calls are `calls`
     (module docstring), made on the nodes' state put back; returns the counters of the
     inference (the plan's, adjusted), the tensors that may have moved (ids) and, in a traced
-    run, the nodes whose events it wrote. `inputs`: the graph inputs (their buffers may have
-    moved when set)."""
+    run, the nodes whose events it wrote. `inputs`: the tensors whose buffers may have moved
+    before it (the graph inputs when set, their views, host values uploaded by their first
+    reader here)."""
     decisions = fast.decisions
     # the flow's log of this inference is not read after a growth (replay._record): its
     # decisions are counted, or written to the trace, not logged

@@ -62,7 +62,7 @@ def fuse(prog, attention: bool = True) -> int:
     if attention:
         fused += fuse_attention(prog)
     for p in prog.nodes:
-        if p.host or p.fused_into is not None or not p.opdef.fusion_producer:
+        if p.host or p.fused_into is not None or not p.opdef.fusion_producer or _rows_by_length(prog, p):
             continue
         if len([o for o in p.outputs if o]) != 1 or p.outputs[0] in prog.outputs:
             continue
@@ -247,9 +247,26 @@ def _data_rank(prog, name: str) -> int:
     if name in prog.inputs:
         return -1
     src = prog.producers.get(name)
-    if src is None or src[0].host:
+    if src is None or src[0].host or _rows_by_length(prog, src[0]):
         return -2
     return src[0].index
+
+
+def embedding_rows(prog, n) -> bool:
+    """A Gather of rows of a float table (a constant of two or more dims): data, which runs
+    on the device even when its indices are host shape math (engine/program.py); a float
+    vector, such as a Resize's scales, stays shape math."""
+    t = prog.constants.get(n.inputs[0]) if n.op == "Gather" and n.inputs else None
+    return t is not None and t.dtype.kind == "f" and t.ndim >= 2
+
+
+def _rows_by_length(prog, n) -> bool:
+    """Embedding rows by host shape math (a BERT's position embeddings by positions made from
+    the length): the output has none of the batch's dims, so a fused chain based on it would
+    grow by broadcast on a batch change. It is an operand of the chain based on the other
+    value."""
+    src = prog.producers.get(n.inputs[1]) if len(n.inputs) > 1 else None
+    return embedding_rows(prog, n) and src is not None and src[0].host
 
 
 def _bn_constants(prog, n, conv) -> list[str]:

@@ -5,6 +5,8 @@ alone (the command line's defaults: adaptive policy, whole compiled plans):
     python scripts/bench_host.py [--same 40] [--new 60]
 
 - same length: a repeated length (a whole plan replayed), 64 and 128;
+- known lengths: the benchmark's eight lengths in random order (each transition a plan
+  replayed: its shape_info image, arguments and host values put back);
 - new lengths: random lengths in 8..128 after the benchmark's eight (almost all new to the
   plans, each a compiled inference);
 each: the median latency, its host part (latency less device_wait) per kernel, and the parts
@@ -41,7 +43,7 @@ def main() -> None:
     from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
     from engine import Network, build_program, launcher, select_device
     from engine.device import describe
-    from engine.fast_path import compiled, plans
+    from engine.fast_path import compiled, plans, replay
     if not os.path.exists(MODEL):
         sys.exit(f"{MODEL} is missing: python examples/make_models.py --bench")
     prog = build_program(onnx.load(MODEL), MODEL)
@@ -72,10 +74,21 @@ def main() -> None:
             spent["launches"] += (time.perf_counter() - t) * 1e6
     launcher.Launcher.launch_all = launches
     timed(plans, "repeat_predictor_calls", "predictor")
-    timed(compiled.CompiledPlans, "run", "compiled")
     q = net.queue
-    for name in ("write", "read_status", "read_to_host"):
+    for name in ("read_status", "read_to_host"):
         timed(q, name, name)
+    write = q.write
+
+    def writes(buf, arr, *args, **kw):      # the big ones (host values of a length) apart
+        t = time.perf_counter()
+        try:
+            return write(buf, arr, *args, **kw)
+        finally:
+            spent["write" if np.asarray(arr).nbytes < 16384 else "write >16K"] += (time.perf_counter() - t) * 1e6
+    q.write = writes
+    timed(compiled.CompiledPlans, "run", "compiled")
+    timed(replay, "put_back_args", "put_back_args")
+    timed(q.arena, "write_image", "image")
     rng = np.random.default_rng(0)
 
     def feeds(s):
@@ -101,6 +114,7 @@ def main() -> None:
               f"kernel {host / k:.1f} us; " + ", ".join(f"{p} {med(r[3].get(p, 0.0) for r in rows):.0f}" for p in parts))
     measure([64] * a.same, "same length 64")
     measure([128] * a.same, "same length 128")
+    measure([int(s) for s in rng.choice([8, 16, 24, 32, 48, 64, 96, 128], a.same)], "known lengths")
     measure([int(s) for s in rng.integers(8, 129, a.new)], "new lengths")
     launched.clear()
     net.infer(feeds(128))

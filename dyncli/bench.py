@@ -140,12 +140,15 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
         return ms, net.blocked_s * 1e3, net.counters
 
     # 1. first pass: first-seen latency per shape (and where it went), compile time
-    first_seen, first_parts, compile_ms = {}, {}, 0.0
+    first_seen, first_parts, first_host, compile_ms = {}, {}, {}, 0.0
     for f, k in zip(feeds, keys):
-        ms, _, c = infer(f, "first pass")
+        ms, blocked, c = infer(f, "first pass")
         compile_ms += c.get("compile_ms", 0.0)
         if k not in first_seen:
             first_seen[k], first_parts[k] = ms, dict(net.time_ms)
+            # the host's part of a new signature's inference, per kernel (issue target: next
+            # to the launch floor)
+            first_host[k] = (ms - blocked) * 1e3 / c["kernels"] if c.get("kernels") else None
     # 2. warm-up
     for _ in range(opts.warmup):
         for f in feeds:
@@ -189,7 +192,7 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             "host_ms": statistics.median(r[1] - r[2] for r in mine),
             "kernels": mine[-1][3], "replayed": sum(r[4] for r in mine),
             "partial": sum(r[5] for r in mine), "time_ms": _mean_parts(r[6] for r in mine),
-            "first_seen_time_ms": first_parts[k],
+            "first_seen_time_ms": first_parts[k], "first_seen_host_us_per_kernel": first_host[k],
             "same_shape_ms": same[k]["median_ms"],
             "first_seen_over_warm": first_seen[k] / same[k]["median_ms"],
             # the model's first inference (cold: every kernel built) is no first-seen length
@@ -210,6 +213,9 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                      "time_ms": _mean_parts(r[6] for r in rows)},
         "dynamic_overhead": statistics.mean(lat) / denom,
         "steady_host_us_per_kernel": statistics.median(steady) if steady else None,
+        # the same for the first-seen shapes after the model's first inference (their median)
+        "first_seen_host_us_per_kernel": _median_or_none(
+            first_host[k] for k in distinct if k != keys[0] and first_host[k] is not None),
         # the worst first-seen shape after the model's first inference, over its warm time
         "first_seen_over_warm_max": max((v["first_seen_over_warm"] for k, v in per_shape.items()
                                          if not v["model_first"]), default=None),
@@ -223,6 +229,11 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     for peer in opts.compare:
         out.setdefault("peers", {})[peer] = _peer(peer, model, feeds, keys, opts, per_shape)
     return out
+
+
+def _median_or_none(values):
+    values = list(values)
+    return statistics.median(values) if values else None
 
 
 def _mean_parts(parts) -> dict:

@@ -290,6 +290,8 @@ def bench_tables(r: dict, width: int = 80) -> list:
         s.add_row("worst first-seen shape / alone, after it", f"{r['first_seen_over_warm_max']:.1f}x")
     if r["steady_host_us_per_kernel"] is not None:
         s.add_row("host us per kernel, same shape", f"{r['steady_host_us_per_kernel']:.1f}")
+    if r.get("first_seen_host_us_per_kernel") is not None:
+        s.add_row("host us per kernel, first-seen shapes (median)", f"{r['first_seen_host_us_per_kernel']:.1f}")
     s.add_row("kernels per inference (mean)", f"{sq['kernels_mean']:.1f}")
     s.add_row("replayed by the fast path: whole / partial",
               f"{sq['replayed']} / {sq.get('partial', 0)} of {r['timed_inferences']}")

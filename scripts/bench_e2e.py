@@ -60,7 +60,7 @@ def bench_bert(device, out):
         sq = r["sequence"]
         print(f"BERT {key}: mean {sq['mean_ms']:.3f} ms median {sq['median_ms']:.3f} p90 {sq['p90_ms']:.3f}; "
               f"dynamic overhead {r['dynamic_overhead']:.2f}; host us/kernel same shape "
-              f"{r['steady_host_us_per_kernel']:.1f}; kernels {sq['kernels_mean']:.0f}; replayed "
+              f"{r['steady_host_us_per_kernel']:.1f}, first-seen {r['first_seen_host_us_per_kernel']:.1f}; kernels {sq['kernels_mean']:.0f}; replayed "
               f"{sq['replayed']}/{r['timed_inferences']}; kernel time {sq.get('device_ms_mean', float('nan')):.3f} ms; "
               f"first-seen/warm max after the model's first inference {r['first_seen_over_warm_max']:.1f} "
               f"(the model's first: {next(k for k, v in r['shapes'].items() if v['model_first'])}; "

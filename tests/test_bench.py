@@ -41,6 +41,9 @@ def test_bench_model_json():
     # transitions seen in an earlier pass may be replayed: counted per shape and in total
     assert res["sequence"]["replayed"] == sum(v["replayed"] for v in res["shapes"].values()) <= 8
     assert res["dynamic_overhead"] > 0 and res["steady_host_us_per_kernel"] > 0
+    # the host's part of 1x16's first inference per kernel (1x8's is the model's first)
+    s16 = res["shapes"]["1x16"]
+    assert res["first_seen_host_us_per_kernel"] == s16["first_seen_host_us_per_kernel"] > 0
     assert res["peers"]["onnxruntime"]["shapes"]["1x16"]["ratio"] > 0
     assert all(v["kernels"] > 0 and v["first_seen_ms"] > 0 for v in res["shapes"].values())
     # the sequence starts at 1x8: that shape's first time is the model's first inference, and

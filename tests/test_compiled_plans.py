@@ -347,3 +347,33 @@ def test_host_values_and_views_of_inputs_follow_a_compiled_growth(device, length
         n = feeds["x"].shape[1]
         np.testing.assert_allclose(a["y"], table[:n][None] + feeds["x"][..., None], rtol=1e-6)
     assert net.fast.compiled.runs >= 2, net.fast.compiled.summary()
+
+
+def test_a_compiled_inference_after_a_replay_reads_the_state_the_plan_leaves(device, monkeypatch):
+    """A new length after a whole plan's replay: the guard reads the state the plan left (the
+    nodes' keys) once, kept with the plan (its state never changes), and the next new length
+    after the same plan reads it from there; both compiled, deciding and computing as the
+    flow does."""
+    from engine.fast_path import compiled
+    prog = build_program(bert_encoder(**BERT))
+    # 30 -> 20 a third time is its plan's replay (inferences 7 and 10), 25 and 15 new after it
+    lengths = WARM + [(1, 30), (1, 20), (1, 30), (1, 20), (1, 30), (1, 20), (1, 25), (1, 30), (1, 20), (1, 15)]
+    steps = _bert_steps(lengths)
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
+    net.impls.device_type = "gpu"
+    reads = []
+    keys = compiled.node_keys
+    monkeypatch.setattr(compiled, "node_keys", lambda device: reads.append(len(how)) or keys(device))
+    how, plans = [], []
+    for k, (feeds, _) in enumerate(steps):
+        out = net.infer(feeds)
+        assert np.array_equal(out["last_hidden_state"], off[k]["last_hidden_state"]), k
+        assert {n: v for n, v in net.counters.items() if n not in NOT_DECISIONS} == c_off[k], k
+        how.append("compiled" if net.counters.get("plan.compiled") else
+                   "replay" if net.counters.get("plan.replay") else "flow")
+        plans.append(net.fast.restore)
+    assert how[7:] == ["replay", "compiled", "compiled", "replay", "compiled"], how
+    assert plans[7] is plans[10] and plans[7].leaves is not None
+    # the guard's reads of the nodes' state: after the replay at 7, not after the one at 10
+    assert 8 in reads and 11 not in reads, reads

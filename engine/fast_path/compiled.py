@@ -434,11 +434,27 @@ def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
     elif r is None and ahead is not None and ahead[0] is c and ahead[1] == fast.decisions.trace.iter - 1:
         ids, prev = c.kernel_ids, ahead[2]    # the state the model's first inference left
     else:
-        if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
+        left = _left(fast, c.device)
+        if left is None:
             return False
-        ids, prev = _kernel_ids(fast), node_keys(c.device)
+        ids, prev = left
     return ids == c.kernel_ids and len(prev) == len(keys) and None not in prev and \
         not any(map(operator.eq, keys, prev))
+
+
+def _left(fast, device) -> tuple | None:
+    """(kernel ids, node keys) of the state the flow or a whole plan left, None where a node
+    was skipped, done by another or run in place. A whole plan's state, put back for this
+    inference, never changes: it is read once (0.15-0.25 ms for the BERT's 74 device nodes on
+    PoCL's host, at each compiled inference after a replay)."""
+    plan = fast.put_back_plan if fast.restore is None else None
+    if plan is not None and plan.leaves is not None:
+        return plan.leaves[0]
+    left = None if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in device) \
+        else (_kernel_ids(fast), node_keys(device))
+    if plan is not None:
+        plan.leaves = (left,)
+    return left
 
 
 def compiled_image(image: list) -> list:

@@ -10,9 +10,11 @@ import numpy as np
 
 class Plan:
     __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
-                 "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version")
+                 "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version",
+                 "leaves")
 
     def __init__(self, **kw):
+        self.leaves = None      # what compiled.py's guard reads of the state it leaves, once
         for k, v in kw.items():
             setattr(self, k, v)
 

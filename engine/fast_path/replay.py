@@ -47,6 +47,7 @@ class FastPath(Observer):
         # the replayed plan (or compiled inference: compiled.Pending) whose node state is not
         # put back yet
         self.restore: Plan | compiled.Pending | None = None
+        self.put_back_plan: Plan | None = None
         self.recording = None          # (previous signature, signature, memory changes)
         self._launches: list | None = None
         self._reallocs: list | None = None
@@ -165,6 +166,8 @@ class FastPath(Observer):
     def _put_back(self) -> None:
         """The nodes' state as the last inference left it, before the flow reads it."""
         r, self.restore = self.restore, None
+        # a whole plan's state, put back for this inference (compiled.py reads what it leaves)
+        self.put_back_plan = r if r.__class__ is Plan else None
         if r.__class__ is compiled.Pending:
             r.put_back()
         elif r is not None:

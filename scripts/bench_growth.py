@@ -32,6 +32,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "examples", "bench", "bert_minilm.onnx")
 
 
+def time_calls(spent: dict, owner, name: str, label, scale: float = 1e3) -> None:
+    """Wrap `owner.name` (absent: nothing) so that each call adds its time, x `scale` (ms by
+    default), to `spent[label]`; `label` may be a function of the call's arguments."""
+    f = getattr(owner, name, None)
+    if f is None:
+        return
+
+    @functools.wraps(f)
+    def wrapper(*args, **kw):
+        t = time.perf_counter()
+        try:
+            return f(*args, **kw)
+        finally:
+            spent[label(*args, **kw) if callable(label) else label] += (time.perf_counter() - t) * scale
+    setattr(owner, name, wrapper)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--networks", type=int, default=5)
@@ -43,27 +60,12 @@ def main() -> None:
     from engine.fast_path import compiled, growth
 
     spent = collections.defaultdict(float)
-
-    def timed(owner, name, label):
-        f = getattr(owner, name, None)
-        if f is None:
-            return
-
-        @functools.wraps(f)
-        def wrapper(*args, **kw):
-            t = time.perf_counter()
-            try:
-                return f(*args, **kw)
-            finally:
-                spent[label] += (time.perf_counter() - t) * 1e3
-        setattr(owner, name, wrapper)
-
     for owner, name, label in ((compiled.CompiledPlans, "_apply", "inference"), (compiled.CompiledPlans, "run", "run"),
                                (growth, "grow", "growth"), (compiled.Pending, "put_back", "put_back"),
                                (growth, "_set_arguments", "arguments"),
                                (primitive_inst.PrimitiveInst, "carry_out", "carried_out"),
                                (launcher.Launcher, "launch_all", "launches")):
-        timed(owner, name, label)
+        time_calls(spent, owner, name, label)
     if not os.path.exists(MODEL):
         sys.exit(f"{MODEL} is missing: python examples/make_models.py --bench")
     prog = build_program(onnx.load(MODEL), MODEL)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 MODEL = os.path.join(ROOT, "examples", "bench", "bert_minilm.onnx")
+US = 1e6
 
 
 def main() -> None:
@@ -44,51 +44,29 @@ def main() -> None:
     from engine import Network, build_program, launcher, select_device
     from engine.device import describe
     from engine.fast_path import compiled, plans, replay
+    from scripts.bench_growth import time_calls
     if not os.path.exists(MODEL):
         sys.exit(f"{MODEL} is missing: python examples/make_models.py --bench")
     prog = build_program(onnx.load(MODEL), MODEL)
     device = select_device(None)
     net = Network(prog, device, predictor=CLI_DEFAULT_POLICY, compile_plans=CLI_COMPILE_PLANS)
     spent, launched = collections.defaultdict(float), []
-
-    def timed(owner, name, label):
-        f = getattr(owner, name)
-
-        @functools.wraps(f)
-        def wrapper(*args, **kw):
-            t = time.perf_counter()
-            try:
-                return f(*args, **kw)
-            finally:
-                spent[label] += (time.perf_counter() - t) * 1e6
-        setattr(owner, name, wrapper)
-
-    launch_all = launcher.Launcher.launch_all
+    launch_all = launcher.Launcher.launch_all      # (its launches alone, below)
+    time_calls(spent, launcher.Launcher, "launch_all", "launches", US)
+    timed_launches = launcher.Launcher.launch_all
 
     def launches(self, ls):
         launched.append(list(ls))
-        t = time.perf_counter()
-        try:
-            return launch_all(self, ls)
-        finally:
-            spent["launches"] += (time.perf_counter() - t) * 1e6
+        return timed_launches(self, ls)
     launcher.Launcher.launch_all = launches
-    timed(plans, "repeat_predictor_calls", "predictor")
     q = net.queue
-    for name in ("read_status", "read_to_host"):
-        timed(q, name, name)
-    write = q.write
-
-    def writes(buf, arr, *args, **kw):      # the big ones (host values of a length) apart
-        t = time.perf_counter()
-        try:
-            return write(buf, arr, *args, **kw)
-        finally:
-            spent["write" if np.asarray(arr).nbytes < 16384 else "write >16K"] += (time.perf_counter() - t) * 1e6
-    q.write = writes
-    timed(compiled.CompiledPlans, "run", "compiled")
-    timed(replay, "put_back_args", "put_back_args")
-    timed(q.arena, "write_image", "image")
+    for owner, name, label in ((plans, "repeat_predictor_calls", "predictor"), (q, "read_status", "read_status"),
+                               (q, "read_to_host", "read_to_host"), (compiled.CompiledPlans, "run", "compiled"),
+                               (replay, "put_back_args", "put_back_args"), (q.arena, "write_image", "image"),
+                               # the big writes (host values of a length) apart
+                               (q, "write", lambda buf, arr, *a, **k:
+                                "write" if np.asarray(arr).nbytes < 16384 else "write >16K")):
+        time_calls(spent, owner, name, label, US)
     rng = np.random.default_rng(0)
 
     def feeds(s):

@@ -361,8 +361,9 @@ class CompiledPlans:
         if group_ahead is not None:
             group_ahead(got[2], c.fn)
         # and the state this inference leaves, as a Pending holds it (_steady_from)
-        if not any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
-            self.ahead = (c, fast.decisions.trace.iter, node_keys(c.device))
+        keys = keys_left(c.device)
+        if keys is not None:
+            self.ahead = (c, fast.decisions.trace.iter, keys)
 
     def rebind(self, launches, touches) -> None:
         """After an inference of the flow whose device nodes all took steady steps and whose
@@ -450,8 +451,8 @@ def _left(fast, device) -> tuple | None:
     plan = fast.put_back_plan if fast.restore is None else None
     if plan is not None and plan.leaves is not None:
         return plan.leaves[0]
-    left = None if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in device) \
-        else (_kernel_ids(fast), node_keys(device))
+    keys = keys_left(device)
+    left = None if keys is None else (_kernel_ids(fast), keys)
     if plan is not None:
         plan.leaves = (left,)
     return left
@@ -481,6 +482,14 @@ def write_image(arena, c: Compiled, images: tuple) -> None:
 
 def _kernel_ids(fast) -> tuple:
     return tuple(id(b) for i in fast.insts for b in i.bound)
+
+
+def keys_left(device) -> list | None:
+    """node_keys of the state the last inference left, None where a node was skipped, done by
+    another or run in place (no steady step follows)."""
+    if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in device):
+        return None
+    return node_keys(device)
 
 
 def node_keys(device) -> list:

@@ -39,7 +39,7 @@ import numpy as np
 
 from engine.fast_path import steady, step_events
 from engine.fast_path.compiled import (Pending, agrees, answer_sources, answers_of, buffers_keep, check,
-                                       compiled_image, image_blocks, node_keys, trace_node, upload_host_params,
+                                       compiled_image, image_blocks, keys_left, trace_node, upload_host_params,
                                        write_image)
 from engine.fast_path.host_values import apply_hosts, host_part, trace_hosts
 from engine.fast_path.partial import DIRTY, SEG, holds
@@ -325,9 +325,10 @@ def _steady_from(fast, c: Steps, keys: tuple) -> bool:
     elif r is not None:
         return False
     else:
-        if any(i.skip_now or i.shape_done_by_other or i.in_place_now for i in c.device):
+        prev = keys_left(c.device)
+        if prev is None:
             return False
-        ids, prev = _kernel_ids(c.device), node_keys(c.device)
+        ids = _kernel_ids(c.device)
     for inst in c.kv:
         past, out = inst.inputs[0], inst.outputs[0]
         if out.buf is None or past.buf is not out.buf or past.offset != out.offset or \

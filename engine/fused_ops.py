@@ -18,7 +18,9 @@ from engine.ops.common import BroadcastError, broadcast
 class FusedOp:
     node: object                 # the original node (run on its own when unfused)
     expr: str                    # C expression over a, b, c
-    operands: list               # per operand: ("v", k) value of step k (0 = producer) | ("t", name)
+    # per operand: ("v", k) value of step k (0 = producer) | ("t", name) an extra input |
+    # ("c", (C literal, rank)) a one-value constant (engine/fusion.py _operands)
+    operands: list
 
 
 @dataclass
@@ -70,6 +72,8 @@ def _fused_jit(f: Fusion, ref_t: int, first_extra_t: int, vector: bool) -> tuple
         for kind, x in op.operands:
             if kind == "v":
                 vals.append(f"v{x}")
+            elif kind == "c":
+                vals.append(x[0])
             else:
                 j = f.extra.index(x)
                 at = f"ro[{j}] + pa * rs[{j}]" if f.prologue else \
@@ -113,7 +117,7 @@ def _vector_body(f: Fusion, ref_t: int, first_extra_t: int) -> str | None:
             expr = expr.replace(scalar, vec)
         if _SCALAR_ONLY.search(expr):
             return None
-        vals = [f"v{x}" if kind == "v" else
+        vals = [f"v{x}" if kind == "v" else f"(FVT)({x[0]})" if kind == "c" else
                 f"bcast_vload(si, {ref_t}, {first_extra_t + f.extra.index(x)}, F{f.extra.index(x)}, o)"
                 for kind, x in op.operands]
         decl = " ".join(f"const FVT {n} = {v};" for n, v in zip("abc", vals))
@@ -149,6 +153,8 @@ def fusion_valid(f: Fusion, produced, layouts: dict, own=(), device: str = "gpu"
     if produced.dtype != "f32":
         return "dtype"
     for op in f.ops:
+        if any(kind == "c" and x[1] > len(shape) for kind, x in op.operands):   # a [1, 1] on a row
+            return "broadcast_grows_input" if f.prologue else "broadcast_grows_output"
         names = [x for kind, x in op.operands if kind == "t"]
         others = [layouts[x] for x in names]
         if any(l is None or l.dtype != f.types.get(x, "f32") for x, l in zip(names, others)):

@@ -155,23 +155,48 @@ def _grow(prog, p) -> Fusion:
     step = {p.outputs[0]: 0}
     for n in order:
         if n.op == "BatchNormalization":
-            operands = _operands(step, n.inputs[:1]) + _operands(step, _bn_constants(prog, n, p))
+            operands = _operands(prog, step, n.inputs[:1]) + _operands(prog, step, _bn_constants(prog, n, p))
         else:
-            operands = _operands(step, n.inputs)
+            operands = _operands(prog, step, n.inputs)
         _append(f, step, n, _fuse_expr(n), operands)
     return f
 
 
-def _operands(step: dict, names) -> list:
+def _operands(prog, step: dict, names) -> list:
     """("v", k) for the value of step k of the group (0: the producer's output or the prologue's
-    base), ("t", name) for a tensor the fused kernel reads as an extra input."""
-    return [("v", step[i]) if i in step else ("t", i) for i in names if i]
+    base), ("c", (C literal, rank)) for a one-value float32 constant, written into the kernel
+    (a GELU's four scalars, an attention's scale: each a load and a broadcast offset
+    otherwise, one after another in the chain), ("t", name) for a tensor the fused kernel reads
+    as an extra input."""
+    out = []
+    for i in names:
+        if not i:
+            continue
+        c = prog.constants.get(i) if i not in step else None
+        if c is not None and c.dtype == np.float32 and c.size == 1:
+            out.append(("c", (c_literal(float(c.reshape(-1)[0])), c.ndim)))
+        else:
+            out.append(("v", step[i]) if i in step else ("t", i))
+    return out
+
+
+def c_literal(v: float) -> str:
+    """`v` (a float32 value) as an OpenCL C float literal, exactly."""
+    if np.isnan(v):
+        return "NAN"
+    if np.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"({str(np.float32(v))}f)"      # (numpy: the shortest digits that read back as this float32)
 
 
 def _append(f: Fusion, step: dict, n, expr: str, operands: list) -> None:
     for kind, name in operands:
         if kind == "t" and name not in f.extra:
             f.extra.append(name)
+    if n.op == "Pow" and operands[1][0] == "c" and operands[1][1][0] in ("(2.0f)", "(3.0f)"):
+        # a square or a cube as onnxruntime takes them: products, not powf
+        expr = "(a * a)" if operands[1][1][0] == "(2.0f)" else "(a * a * a)"
+        operands = operands[:1]
     f.ops.append(FusedOp(n, expr, operands))
     step[n.outputs[0]] = len(f.ops)
 
@@ -198,7 +223,7 @@ def _fuse_prologues(prog) -> int:
         f = Fusion(out=c.outputs[0], prologue=True, base=base)
         step = {base: 0}
         for n in chain:
-            _append(f, step, n, _fuse_expr(n), _operands(step, n.inputs))
+            _append(f, step, n, _fuse_expr(n), _operands(prog, step, n.inputs))
             n.fused_into = c
         f.types = {n.inputs[0]: "bool" for n in chain if n.op == "Where"}   # ONNX: always bool
         c.fusion = f

@@ -65,7 +65,7 @@ def fusion_key(f) -> tuple | None:
     if f.subgraph:     # its check reads the node's attributes (in the class already)
         return ("subgraph", tuple(op.node.op for op in f.ops))
     at = {name: k for k, name in enumerate(f.extra)}
-    return (f.prologue, tuple((op.expr, tuple((kind, x if kind == "v" else at[x]) for kind, x in op.operands))
+    return (f.prologue, tuple((op.expr, tuple((kind, at[x] if kind == "t" else x) for kind, x in op.operands))
                               for op in f.ops), tuple(sorted((at[x], t) for x, t in f.types.items())))
 
 

@@ -32,7 +32,7 @@ import sys
 
 import numpy as np
 import pyopencl as cl
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -47,6 +47,8 @@ from scripts.bench_gemm import set_constants  # noqa: E402
 SHAPES = ["1x2304x768", "1x768x768", "1x3072x768", "1x768x3072", "1x50257x768", "1x4096x4096",
           "1x11008x4096", "1x4096x11008", "1x32000x4096", "4x3072x768", "4x4096x4096",
           "t1x3072x768", "t1x768x3072", "t1x4096x4096"]
+# the GEMVs that take a LayerNormalization in GPT-2 small's decode (QKV, MLP up, LM head)
+LN_SHAPES = ["1x2304x768", "1x3072x768", "1x50257x768"]
 # configurations: gemv's tile (WX, KY, U, G) forced over engine/ops/matmul.py's table, gemv_t's
 # GEMV_T_TILE (WK, NC, U, G); G: split K towards G work-groups (0: one kernel)
 SWEEP = [{"tile": t} for t in ((8, 32, 4, 0), (8, 32, 1, 0), (16, 16, 4, 0), (16, 16, 1, 0), (32, 8, 1, 0),
@@ -87,13 +89,28 @@ def parse(s: str) -> tuple:
     return tb, m, n, k
 
 
-def model(tb: bool, K: int, N: int):
+def model(tb: bool, K: int, N: int, ln=None):
+    """The GEMV alone, W an input; with `ln` ((w, gamma, beta) arrays): LayerNormalization(x)
+    then MatMul by the constant w, which the program fuses into one ln_gemv on a GPU kind."""
+    if ln is not None:
+        w, gamma, beta = ln
+        nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["xn"], axis=-1, epsilon=1e-5),
+                 helper.make_node("MatMul", ["xn", "w"], ["y"])]
+        inits = [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (gamma, "g"), (beta, "b"))]
+        g = helper.make_graph(nodes, "ln_gemv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", N])], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1) if tb else helper.make_node("MatMul", ["x", "w"], ["y"])
     g = helper.make_graph([node], "gemv",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", K]),
                            helper.make_tensor_value_info("w", TensorProto.FLOAT, [N, K] if tb else [K, N])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", N])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + eps) * gamma + beta
 
 
 @contextlib.contextmanager
@@ -135,12 +152,13 @@ def summary(times) -> tuple[float, list[float]]:
     return statistics.median(sum(t) for t in times), [statistics.median(c) for c in zip(*times)]
 
 
-def bench(device, tb, M, N, K, x, w, repeat, cfg=None, how="fill") -> dict:
+def bench(device, tb, M, N, K, x, w, repeat, cfg=None, how="fill", ln=None) -> dict:
     with config(cfg):
-        net = Network(build_program(model(tb, K, N)), device, impls="dynamic", profile=True)
-        y = net.infer({"x": x, "w": w})["y"]
-    inst = next(i for i in net.insts if i.node.op in ("MatMul", "Gemm"))
-    ref = x @ (w.T if tb else w)
+        net = Network(build_program(model(tb, K, N, None if ln is None else (w,) + ln)), device,
+                      impls="dynamic", profile=True)
+        y = net.infer({"x": x} if ln is not None else {"x": x, "w": w})["y"]
+    inst = next(i for i in net.insts if i.node.op in ("MatMul", "Gemm", "ln_gemv") and i.bound)
+    ref = (x if ln is None else layer_norm(x, *ln)) @ (w.T if tb else w)
     err = float(np.abs(y - ref).max() / max(1e-30, float(np.abs(ref).max())))
     flush = Flush(net.ctx, net.queue.cl_queue, how)
     ks = [(b.kernel, b.gws, b.lws) for b in inst.bound]
@@ -153,7 +171,7 @@ def bench(device, tb, M, N, K, x, w, repeat, cfg=None, how="fill") -> dict:
     return {"warm_us": warm, "cold_us": cold, "queued_us": queued, "queued_span_us": span,
             "cold_kernels_us": cold_k, "warm_gbps": wbytes / warm / 1e3, "cold_gbps": wbytes / cold / 1e3,
             "queued_gbps": wbytes / queued / 1e3,
-            "kernels": [b.call.kernel for b in inst.bound], "splits": b0.params[4] if len(b0.params) > 4 else 1,
+            "kernels": [inst.node.op + ":" + b.call.kernel for b in inst.bound], "splits": b0.params[4] if len(b0.params) > 4 else 1,
             "gws": b0.gws, "lws": b0.lws, "rel_err": err}
 
 
@@ -228,8 +246,13 @@ def main():
                          "decode step's previous GEMV leaves the L2)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a constant of engine/ops/matmul.py (e.g. GEMV_MIN_CHUNK=128)")
+    ap.add_argument("--ln", action="store_true",
+                    help="LayerNormalization then MatMul by a constant weight (MxNxK shapes): the "
+                         "fused ln_gemv kernel, the normalisation inside the GEMV")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.ln and any(s.startswith("t") for s in a.shapes):
+        ap.error("--ln takes MatMul shapes (MxNxK), not transB ones")
     set_constants(ap, a.set)
     dev = select_device(a.device)
     print(f"device: {describe(dev)}; median of {a.repeat} runs (OpenCL profiling events); "
@@ -240,17 +263,18 @@ def main():
         print("empty kernel: " + ", ".join(f"{k} {v:.1f} us" for k, v in f.items()), flush=True)
         rows.append({"floor": f})
     rng = np.random.default_rng(0)
-    for s in a.shapes or SHAPES:
+    for s in a.shapes or (LN_SHAPES if a.ln else SHAPES):
         tb, M, N, K = parse(s)
         x = rng.standard_normal((M, K), dtype=np.float32)
         w = (rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32) / np.sqrt(K)).astype(np.float32)
+        ln = (rng.standard_normal(K, dtype=np.float32), rng.standard_normal(K, dtype=np.float32)) if a.ln else None
         peers = cublas(tb, M, N, K, a.repeat, a.flush) if a.peers else {}
         if peers:
             print(f"{s:>14} cuBLAS          warm {peers['cublas_warm_us']:8.1f} us  cold "
                   f"{peers['cublas_cold_us']:8.1f} us {peers['cublas_cold_gbps']:6.0f} GB/s", flush=True)
         for cfg in ((SWEEP_T if tb else SWEEP) if a.sweep else [None]):
             try:
-                r = bench(dev, tb, M, N, K, x, w, a.repeat, cfg, a.flush)
+                r = bench(dev, tb, M, N, K, x, w, a.repeat, cfg, a.flush, ln)
             except Exception as e:  # a configuration the device cannot run: report it, go on
                 print(f"{s:>14} {cfg}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 continue

@@ -41,8 +41,9 @@ def test_attention_chain_becomes_one_internal_node():
     assert att.op == "attention" and att.opdef.internal and att.opdef.padded_ok
     assert att.fusion.position == "subgraph"
     assert att.fusion.names() == ["Transpose_0", "MatMul_scores", "Softmax", "MatMul_ctx"]
-    # q, k before its Transpose, v, then the Softmax prologue's scale and mask
-    assert att.inputs == ["q", "k", "v", by["Mul_scale"].inputs[1], "mask"]
+    # q, k before its Transpose, v, then the Softmax prologue's mask (its scale, one value, is
+    # written into the kernel)
+    assert att.inputs == ["q", "k", "v", "mask"]
     assert att.attrs["perms"] == (None, (0, 1, 3, 2), None) and att.outputs == ["y"]
     assert att.attrs["out_perm"] is None
     assert all(by[n].fused_into is att for n in att.fusion.names())

@@ -56,7 +56,10 @@ def test_attention_chain_is_a_softmax_prologue():
     f = sm.fusion
     assert f.prologue and f.names() == ["Mul_scale", "Add_mask"]
     assert f.base == by_name["MatMul_scores"].outputs[0]
-    assert f.extra == [by_name["Mul_scale"].inputs[1], "mask"]
+    # the scale, one value, is written into the kernel: only the mask is read
+    assert f.extra == ["mask"]
+    (k0, _), (k1, (literal, _)) = f.ops[0].operands
+    assert (k0, k1) == ("v", "c") and np.float32(literal.strip("()f")) == np.float32(1 / np.sqrt(8))
     assert by_name["Add_mask"].fused_into is sm and by_name["Mul_scale"].fused_into is sm
     # the scores MatMul keeps no epilogue: its output is the prologue's base
     assert by_name["MatMul_scores"].fusion is None

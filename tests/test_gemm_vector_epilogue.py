@@ -24,14 +24,15 @@ def _chain_model(N, chain):
     """x[b, s, K] @ W[K, N] + bias, then `chain`: "gelu" (BERT's erf GELU: / sqrt 2, Erf, + 1,
     *, * 0.5), "act" (Relu, Sigmoid * residual r[b, s, N], Tanh * per-row scale c[b, s, 1]),
     "res" (+ residual r[b, s, N]: BERT's output projections; static impls take it too),
-    "pow" (Pow by a scalar: no vector spelling)."""
+    "pow" (Pow by a column of exponents: no vector spelling; by one value, a square or a cube
+    is products, engine/fusion.py)."""
     rng = np.random.default_rng(N)
     inits = [numpy_helper.from_array((rng.standard_normal((K, N)) / 4).astype(np.float32), "w"),
              numpy_helper.from_array(rng.normal(0, 0.5, N).astype(np.float32), "bias"),
              numpy_helper.from_array(np.array(math.sqrt(2.0), np.float32), "sqrt2"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one"),
              numpy_helper.from_array(np.array(0.5, np.float32), "half"),
-             numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+             numpy_helper.from_array(np.full(N, 2.0, np.float32), "two")]
     node = helper.make_node
     nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "bias"], ["hb"])]
     ins = [("x", ["b", "s", K])]

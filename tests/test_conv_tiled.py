@@ -155,10 +155,12 @@ CASES_1D = {
 
 
 @pytest.mark.parametrize("case", CASES_1D)
-def test_conv_1d_fused(device, case):
+def test_conv_1d_fused(device, monkeypatch, case):
     """Relu(BN(Conv1d(x)) + cb): the [OC, 1] BN constants and the [OC, 1] operand index the
     rank-3 output through the epilogue; dynamic impls over lengths that change (a tiny one
-    among them), static ones over two for a tiled and a direct case (builds cost)."""
+    among them), static ones over two for a tiled and a direct case (builds cost). The CPU
+    kind's kernels, on any device (a GPU's would take conv_gemm for the many-channel ones)."""
+    _use_kind(monkeypatch, "cpu")
     C, OC, K, attrs, static = CASES_1D[case]
     group = attrs.get("group", 1)
     inits = {"w": RNG.standard_normal((OC, C // group, K)) / np.sqrt(C // group * K),

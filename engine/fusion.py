@@ -194,9 +194,9 @@ def _append(f: Fusion, step: dict, n, expr: str, operands: list) -> None:
         if kind == "t" and name not in f.extra:
             f.extra.append(name)
     if n.op == "Pow" and operands[1][0] == "c" and operands[1][1][0] in ("(2.0f)", "(3.0f)"):
-        # a square or a cube as onnxruntime takes them: products, not powf
+        # a square or a cube as onnxruntime takes them: products, not powf (the exponent
+        # stays an operand: its rank still decides whether the chain fuses)
         expr = "(a * a)" if operands[1][1][0] == "(2.0f)" else "(a * a * a)"
-        operands = operands[:1]
     f.ops.append(FusedOp(n, expr, operands))
     step[n.outputs[0]] = len(f.ops)
 

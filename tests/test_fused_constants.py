@@ -47,7 +47,7 @@ def test_gelu_tanh_reads_only_its_bias(device, kind):
     net = make_net(model, device, kind)
     f = net.insts[0].node.fusion
     assert f.extra == ["bias"] and len(f.ops) == 9
-    assert f.ops[1].expr == "(a * a * a)" and f.ops[1].operands == [("v", 1)]
+    assert f.ops[1].expr == "(a * a * a)" and f.ops[1].operands == [("v", 1), ("c", ("(3.0f)", 0))]
     # decode rows (a GEMV on a GPU kind) and prompt rows
     run_vs_ort(model, _feeds(np.random.default_rng(0), [(1, 1, K), (1, 7, K), (2, 3, K), (1, 1, K)]),
                rtol=2e-4, atol=2e-5, net=net)
@@ -74,16 +74,18 @@ def test_pow_by_one_value(device, kind, exponent):
     run_vs_ort(model, _feeds(rng, [(1, 1, K), (2, 5, K)]), rtol=2e-4, atol=2e-5, net=net)
 
 
-def test_a_constant_that_would_grow_the_product_unfuses(device):
-    """Relu(x) of a 1-D x; adding a [1, 1] constant makes it [1, N]: the literal cannot broadcast
-    in the kernel, so the fusion gives way (broadcast_grows_output) and the nodes run alone."""
+@pytest.mark.parametrize("op,value", [("Add", 0.25), ("Pow", 2.0)])
+def test_a_constant_that_would_grow_the_product_unfuses(device, op, value):
+    """Relu(x) of a 1-D x; adding a [1, 1] constant (or raising to a [1, 1] power, written as a
+    product) makes it [1, N]: the literal cannot broadcast in the kernel, so the fusion gives
+    way (broadcast_grows_output) and the nodes run alone."""
     rng = np.random.default_rng(9)
     node = helper.make_node
-    model = _model([node("Relu", ["x"], ["h"]), node("Add", ["h", "c"], ["y"])],
-                   [("x", [N])], [("y", [1, N])], [_scalar("c", 0.25, (1, 1))])
+    model = _model([node("Relu", ["x"], ["h"]), node(op, ["h", "c"], ["y"])],
+                   [("x", [N])], [("y", [1, N])], [_scalar("c", value, (1, 1))])
     trace = MemoryTrace()
     net = make_net(model, device, "gpu", trace=trace)
-    assert net.insts[0].node.fusion.ops[0].operands == [("v", 0), ("c", ("(0.25f)", 2))]
+    assert net.insts[0].node.fusion.ops[0].operands == [("v", 0), ("c", (f"({value}f)", 2))]
     run_vs_ort(model, [{"x": rng.standard_normal(N).astype(np.float32)}], net=net)
     assert [e["reason"] for e in trace.of(0, "fusion", "unfuse")] == ["broadcast_grows_output"]
 

@@ -169,14 +169,14 @@ def _operands(prog, step: dict, names) -> list:
     otherwise, one after another in the chain), ("t", name) for a tensor the fused kernel reads
     as an extra input."""
     out = []
-    for i in names:
-        if not i:
-            continue
-        c = prog.constants.get(i) if i not in step else None
-        if c is not None and c.dtype == np.float32 and c.size == 1:
+    for i in filter(None, names):
+        c = prog.constants.get(i)
+        if i in step:
+            out.append(("v", step[i]))
+        elif c is not None and c.dtype == np.float32 and c.size == 1:
             out.append(("c", (c_literal(float(c.reshape(-1)[0])), c.ndim)))
         else:
-            out.append(("v", step[i]) if i in step else ("t", i))
+            out.append(("t", i))
     return out
 
 
@@ -189,14 +189,17 @@ def c_literal(v: float) -> str:
     return f"({str(np.float32(v))}f)"      # (numpy: the shortest digits that read back as this float32)
 
 
+_POWERS = {"(2.0f)": "(a * a)", "(3.0f)": "(a * a * a)"}
+
+
 def _append(f: Fusion, step: dict, n, expr: str, operands: list) -> None:
     for kind, name in operands:
         if kind == "t" and name not in f.extra:
             f.extra.append(name)
-    if n.op == "Pow" and operands[1][0] == "c" and operands[1][1][0] in ("(2.0f)", "(3.0f)"):
+    if n.op == "Pow" and operands[1][0] == "c":
         # a square or a cube as onnxruntime takes them: products, not powf (the exponent
         # stays an operand: its rank still decides whether the chain fuses)
-        expr = "(a * a)" if operands[1][1][0] == "(2.0f)" else "(a * a * a)"
+        expr = _POWERS.get(operands[1][1][0], expr)
     f.ops.append(FusedOp(n, expr, operands))
     step[n.outputs[0]] = len(f.ops)
 

@@ -51,3 +51,28 @@ def test_a_launch_the_driver_refuses_names_its_kernel(device):
     big = 2 * device.max_work_group_size
     with pytest.raises(cl.LogicError, match="add1"):
         launch.launch_all([(k, (big,), (big,))])
+
+
+def test_kept_handles_and_work_sizes_launch_what_they_name(device, monkeypatch):
+    """The kernel handles and work-size arrays the launcher keeps: a size seen before, a size
+    given as a list (not kept), and caches started over past their limits all launch the
+    sizes asked for."""
+    monkeypatch.setattr(launcher_mod.Launcher, "SIZES", 3)
+    monkeypatch.setattr(launcher_mod.Launcher, "KERNELS", 1)
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx)
+    prg = cl.Program(ctx, SRC).build()
+    kernels = [cl.Kernel(prg, "add1") for _ in range(2)]
+    a = np.arange(256, dtype=np.float32)
+    mf = cl.mem_flags
+    src = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    launch = launcher_mod.Launcher.for_queue(q)
+    for n, k in [(64, 0), (128, 1), (64, 0), (192, 1), (256, 0), (32, 1), (128, 0)]:
+        dst = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.zeros_like(a))
+        kernels[k].set_args(src, dst)
+        sizes = (n,) if n != 192 else [n]
+        launch.launch_all([(kernels[k], sizes, (32,))])
+        out = np.empty_like(a)
+        cl.enqueue_copy(q, out, dst)
+        assert np.array_equal(out[:n], a[:n] + 1) and not out[n:].any()
+    assert len(launch._sizes) <= 3 and len(launch._ptrs) <= 1

@@ -117,6 +117,8 @@ class DeviceQueue:
         if ahead and self.side is not None and self.busy and not self.in_order:
             done = cl.enqueue_copy(self.side, buf, arr, dst_offset=offset, is_blocking=False)
             cl.enqueue_barrier(self.cl_queue, wait_for=[done])
+        elif self.launcher is not None:     # (no Event object: nothing waits on it)
+            self.launcher.write(buf, arr, offset)
         else:
             cl.enqueue_copy(self.cl_queue, buf, arr, dst_offset=offset, is_blocking=False)
         self.keep(arr)

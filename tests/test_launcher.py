@@ -76,3 +76,26 @@ def test_kept_handles_and_work_sizes_launch_what_they_name(device, monkeypatch):
         cl.enqueue_copy(q, out, dst)
         assert np.array_equal(out[:n], a[:n] + 1) and not out[n:].any()
     assert len(launch._sizes) <= 3 and len(launch._ptrs) <= 1
+
+
+def test_writes_without_events_land_where_asked(device):
+    """Launcher.write: a non-blocking copy at a byte offset, in queue order with launches."""
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx)
+    k = cl.Kernel(cl.Program(ctx, SRC).build(), "add1")
+    mf = cl.mem_flags
+    src = cl.Buffer(ctx, mf.READ_WRITE, 64 * 4)
+    dst = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.zeros(64, np.float32))
+    k.set_args(src, dst)
+    launch = launcher_mod.Launcher.for_queue(q)
+    lo, hi = np.arange(32, dtype=np.float32), np.arange(100, 132, dtype=np.float32)
+    launch.write(src, lo, 0)
+    launch.write(src, hi, 32 * 4)
+    launch.write(src, np.empty(0, np.float32), 0)      # nothing to copy
+    launch.launch_all([(k, (64,), None)])
+    out = np.empty(64, np.float32)
+    cl.enqueue_copy(q, out, dst)
+    assert np.array_equal(out, np.concatenate([lo, hi]) + 1)
+    with pytest.raises(cl.LogicError, match="clEnqueueWriteBuffer"):
+        launch.write(src, np.zeros(65, np.float32), 0)     # past the buffer's end
+    q.finish()

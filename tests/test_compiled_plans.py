@@ -24,17 +24,20 @@ from tests.test_shape_functions import BERT, _bert_steps
 WARM = [(1, 41), (1, 40)]
 
 
-def _run(prog, steps, device, fast: bool, kind: str, predictor: str = "adaptive"):
+def _run(prog, steps, device, fast: bool, kind: str, predictor: str = "adaptive", paths=None):
     """The command line's default policy (adaptive) unless told: the plugin's reclaim rule
     reallocates on most shrinks, and a compiled plan serves only inferences that keep their
-    buffers."""
+    buffers. `paths`: a list that gets what served each inference (Compiled, Replay, Flow)."""
     net = Network(prog, device, impls="dynamic", fast_path=fast, predictor=predictor,
                   compile_plans="all" if fast else "off")
     net.impls.device_type = kind
     outs, counters = [], []
     for feeds, _ in steps:
         outs.append({k: np.array(v) for k, v in net.infer(feeds).items()})
-        counters.append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+        c = net.counters
+        counters.append({k: v for k, v in c.items() if k not in NOT_DECISIONS})
+        if paths is not None:
+            paths.append("C" if c.get("plan.compiled") else "R" if c.get("plan.replay") else "F")
     return net, outs, counters
 
 
@@ -377,3 +380,49 @@ def test_a_compiled_inference_after_a_replay_reads_the_state_the_plan_leaves(dev
     assert plans[7] is plans[10] and plans[7].leaves is not None
     # the guard's reads of the nodes' state: after the replay at 7, not after the one at 10
     assert 8 in reads and 11 not in reads, reads
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_a_plan_recorded_from_a_compiled_inference_leaves_the_flow_its_state(device, monkeypatch, kind):
+    """A compiled transition met a second time is recorded from what the compiled inference
+    answered, its state put back as the inference's own is (compiled.Left), not snapshot node
+    by node. Its replays, and the flows, compiled inferences and growths after them (another
+    batch, a length past the buffers), decide and compute as with the fast path off."""
+    from engine.fast_path import replay
+    recorded = []
+    plan_of = replay.FastPath._plan_of_compiled
+    monkeypatch.setattr(replay.FastPath, "_plan_of_compiled",
+                        lambda self, *a: recorded.append(a[:2]) or plan_of(self, *a))
+    prog = build_program(bert_encoder(**BERT))
+    # six lengths twice (the second time, each transition compiled and recorded), then each
+    # three times (the flow records the repeated signature from the state a replay or a
+    # compiled inference left, then replays), another batch, a length past the buffers
+    lengths = [(1, n) for n in (41, 40, 39, 38, 37, 36)]
+    seq = lengths + lengths + [x for x in lengths for _ in range(3)] + \
+        [(1, 39), (1, 38), (2, 38), (1, 39), (1, 90), (1, 39), (1, 38), (1, 39), (1, 38)]
+    steps = _bert_steps(seq)
+    paths = []
+    net, on, c_on = _run(prog, steps, device, True, kind, paths=paths)
+    _, off, c_off = _run(prog, steps, device, False, kind)
+    for i, (a, b) in enumerate(zip(on, off)):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"]), f"inference {i}"
+        assert c_on[i] == c_off[i], f"inference {i}"
+    assert len(recorded) >= 2, (recorded, paths)
+    # recorded compiled transitions served again, and flows after them
+    assert "R" in paths[12:] and "F" in paths[12:], paths
+
+
+@given(seq=st.lists(st.sampled_from([(1, 38), (1, 39), (1, 40), (2, 39), (1, 60), (1, 140)]),
+                    min_size=8, max_size=14))
+@SETTINGS
+def test_lengths_met_again_and_again_decide_and_compute_as_the_flow(device, seq):
+    """A few (batch, length) pairs drawn again and again: compiled transitions recorded and
+    replayed among flows, growths and batch changes, each inference as with the fast path
+    off (outputs bit-identical, every decision counted alike)."""
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps(WARM + seq)
+    _, on, c_on = _run(prog, steps, device, True, "gpu")
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    for i, (a, b) in enumerate(zip(on, off)):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"]), f"inference {i}"
+        assert c_on[i] == c_off[i], f"inference {i}"

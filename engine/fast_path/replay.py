@@ -283,7 +283,8 @@ class FastPath(Observer):
                 return None
             if not self._records_compiled(prev, sig, traced):
                 return None
-            launches, reallocs, touches, counters = self._compiled_as_flow(counters)
+            self.plans.put((prev, sig), self._plan_of_compiled(prev, sig, iteration, counters))
+            return []
         elif not changed and self.compiled is not None and self._all_steady and prev is not None:
             self._template = self.compiled.record(self._steady.counted, launches, reallocs, touches,
                                                   log if traced else None, iteration)
@@ -366,14 +367,33 @@ class FastPath(Observer):
             args=[(b, k, args) for b, k, _, _, args, _ in launches if b is not None],
             arena_version=-1, args_version=-1)
 
-    def _compiled_as_flow(self, counters: Counter) -> tuple:
-        """The compiled inference just run as the flow's observer would have logged it, its
-        nodes' state put back: to record it as its transition's plan."""
-        self._put_back()
-        launches, reallocs, touches = self.compiled.as_launches()
+    def _plan_of_compiled(self, prev, sig, iteration, counters: Counter) -> Plan:
+        """The plan of the transition (prev, sig) from the compiled inference just run: what its
+        function answered (launches, image, predictor calls) and, for its state, what its own
+        put back restores (compiled.Left) with a snapshot of the rest: the host nodes, the
+        graph inputs, the tensors the inference set at once, and the unfused subgraphs' nodes
+        (the flow's plan holds their state as the flow left it)."""
+        c, got = self.compiled.last
+        kernels, images, calls, keys, env = got[0], got[1], got[2], got[5], got[6]
+        mine = {id(i) for i in c.device}
+        live = [e for i in self.all_insts if id(i) not in mine for e in i.snapshot()]
+        tensors = {id(t): t for i in self.all_insts if id(i) not in mine for t in i.outputs}
+        tensors.update((id(t), t) for t in c.immediate)
+        tensors.update((id(dst), dst) for dst, _ in c.host_views)
+        tensors.update((id(t), t) for t in self.compiled.inputs)
+        live += [(t, t.snapshot()) for t in tensors.values() if not t.constant]
         counters = Counter(counters)       # a replay of it is no compiled inference
         del counters["plan.compiled"]
-        return launches, reallocs, touches, counters
+        return Plan(
+            key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=kernels, kernels=kernels,
+            reallocs=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
+                      ((t, tuple(map(int, shape)), bits) for t, _, shape, _, bits in calls)],
+            hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
+            counters=counters, state=[(compiled.Left(compiled.Pending(c, env, keys), live), None)],
+            io_state=[(t, t.snapshot()) for t in self.io_tensors if not t.constant], touches=c.touches,
+            # (the compiled inference left its bound kernels with no shape_info array: write_image)
+            image=compiled.image_of(c, images), infos=[(b, None) for b in c.bounds],
+            args=c.args[1], arena_version=-1, args_version=-1)
 
     def _new_epoch(self) -> None:
         self.epoch += 1

@@ -9,6 +9,8 @@ Procedure (one Network, trace off unless --trace):
 4. each distinct shape run warm on its own (--same-runs times in a row): the denominator of the
    dynamic overhead = mean latency over the sequence / mean of each inference's shape run warm
    on its own (1.0 means a changed shape costs nothing);
+then the launch floor: one small kernel launched again and again on the same queue (the host
+   us per launch that the host time per kernel above is compared with);
 5. --profile: one more pass on a profiling queue (profiling doubles the launch cost, so it is
    never the timed pass) for the summed kernel time per inference;
 6. --compare onnxruntime: the same inputs through onnxruntime in the same process.
@@ -36,6 +38,7 @@ from dyncli.inputs import random_inputs
 from dyncli.runner import RunOptions, UsageError, read_model, resolve_sequence
 from engine import Network, build_program, select_device
 from engine.device import describe
+from engine.launcher import launch_floor
 from engine.ops.matmul import GEMV_MAX_ROWS
 from engine.program import ModelError
 
@@ -171,6 +174,8 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             same[k] = {"median_ms": statistics.median(r[0] for r in runs),
                        "host_ms": statistics.median(r[0] - r[1] for r in runs),
                        "kernels": runs[-1][2].get("kernels", 0)}
+    # the launch floor on the same queue: the host's part of one small kernel's launch
+    floor = launch_floor(net.queue.cl_queue)
     # 5. kernel time on a profiling queue (separate network: its launches cost more)
     device_ms = {}
     if opts.profile:
@@ -216,6 +221,12 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
         # the same for the first-seen shapes after the model's first inference (their median)
         "first_seen_host_us_per_kernel": _median_or_none(
             first_host[k] for k in distinct if k != keys[0] and first_host[k] is not None),
+        # the host us per launch of one small kernel on the same queue (engine/launcher.py),
+        # and the two figures above over it
+        "launch_floor_us": floor,
+        "steady_host_over_floor": _over(statistics.median(steady) if steady else None, floor),
+        "first_seen_host_over_floor": _over(_median_or_none(
+            first_host[k] for k in distinct if k != keys[0] and first_host[k] is not None), floor),
         # the worst first-seen shape after the model's first inference, over its warm time
         "first_seen_over_warm_max": max((v["first_seen_over_warm"] for k, v in per_shape.items()
                                          if not v["model_first"]), default=None),
@@ -229,6 +240,10 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     for peer in opts.compare:
         out.setdefault("peers", {})[peer] = _peer(peer, model, feeds, keys, opts, per_shape)
     return out
+
+
+def _over(x, floor):
+    return x / floor if x is not None and floor else None
 
 
 def _median_or_none(values):

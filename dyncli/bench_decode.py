@@ -24,6 +24,7 @@ from dyncli.gc_policy import long_lived_frozen
 from dyncli.runner import UsageError, parse_feedback
 from engine import Network, select_device
 from engine.device import describe
+from engine.launcher import launch_floor
 
 
 def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dict:
@@ -70,7 +71,9 @@ def bench_decode(opts: BenchOptions, feedback_specs: list, progress=None) -> dic
            "fast_path": opts.fast_path, "first_inference_ms": cold[0]["ms"],
            "cold": _summary(cold[1:]), "decode": _summary(timed),
            "repeated": _repeated(prog, device, opts, last),
-           "compiled_plans": compiled_summary(net, opts.compiled_plans)}
+           "compiled_plans": compiled_summary(net, opts.compiled_plans),
+           # every step is a new signature: its host us per kernel beside one small kernel's launch
+           "launch_floor_us": launch_floor(net.queue.cl_queue)}
     if "onnxruntime" in opts.compare:
         out["peers"] = {"onnxruntime": _ort_decode(model, feeds, feedback, opts.repeat)}
     return out

@@ -14,7 +14,10 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import statistics
+import time
 
+import numpy as np
 import pyopencl as cl
 
 
@@ -96,3 +99,32 @@ class Launcher:
         if err:
             raise cl.LogicError(f"clEnqueueWriteBuffer failed: OpenCL error {err} "
                                 f"({n} bytes at offset {offset} of a {buf.size}-byte buffer)")
+
+
+def launch_floor(queue: cl.CommandQueue, launches: int = 2000, rounds: int = 5) -> float | None:
+    """The host's us per launch of one small kernel (cl/launch_floor.cl, 4096 items, its
+    arguments set once) through `Launcher`, the median of `rounds` runs of `launches` after a
+    warm-up: what the engine's own launches cannot go below on this device (the issue's
+    "launch floor", measured beside the model it is compared with). None where the library
+    cannot be loaded."""
+    from engine.kernels import load_source
+    own = Launcher.for_queue(queue)
+    if own is None:
+        return None
+    ctx, n = queue.context, 4096
+    k = cl.Kernel(cl.Program(ctx, load_source("launch_floor")).build(), "floor_add")
+    mf = cl.mem_flags
+    # (held here: a kernel's arguments do not keep their buffers alive)
+    bufs = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.array([n, 0, 0, 0], np.int32))] + \
+        [cl.Buffer(ctx, mf.READ_WRITE, n * 4) for _ in range(3)]
+    k.set_args(*bufs)
+    batch = [(k, (n,), (64,))] * launches
+    own.launch_all(batch[:200])
+    queue.finish()
+    per = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        own.launch_all(batch)
+        per.append((time.perf_counter() - t) * 1e6 / launches)
+        queue.finish()
+    return statistics.median(per)

@@ -44,6 +44,11 @@ def test_bench_model_json():
     # the host's part of 1x16's first inference per kernel (1x8's is the model's first)
     s16 = res["shapes"]["1x16"]
     assert res["first_seen_host_us_per_kernel"] == s16["first_seen_host_us_per_kernel"] > 0
+    # both over the launch floor measured on the same queue
+    floor = res["launch_floor_us"]
+    assert 0 < floor < 1000
+    assert res["first_seen_host_over_floor"] == pytest.approx(res["first_seen_host_us_per_kernel"] / floor)
+    assert res["steady_host_over_floor"] == pytest.approx(res["steady_host_us_per_kernel"] / floor)
     assert res["peers"]["onnxruntime"]["shapes"]["1x16"]["ratio"] > 0
     assert all(v["kernels"] > 0 and v["first_seen_ms"] > 0 for v in res["shapes"].values())
     # the sequence starts at 1x8: that shape's first time is the model's first inference, and
@@ -53,6 +58,14 @@ def test_bench_model_json():
     # the encoder's nodes answer 1x16 from functions traced at its first inference
     sf = res["shape_functions"]
     assert sf["traced"] > 0 and sf["answers"] > 0 and sf["escapes"] == {}
+
+
+def test_bench_table_puts_the_host_time_per_kernel_next_to_the_launch_floor():
+    r = invoke("bench", ENCODER, "--shapes", "input_ids:1x{8..16..8},attention_mask:1x{8..16..8}",
+               "--warmup", "0", "--repeat", "1", "--same-runs", "2")
+    assert r.exit_code == 0, r.output
+    assert "launch floor: host us per launch" in r.output
+    assert "host us per kernel, same shape" in r.output and "x the floor)" in r.output
 
 
 def test_bench_compiled_plans_json():
@@ -169,6 +182,7 @@ def test_bench_decode_loop_json():
     # (whole plans do not serve a decode that feeds buffers back)
     assert cp["mode"] == "all" and cp["partial"]["built"] >= 1 and cp["whole"] is None
     assert set(d["time_ms"]) >= {"flow", "enqueue", "device_wait"} and d["host_us_per_kernel"] > 0
+    assert 0 < res["launch_floor_us"] < 1000     # (each step a new signature, beside the floor)
     assert res["peers"]["onnxruntime"]["mean_ms"] > 0
     rep = res["repeated"]         # the last step alone, repeated: its shape, its inputs
     assert rep["runs"] >= 2 and rep["mean_ms"] > 0 and rep["median_ms"] > 0

@@ -101,6 +101,9 @@ class PrimitiveInst:
         self.internal_layouts: tuple = ()   # scratch the current kernels need (KernelCall.internal)
         self.internals: list[Tensor] = []
         self.index_flag: Tensor | None = None   # an index op's slot of the index flags
+        # set by run_unfused for the one execution that follows: this node writes the fused
+        # node's output, whose layout the fused node's own update_shape may have rewritten
+        self.outputs_rewritten = False
 
     # ---- helpers ------------------------------------------------------------------------
     def join_class(self, shape_class: int, memos) -> None:
@@ -285,14 +288,19 @@ class PrimitiveInst:
         # an op whose output shape depends on data is never skipped (the plugin's
         # generates_dynamic_output); shape_changed still says whether its output layout moved
         dynamic = self.opdef.dynamic_output and in_layouts == self.in_layouts
-        if not self.shape_changed and not dynamic:
+        rewritten, self.outputs_rewritten = self.outputs_rewritten, False
+        if rewritten and not self.shape_changed and not dynamic:
+            # the skip stands where the fused node wrote what this node's own shapes give
+            outs, _ = self._layouts_for(in_layouts, deps)
+            rewritten = any(t.layout != l for t, l in zip(self.outputs, outs))
+        if not self.shape_changed and not dynamic and not rewritten:
             if by_other is None:
                 self._rec("update_shape", "skip",
                           "static_output" if self.node.static_output else "shape_unchanged")
             return
         reason = "first_run" if self.in_layouts is None else (
             "shape_changed" if in_layouts != self.in_layouts else
-            "dynamic_output" if dynamic else "memory_deps_changed")
+            "dynamic_output" if dynamic else "memory_deps_changed" if deps_changed else "output_rewritten")
         self.deps_key = values_key(deps) if deps else ()
         out_layouts, self.unfuse_reason = self._layouts_for(in_layouts, deps)
         self.in_layouts = in_layouts
@@ -671,7 +679,13 @@ class PrimitiveInst:
             raise node_failure(self, self.rt.buffers, args, e) from e
 
     def run_unfused(self) -> None:
-        """overall_flow.md's "Valid fusion?" no: the unfused subgraph runs for these shapes."""
+        """overall_flow.md's "Valid fusion?" no: the unfused subgraph runs for these shapes.
+        Its nodes that write the fused node's outputs check those outputs' layouts first: the
+        fused node's update_shape may have set them since (for the fused op, which these shapes
+        do not fit), and a skip would keep them (`output_rewritten`)."""
+        for inst in self.unfused:
+            if any(t is o for t in inst.outputs for o in self.outputs):
+                inst.outputs_rewritten = True
         self._rec("fusion", "unfuse", self.unfuse_reason, ops=self.fusion.names(),
                   position=self.fusion.position)
         if self.kv_from:

@@ -8,6 +8,8 @@ each inference's outputs are bit-identical and its counters (every decision, the
 bytes) equal, the outputs match onnxruntime, and compiled plans must have served inferences."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -426,3 +428,57 @@ def test_lengths_met_again_and_again_decide_and_compute_as_the_flow(device, seq)
     for i, (a, b) in enumerate(zip(on, off)):
         assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"]), f"inference {i}"
         assert c_on[i] == c_off[i], f"inference {i}"
+
+
+def test_replays_of_compiled_transitions_around_unfused_runs_decide_as_the_flow(device):
+    """A fused attention whose mask grows the scores' batch runs unfused for those shapes.
+    Transitions recorded (from compiled inferences, or from the flow) and replayed before and
+    after such runs decide and compute as with the fast path off and as onnxruntime: a replay
+    leaves the unfused subgraph's nodes as the flow does (the inference it stands for ran none
+    of them: a plan put them back as they were when recorded), and an unfused run
+    infers the shapes of the nodes that write the fused node's output again (the fused runs in
+    between rewrote its layout: the flow kept the fused op's batch and wrote a wrong output)."""
+    import onnxruntime as ort
+    from tests.models import masked_attention
+    model = masked_attention(mask_dims=("mb", 1, "s", "l"))
+    prog = build_program(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+
+    def step(mb, s, l):
+        feeds = {n: rng.standard_normal((1, 2, s if n == "q" else l, 8)).astype(np.float32)
+                 for n in ("q", "k", "v")}
+        feeds["mask"] = rng.standard_normal((mb, 1, s, l)).astype(np.float32)
+        return feeds, False
+
+    # fused lengths in a cycle (their transitions compiled, recorded, replayed); an unfused
+    # run (new buffers: a new epoch); the cycle recorded again; an unfused run that fits the
+    # buffers (the epoch stands); the cycle's plans replayed (the flow's plans put the unfused
+    # nodes back as they were when recorded); the same unfused shape again (its nodes' update_shape
+    # reads that state)
+    cycle = [(1, 3, 7), (1, 3, 6), (1, 3, 5)]
+    dims = [(1, 3, 8)] + cycle * 3 + [(2, 3, 6)] + cycle * 3 + [(2, 3, 5)] + cycle * 2 + \
+        [(2, 3, 5)] + cycle + [(2, 3, 5)] * 3 + cycle
+    steps = [step(*d) for d in dims]
+    paths = []
+    net, on, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    # whole plans recorded by the flow only (no compiled plans): the same
+    flow_plans = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="off")
+    flow_plans.impls.device_type = "gpu"
+    for i, (feeds, _) in enumerate(steps):
+        out = flow_plans.infer(feeds)
+        assert np.array_equal(out["y"], off[i]["y"]), f"inference {i}"
+        assert +Counter({k: v for k, v in flow_plans.counters.items() if k not in NOT_DECISIONS}) == \
+            +Counter(c_off[i]), f"inference {i}, flow's plans"
+    for i, (a, b) in enumerate(zip(on, off)):
+        for name in b:
+            assert np.array_equal(a[name], b[name]), f"inference {i} output {name}"
+        # (a steady step leaves out a sum that is 0, device_reads, which the flow writes)
+        assert +Counter(c_on[i]) == +Counter(c_off[i]), f"inference {i}"
+        ref = sess.run(None, steps[i][0])[0]
+        assert a["y"].shape == ref.shape, f"inference {i}"
+        np.testing.assert_allclose(a["y"], ref, rtol=1e-4, atol=1e-4)
+    unfused = [i for i, c in enumerate(c_on) if any(k.startswith("fusion.unfuse") for k in c)]
+    assert unfused and "R" in paths[:unfused[0]] and "R" in paths[unfused[0] + 1:], (paths, unfused)
+    assert net.fast.compiled.runs > 0

@@ -60,13 +60,15 @@ KINDS: dict[str, dict] = {
         "actions": {"infer", "skip"},
         "reasons": {"shape_changed", "first_run", "memory_deps_changed", "shape_unchanged",
                     "shape_of_unchanged", "shape_of_subgraph_unchanged", "static_output",
-                    "done_by_other", "dynamic_output"},
+                    "done_by_other", "dynamic_output", "output_rewritten"},
         "fields": ("in_shapes", "out_shapes", "device_reads", "value_unchanged", "by"),
         "doc": "Shape inference ran (`infer`, new `out_shapes`; reason `first_run`, "
                "`shape_changed` (input layouts), `memory_deps_changed` (a value it reads, e.g. "
                "Reshape's target) or `dynamic_output`: input layouts unchanged but the output "
                "shape depends on data or on a value (NonZero's `gather_nonzero`, Unique's "
-               "`gather_unique`, TopK), which is never skipped, as in the GPU plugin) or was skipped (`skip`, the other reasons). An in-place concat "
+               "`gather_unique`, TopK), which is never skipped, as in the GPU plugin, or "
+               "`output_rewritten`: a node of an unfused subgraph that writes the fused node's "
+               "output, whose layout the fused node's runs changed since its own) or was skipped (`skip`, the other reasons). An in-place concat "
                "infers its producers' shapes before they run (`infer` with `by`: the concat); "
                "their own update_shape is then skipped (`done_by_other`). `device_reads`: "
                "device-to-host reads of its memory deps (NonZero: the 8-byte count), summed into "

@@ -99,8 +99,8 @@ class Left:
         self.pending, self.live = pending, live
 
     def restore(self, _values) -> None:
-        # the snapshot first: taken before the inference's own put back, it holds what that
-        # put back sets (the unfused subgraphs' nodes whose state is symbolic) as it was before
+        # the snapshot first: taken before the inference's own put back, it may hold what that
+        # put back sets as it was before
         for obj, values in self.live:
             obj.restore(values)
         self.pending.put_back()
@@ -326,6 +326,11 @@ class CompiledPlans:
             tpl, counters = bound      # (a traced step writes some decisions one by one)
         if counters != c.steady_counts:    # what build_ahead binds with is not what the flow counted
             self.counts_differ += 1
+            if log is None:
+                # a one-off of this flow (a node whose arguments an unfused run had changed
+                # sets them back): its counts would be repeated by every compiled inference, so
+                # the next flow of steady steps binds instead
+                return None
         for v in cands:
             if v is c:
                 _bind(fast, v, self.host_params, counters, launches, touches)

@@ -33,8 +33,7 @@ class FastPath(Observer):
                  feedback: bool = False, compile_plans: str = "partial"):
         if compile_plans not in COMPILE_MODES:
             raise ValueError(f"compile_plans must be one of {', '.join(COMPILE_MODES)}, not {compile_plans!r}")
-        self.program, self.insts, self.buffers, self.queue = program, insts, buffers, queue
-        self.decisions = decisions
+        self.program, self.insts, self.buffers, self.queue, self.decisions = program, insts, buffers, queue, decisions
         # why whole-inference plans cannot be recorded ("" when they can); partial plans can
         self.blocker = blocker(insts, feedback)
         self.by_value = by_value       # graph inputs whose values decide shapes (value_inputs)
@@ -85,6 +84,7 @@ class FastPath(Observer):
                                if not i.node.host for t in i.inputs
                                if t is not None and t.name in host}.values())
         self.all_insts = [i for inst in insts for i in inst.family()]
+        self._unfused_writes = {id(t) for inst in insts for m in inst.family()[1:] for t in m.outputs}
         # graph inputs and outputs, and what is read after an inference (`read_after`: the
         # index checks' data and indices): their state is put back at once (outputs are read,
         # callers ask for the shapes), the rest lazily
@@ -348,10 +348,17 @@ class FastPath(Observer):
     def _whole_plan(self, prev, sig, iteration, counters, launches, reallocs, touches) -> Plan:
         """The plan of the transition (prev, sig) from what the inference just run launched,
         asked the predictor and left the nodes in."""
-        state = [entry for i in self.all_insts for entry in i.snapshot()]
+        # the nodes the inference ran: not the unfused subgraphs of nodes that ran fused, left
+        # as the flow leaves them (put back as they were when recorded, a later unfused run of
+        # theirs would decide from a state the flow never left them in), nor what they write
+        # (_unfused_writes)
+        ran = [m for i in self.insts for m in _ran(i)]
+        mine = {id(t) for i in ran for t in i.outputs}
+        state = [entry for i in ran for entry in i.snapshot()]
         # (not the constants: their buffers only change by an upload, a memory change that
         # ends the plan's epoch; a third of a BERT's tensors)
-        state += [(t, t.snapshot()) for t in self.buffers.tensors.values() if not t.constant]
+        state += [(t, t.snapshot()) for t in self.buffers.tensors.values()
+                  if not t.constant and (id(t) in mine or id(t) not in self._unfused_writes)]
         return Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches],
@@ -371,13 +378,15 @@ class FastPath(Observer):
         """The plan of the transition (prev, sig) from the compiled inference just run: what its
         function answered (launches, image, predictor calls) and, for its state, what its own
         put back restores (compiled.Left) with a snapshot of the rest: the host nodes, the
-        graph inputs, the tensors the inference set at once, and the unfused subgraphs' nodes
-        (the flow's plan holds their state as the flow left it)."""
+        graph inputs and the tensors the inference set at once. Not the unfused subgraphs'
+        nodes: the inference ran none of them, so its replays leave them as the flow would
+        (put back as they were when recorded, a later unfused run of theirs would decide from
+        a state the flow never left them in)."""
         c, got = self.compiled.last
         kernels, images, calls, keys, env = got[0], got[1], got[2], got[5], got[6]
-        mine = {id(i) for i in c.device}
-        live = [e for i in self.all_insts if id(i) not in mine for e in i.snapshot()]
-        tensors = {id(t): t for i in self.all_insts if id(i) not in mine for t in i.outputs}
+        hosts = [i for i in self.insts if i.node.host]
+        live = [e for i in hosts for e in i.snapshot()]
+        tensors = {id(t): t for i in hosts for t in i.outputs}
         tensors.update((id(t), t) for t in c.immediate)
         tensors.update((id(dst), dst) for dst, _ in c.host_views)
         tensors.update((id(t), t) for t in self.compiled.inputs)
@@ -459,6 +468,14 @@ class FastPath(Observer):
         self._open = False
         self.current = None            # the nodes are left as another inference left them
         return {name: tensors[name].host for name in want}
+
+
+def _ran(inst) -> list:
+    """`inst` and, where it ran unfused in the inference just run, its unfused subgraph's nodes
+    (theirs in turn where they did)."""
+    if not inst.unfuse_reason:
+        return [inst]
+    return [inst] + [m for u in inst.unfused for m in _ran(u)]
 
 
 def _restore(state: list) -> None:

@@ -2,7 +2,9 @@
 
 Procedure (one Network, trace off unless --trace):
 1. first pass over the sequence: the latency of the first inference of each distinct shape
-   (it builds kernels: "first seen"), and the compile time;
+   (it builds kernels: "first seen"), and the compile time; what the model's first inference
+   built is frozen for Python's collector from then on, as `dyncli run` does
+   (dyncli/gc_policy.py), and what the first pass and warm-up add, before the timed passes;
 2. --warmup more passes, untimed;
 3. --repeat timed passes over the sequence: per inference wall latency, time blocked on the
    device (reads, finish), kernels enqueued, whether the fast path replayed it;
@@ -33,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dyncli import shapes as shape_spec
 from dyncli.defaults import CLI_COMPILE_PLANS, CLI_DEFAULT_POLICY
-from dyncli.gc_policy import long_lived_frozen
+from dyncli.gc_policy import freeze_long_lived, long_lived_frozen
 from dyncli.inputs import random_inputs
 from dyncli.runner import RunOptions, UsageError, read_model, resolve_sequence
 from engine import Network, build_program, select_device
@@ -142,22 +144,27 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             progress(done[0], n_total, what)
         return ms, net.blocked_s * 1e3, net.counters
 
-    # 1. first pass: first-seen latency per shape (and where it went), compile time
-    first_seen, first_parts, first_host, compile_ms = {}, {}, {}, 0.0
-    for f, k in zip(feeds, keys):
-        ms, blocked, c = infer(f, "first pass")
-        compile_ms += c.get("compile_ms", 0.0)
-        if k not in first_seen:
-            first_seen[k], first_parts[k] = ms, dict(net.time_ms)
-            # the host's part of a new signature's inference, per kernel (issue target: next
-            # to the launch floor)
-            first_host[k] = (ms - blocked) * 1e3 / c["kernels"] if c.get("kernels") else None
-    # 2. warm-up
-    for _ in range(opts.warmup):
-        for f in feeds:
-            infer(f, "warm-up")
-    # the network, its kernels and its plans are long-lived from here on (dyncli/gc_policy.py)
+    # the network and what its first inference builds are long-lived from then on, as in
+    # `dyncli run` (dyncli/gc_policy.py); what the first pass and warm-up add, from the timed
+    # passes on
     with long_lived_frozen():
+        # 1. first pass: first-seen latency per shape (and where it went), compile time
+        first_seen, first_parts, first_host, compile_ms = {}, {}, {}, 0.0
+        for n, (f, k) in enumerate(zip(feeds, keys)):
+            ms, blocked, c = infer(f, "first pass")
+            if n == 0:
+                freeze_long_lived()
+            compile_ms += c.get("compile_ms", 0.0)
+            if k not in first_seen:
+                first_seen[k], first_parts[k] = ms, dict(net.time_ms)
+                # the host's part of a new signature's inference, per kernel (issue target: next
+                # to the launch floor)
+                first_host[k] = (ms - blocked) * 1e3 / c["kernels"] if c.get("kernels") else None
+        # 2. warm-up
+        for _ in range(opts.warmup):
+            for f in feeds:
+                infer(f, "warm-up")
+        freeze_long_lived()
         # 3. timed passes over the sequence
         rows = []
         for _ in range(opts.repeat):

@@ -11,8 +11,8 @@ Procedure (one Network, trace off unless --trace):
 4. each distinct shape run warm on its own (--same-runs times in a row): the denominator of the
    dynamic overhead = mean latency over the sequence / mean of each inference's shape run warm
    on its own (1.0 means a changed shape costs nothing);
-then the launch floor: one small kernel launched again and again on the same queue (the host
-   us per launch that the host time per kernel above is compared with);
+   then the launch floor: one small kernel launched again and again on the same queue (the
+   host us per launch that the host time per kernel above is compared with);
 5. --profile: one more pass on a profiling queue (profiling doubles the launch cost, so it is
    never the timed pass) for the summed kernel time per inference;
 6. --compare onnxruntime: the same inputs through onnxruntime in the same process.

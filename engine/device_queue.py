@@ -44,6 +44,8 @@ class DeviceQueue:
         # write on a busy queue only once the queue has drained (H200: 530-545 us behind 0.6 ms
         # of kernels, pinned memory alike; scripts/probe_driver.py), so the host
         # stopped launching until the device ran dry. `side_writes` forces it either way.
+        # (That probe wrote through pyopencl, whose released event waits for the copy: how much
+        # of the wait is the driver's is to be measured again with Launcher.write.)
         side = device_type == "gpu" if side_writes is None else side_writes
         self.side = cl.CommandQueue(ctx) if side else None
         self.busy = False              # kernels or copies enqueued since the last finish

@@ -88,8 +88,11 @@ class Launcher:
 
     def write(self, buf: cl.Buffer, arr, offset: int) -> None:
         """A non-blocking copy of C-contiguous `arr` into `buf` at byte `offset`, with no event:
-        the caller keeps `arr` alive until the queue has run it (DeviceQueue.keep). On an H200
-        host 9.6-11.3 us a write against pyopencl's 10.4-12.2 (`.device`'s write probe: the
+        the caller keeps `arr` alive, unchanged, until the queue has run it (DeviceQueue.keep
+        holds it to the inference's finish). pyopencl's non-blocking copy returns an event that
+        waits for the copy when it is released (it keeps the host array alive that way), so a
+        write behind waiting kernels returned only once they had run; this one returns at once.
+        An idle queue's write on an H200 host: 9.6-11.3 us against pyopencl's 10.4-12.2 (the
         driver's own cost is most of it, pinned host memory alike)."""
         n = arr.nbytes
         if not n:

@@ -290,9 +290,11 @@ class PrimitiveInst:
         dynamic = self.opdef.dynamic_output and in_layouts == self.in_layouts
         rewritten, self.outputs_rewritten = self.outputs_rewritten, False
         if rewritten and not self.shape_changed and not dynamic:
-            # the skip stands where the fused node wrote what this node's own shapes give
+            # the skip stands where the fused node wrote what this node's own shapes give; else
+            # the outputs' layouts move back to this node's, and its impl, buffers (the fused
+            # runs may have reclaimed them) and arguments follow as on a shape change
             outs, _ = self._layouts_for(in_layouts, deps)
-            rewritten = any(t.layout != l for t, l in zip(self.outputs, outs))
+            rewritten = self.shape_changed = any(t.layout != l for t, l in zip(self.outputs, outs))
         if not self.shape_changed and not dynamic and not rewritten:
             if by_other is None:
                 self._rec("update_shape", "skip",

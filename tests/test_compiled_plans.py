@@ -482,3 +482,32 @@ def test_replays_of_compiled_transitions_around_unfused_runs_decide_as_the_flow(
     unfused = [i for i, c in enumerate(c_on) if any(k.startswith("fusion.unfuse") for k in c)]
     assert unfused and "R" in paths[:unfused[0]] and "R" in paths[unfused[0] + 1:], (paths, unfused)
     assert net.fast.compiled.runs > 0
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_an_unfused_run_after_fused_ones_that_reclaimed_its_output_takes_a_buffer_for_it(device, fast):
+    """The plugin's policy reclaims the fused node's output buffer while the fused runs need
+    little; an unfused run whose node writing that output re-infers its shape
+    (output_rewritten) also takes a buffer for it, as on a shape change (it kept the reclaimed
+    one and wrote past its end). Outputs as onnxruntime's, with the fast path off and on."""
+    import onnxruntime as ort
+    from tests.models import masked_attention
+    model = masked_attention(mask_dims=("mb", 1, "s", "l"))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    net = Network(build_program(model), device, impls="dynamic", fast_path=fast, predictor="openvino",
+                  compile_plans="all" if fast else "off")
+    net.impls.device_type = "gpu"
+    rng = np.random.default_rng(5)
+    rewritten = 0
+    for mb, s, l in [(2, 40, 5)] + [(1, 2, 5)] * 3 + [(1, 2, 4)] * 3 + [(2, 40, 5)] * 2:
+        feeds = {n: rng.standard_normal((1, 2, s if n == "q" else l, 8)).astype(np.float32)
+                 for n in ("q", "k", "v")}
+        feeds["mask"] = rng.standard_normal((mb, 1, s, l)).astype(np.float32)
+        out = net.infer(feeds)["y"]
+        rewritten += net.counters.get("update_shape.infer.output_rewritten", 0)
+        ref = sess.run(None, feeds)[0]
+        assert out.shape == ref.shape
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+        y = net.tensors["y"]
+        assert y.capacity >= y.layout.nbytes, (y.capacity, y.layout)
+    assert rewritten >= 1

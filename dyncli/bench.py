@@ -213,7 +213,9 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
         if k in device_ms:
             per_shape[k]["device_ms"] = device_ms[k]
     denom = statistics.mean(same[r[0]]["median_ms"] for r in rows)
-    steady = [(same[k]["host_ms"] * 1e3 / same[k]["kernels"]) for k in distinct if same[k]["kernels"]]
+    steady = _median_or_none(same[k]["host_ms"] * 1e3 / same[k]["kernels"] for k in distinct if same[k]["kernels"])
+    # the host's part per kernel of the first-seen shapes after the model's first inference
+    first_us = _median_or_none(first_host[k] for k in distinct if k != keys[0] and first_host[k] is not None)
     out = {
         "model": opts.model, "inputs": names, "device": describe(device), "fast_path": opts.fast_path,
         "impls": opts.impls, "predictor": opts.predictor, "sequence_length": len(seq), "timed_inferences": len(rows),
@@ -224,16 +226,14 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
                      "replayed": sum(r[4] for r in rows), "partial": sum(r[5] for r in rows),
                      "time_ms": _mean_parts(r[6] for r in rows)},
         "dynamic_overhead": statistics.mean(lat) / denom,
-        "steady_host_us_per_kernel": statistics.median(steady) if steady else None,
+        "steady_host_us_per_kernel": steady,
         # the same for the first-seen shapes after the model's first inference (their median)
-        "first_seen_host_us_per_kernel": _median_or_none(
-            first_host[k] for k in distinct if k != keys[0] and first_host[k] is not None),
+        "first_seen_host_us_per_kernel": first_us,
         # the host us per launch of one small kernel on the same queue (engine/launcher.py),
         # and the two figures above over it
         "launch_floor_us": floor,
-        "steady_host_over_floor": _over(statistics.median(steady) if steady else None, floor),
-        "first_seen_host_over_floor": _over(_median_or_none(
-            first_host[k] for k in distinct if k != keys[0] and first_host[k] is not None), floor),
+        "steady_host_over_floor": _over(steady, floor),
+        "first_seen_host_over_floor": _over(first_us, floor),
         # the worst first-seen shape after the model's first inference, over its warm time
         "first_seen_over_warm_max": max((v["first_seen_over_warm"] for k, v in per_shape.items()
                                          if not v["model_first"]), default=None),

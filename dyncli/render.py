@@ -288,11 +288,8 @@ def bench_tables(r: dict, width: int = 80) -> list:
         s.add_row("the model's first inference (shape)", first)
     if r.get("first_seen_over_warm_max") is not None:
         s.add_row("worst first-seen shape / alone, after it", f"{r['first_seen_over_warm_max']:.1f}x")
-    floor = r.get("launch_floor_us")
-    if floor:
-        s.add_row("launch floor: host us per launch", f"{floor:.1f}")
-    host_row(s, "same shape", r["steady_host_us_per_kernel"], floor)
-    host_row(s, "first-seen shapes (median)", r.get("first_seen_host_us_per_kernel"), floor)
+    host_rows(s, r.get("launch_floor_us"), [("same shape", r["steady_host_us_per_kernel"]),
+                                            ("first-seen shapes (median)", r.get("first_seen_host_us_per_kernel"))])
     s.add_row("kernels per inference (mean)", f"{sq['kernels_mean']:.1f}")
     s.add_row("replayed by the fast path: whole / partial",
               f"{sq['replayed']} / {sq.get('partial', 0)} of {r['timed_inferences']}")
@@ -340,9 +337,7 @@ def decode_tables(r: dict, width: int = 80) -> list:
     if rep:
         s.add_row("last step repeated alone (no feedback)",
                   f"median {rep['median_ms']:.3f} ms (decode step x{d['median_ms'] / rep['median_ms']:.2f})")
-    if r.get("launch_floor_us"):
-        s.add_row("launch floor: host us per launch", f"{r['launch_floor_us']:.1f}")
-    host_row(s, "timed steps", d["host_us_per_kernel"], r.get("launch_floor_us"))
+    host_rows(s, r.get("launch_floor_us"), [("timed steps", d["host_us_per_kernel"])])
     compiled_rows(s, r.get("compiled_plans"))
     for name, p in r.get("peers", {}).items():
         s.add_row(f"{name} per step", f"mean {p['mean_ms']:.3f} ms (x{d['mean_ms'] / p['mean_ms']:.2f})")
@@ -390,8 +385,12 @@ def kernel_table(r: dict, width: int = 80) -> list:
     return [f"kernels on {r['device']} (median of profiling events)", *fitted_tables("", cols, rows, width)]
 
 
-def host_row(table, label: str, us: float | None, floor: float | None) -> None:
-    """A host-us-per-kernel row, with its multiple of the launch floor where one was measured."""
-    if us is not None:
-        over = f" ({us / floor:.1f}x the floor)" if floor else ""
-        table.add_row(f"host us per kernel, {label}", f"{us:.1f}{over}")
+def host_rows(table, floor: float | None, rows: list) -> None:
+    """The launch floor where one was measured, then each (label, host us per kernel) with its
+    multiple of the floor."""
+    if floor:
+        table.add_row("launch floor: host us per launch", f"{floor:.1f}")
+    for label, us in rows:
+        if us is not None:
+            over = f" ({us / floor:.1f}x the floor)" if floor else ""
+            table.add_row(f"host us per kernel, {label}", f"{us:.1f}{over}")

@@ -20,6 +20,8 @@ import time
 import numpy as np
 import pyopencl as cl
 
+from engine.kernels import load_source
+
 
 def _library() -> ctypes.CDLL | None:
     """The OpenCL ICD loader pyopencl uses: its wheel's own, else the system's."""
@@ -110,7 +112,6 @@ def launch_floor(queue: cl.CommandQueue, launches: int = 2000, rounds: int = 5) 
     warm-up: what the engine's own launches cannot go below on this device (the issue's
     "launch floor", measured beside the model it is compared with). None where the library
     cannot be loaded."""
-    from engine.kernels import load_source
     own = Launcher.for_queue(queue)
     if own is None:
         return None

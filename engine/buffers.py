@@ -26,10 +26,17 @@ class Buffers:
         self.tensors: dict[str, Tensor] = {}
         self.alloc_s = 0.0             # time spent making buffers (the network resets it)
         self._unread_flag: Tensor | None = None
+        # the memory of the constants' host values (their owners, by id): nothing writes it
+        self._fixed: dict = {}
+        # the shape subgraph's values: their buffers take nothing but uploads (no pool, no
+        # kernel writes them; a control-flow body's carried values are written by kernels)
+        self._host_values = {o for node in program.nodes if node.host for o in node.outputs}
         for name, v in program.constants.items():  # includes constants made by fusion
             v = np.require(v, requirements="C")
             self.tensors[name] = Tensor(name, Layout(v.shape, dtype_from_numpy(v.dtype)),
                                         host=v, constant=True)
+            owner = _owner(v)
+            self._fixed[id(owner)] = owner
         for name in program.inputs:
             self.tensors[name] = Tensor(name)
         for node in program.nodes:
@@ -105,10 +112,16 @@ class Buffers:
         return DeviceMemoryError(f"tensor {t.name} ({by}) needs {nbytes_text(nbytes)}{shape}: {why}")
 
     def upload(self, t: Tensor) -> None:
-        """Put a host value on the device (constants once, shape-subgraph values when changed)."""
+        """Put a host value on the device (constants once, shape-subgraph values when changed),
+        unless the device holds it already: a shape-subgraph value at the start of the one last
+        uploaded, both views of a constant (a shorter length's position ids: the table's first
+        entries)."""
         nbytes = t.host.nbytes
         if t.buf is None or t.capacity < nbytes:
             self.give(t, nbytes)
+        elif t.offset == 0 and t.name in self._host_values and self._held(t.host, t.dev_src):
+            t.dev_src, t.dev_version = t.host, t.version     # (its bytes: what replays compare)
+            return
         if nbytes:
             # no flush first: the kernels still waiting do not read this buffer (host values
             # and inputs never come from the memory pool; their readers come later)
@@ -117,6 +130,15 @@ class Buffers:
         t.offset = 0
         t.dev_version = t.version
 
+    def _held(self, v: np.ndarray, prev) -> bool:
+        """Whether `v`'s bytes are the first of `prev`'s, both in a constant's memory."""
+        if prev is None or v.base is None or prev.dtype != v.dtype or v.nbytes > prev.nbytes or \
+                not (v.flags.c_contiguous and prev.flags.c_contiguous):
+            return False
+        owner = _owner(v)
+        return owner is _owner(prev) and id(owner) in self._fixed and \
+            v.__array_interface__["data"][0] == prev.__array_interface__["data"][0]
+
     def device_buffer(self, t: Tensor) -> cl.Buffer:
         """The buffer a kernel argument binds for `t` (uploading a changed host value first)."""
         if t.layout is None or t.layout.count == 0:
@@ -124,3 +146,10 @@ class Buffers:
         if t.host is not None and t.dev_version != t.version:
             self.upload(t)
         return t.buf
+
+
+def _owner(v: np.ndarray) -> np.ndarray:
+    """The array whose memory `v` views (itself when it owns its memory)."""
+    while isinstance(v.base, np.ndarray):
+        v = v.base
+    return v

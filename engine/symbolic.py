@@ -176,6 +176,14 @@ class Sym:
         return f"Sym({self.v}, {self.name})"
 
 
+def check(ok: bool, inst, what: str) -> None:
+    """A trace must give what the flow did (`inst`: the node it traced, or None); anything
+    else and nothing is compiled."""
+    if not ok:
+        raise Escape(f"the trace differs from the flow in {what}" +
+                     (f" of {inst.node.name}" if inst is not None else ""))
+
+
 def dim(d):
     """A dim as a Python int (numpy ints from shape values), a Sym kept as it is: for shape
     code that normalises dims with int()."""

@@ -511,3 +511,64 @@ def test_an_unfused_run_after_fused_ones_that_reclaimed_its_output_takes_a_buffe
         y = net.tensors["y"]
         assert y.capacity >= y.layout.nbytes, (y.capacity, y.layout)
     assert rewritten >= 1
+
+
+def _sliced_positions_model(start: int, step: int):
+    """y = table[ids[:, start:n:step]] for x [1, n]: the positions a Slice of a 64-entry
+    constant by the input's length (the shape subgraph's function slices it: host_values.py),
+    clamped past its end."""
+    from onnx import TensorProto, helper
+    i64 = lambda name, vals, dims: helper.make_tensor(name, TensorProto.INT64, dims, vals)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["len"], axis=0),
+             helper.make_node("Unsqueeze", ["len", "zero1"], ["len1"]),
+             helper.make_node("Slice", ["ids", "start1", "len1", "one1", "step1"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["y"], axis=0)]
+    g = helper.make_graph(nodes, "sliced_positions",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"]),
+                           helper.make_tensor_value_info("table", TensorProto.FLOAT, [64, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None, 4])],
+                          [i64("one", [1], []), i64("zero1", [0], [1]), i64("one1", [1], [1]),
+                           i64("start1", [start], [1]), i64("step1", [step], [1]),
+                           i64("ids", list(range(64)), [1, 64])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("start,step", [(0, 1), (3, 2), (-60, 1)])
+@given(lengths=st.lists(st.integers(1, 90), min_size=3, max_size=8))
+@SETTINGS
+def test_the_shape_subgraphs_function_slices_positions_as_the_flow(device, start, step, lengths):
+    """Compiled inferences whose shape subgraph is its own generated function (a Slice of a
+    constant by the input's length, past the constant's end too; a shorter one's positions
+    already on the device: Buffers.upload): bit-identical to the flow, the same decisions,
+    onnxruntime's values; the function served."""
+    import onnxruntime as ort
+    model = _sliced_positions_model(start, step)
+    prog = build_program(model)
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((64, 4)).astype(np.float32)
+    steps = [({"x": np.zeros((1, n), np.float32), "table": table}, None) for n in [41, 40, 39] + lengths]
+    net, on, c_on = _run(prog, steps, device, True, "gpu")
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, ((feeds, _), a, b) in enumerate(zip(steps, on, off)):
+        assert np.array_equal(a["y"], b["y"]), f"inference {i}"
+        assert c_on[i] == c_off[i], f"inference {i}"
+        np.testing.assert_array_equal(a["y"], sess.run(None, feeds)[0])
+    fns = list(net.fast.compiled.host_fns.values())
+    assert len(fns) == 1 and fns[0] is not None and fns[0].runs >= 1, fns
+
+
+def test_the_device_holds_a_value_at_the_start_of_the_one_uploaded_only_in_a_constants_memory(device):
+    """Buffers.upload leaves the device as it is for a view of a constant that starts where the
+    value last uploaded does and is no longer (the shorter length's positions); a longer one,
+    one elsewhere in the constant, or an array of no constant's memory is written."""
+    net = Network(build_program(_sliced_positions_model(0, 1)), device)
+    ids = net.tensors["ids"].host
+    held = net.buffers._held
+    assert held(ids[:, :10], ids[:, :30]) and held(ids[:, :30], ids[:, :30])
+    assert not held(ids[:, :31], ids[:, :30])               # longer
+    assert not held(ids[:, 2:10], ids[:, :30])              # elsewhere
+    own = ids.copy()
+    assert not held(own[:, :10], own[:, :30])               # no constant's memory
+    assert not held(ids[:, :10], None)

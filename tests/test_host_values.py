@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.fast_path.host_values import sym_outputs
+from engine.fast_path.host_values import Sliced, sym_outputs
 from engine.layout import Layout
 from engine.symbolic import Session, args_of
 from tests.test_host_ops import I64, _node, _reference
@@ -75,3 +75,44 @@ def test_what_is_not_integer_shape_math_is_declined():
         assert sym_outputs(_inst("Range", {}, 18, 3), [None] * 3, [vec, vec, vec]) is None
         assert sym_outputs(_inst("Gather", {"axis": 0}, 18, 2), [None] * 2, [np.array([5, 6], I64), vec]) is None
         assert sym_outputs(_inst("Add", {}, 18, 2), [None] * 2, [vec, None]) is None
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(first=st.integers(0, 80), later=st.integers(0, 80), start=st.sampled_from([0, 1, 3, -5, -70]),
+       step=st.sampled_from([1, 2, 3]), end_off=st.sampled_from([0, -1, 2, -100]), axis=st.sampled_from([1, -1]))
+def test_a_slice_of_a_constant_by_symbolic_bounds_gives_the_reference_at_other_dims(first, later, start, step,
+                                                                                   end_off, axis):
+    """A Slice of a constant whose end is a dim plus a constant (BERT's position ids): the
+    generated function slices the constant as onnx.reference does, clamping past its end and
+    before its start, for dims other than the traced one."""
+    data = np.arange(2 * 40, dtype=I64).reshape(2, 40)
+    inst = _inst("Slice", {}, 18, 5)
+    s = Session()
+    with s:
+        n = s.layout(Layout((first,), "i64")).shape[0]
+        end = np.empty(1, dtype=object)
+        end[0] = n + end_off
+        out = sym_outputs(inst, [None] * 5, [data, np.array([start], I64), end, np.array([axis], I64),
+                                             np.array([step], I64)], slices=True)
+        assert out is not None and isinstance(out[0], Sliced)
+        fn, _ = s.function("f", out[0].source(s))
+    for drawn in (first, later):
+        ref = _reference(inst.node, [data, np.array([start], I64), np.array([drawn + end_off], I64),
+                                     np.array([axis], I64), np.array([step], I64)])
+        got = fn(drawn)
+        assert got.shape == ref.shape and np.array_equal(got, ref), drawn
+
+
+def test_a_slice_is_a_value_only_where_asked_and_only_of_a_constant_by_positive_steps():
+    s = Session()
+    with s:
+        vec = np.empty(1, dtype=object)
+        vec[0] = s.layout(Layout((9,), "i64")).shape[0]
+        data, zero = np.arange(20, dtype=I64), np.array([0], I64)
+        inst = _inst("Slice", {}, 18, 5)
+        assert sym_outputs(inst, [None] * 5, [data, zero, vec, zero, np.array([1], I64)]) is None   # not asked
+        assert sym_outputs(inst, [None] * 5, [data, zero, vec, zero, np.array([-1], I64)], slices=True) is None
+        assert sym_outputs(inst, [None] * 5, [vec, zero, vec, zero, None], slices=True) is None      # symbolic data
+        sliced = sym_outputs(inst, [None] * 5, [data, zero, vec, zero, None], slices=True)[0]
+        # a host node reading a Sliced declines (only a device node may read one)
+        assert sym_outputs(_inst("Identity", {}, 18, 1), [None], [sliced]) is None

@@ -15,8 +15,9 @@ guards, then what the inference needs, with its variables); the nodes' state the
 when it next runs stays symbolic and is set lazily from those variables, as plan replays put
 theirs back (`Pending`).
 
-An inference of the flow whose inputs have a compiled structure runs its host nodes (the shape
-subgraph, numpy: the flow's own steps), calls `fn`, and when the guards hold, no resource
+An inference of the flow whose inputs have a compiled structure computes its host nodes (the
+shape subgraph: one generated function of the inputs' dims, host_values.HostFn, where its ops
+are symbolic math; else the flow's own steps), calls `fn`, and when the guards hold, no resource
 changed and every buffer surely keeps (the policies' reuse without reclaim, whatever their
 history: predictors.surely_keeps) it writes the shape_info image, enqueues the kernels, makes
 the policy's calls in one go and counts the decisions the compiled inference made. Otherwise the
@@ -42,11 +43,12 @@ import numpy as np
 
 from engine.bound_kernel import work_sizes
 from engine.fast_path import growth, steady, step_events
+from engine.fast_path.host_values import host_fn
 from engine.fast_path.plans import put_back_args, repeat_predictor_calls
 from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
-from engine.symbolic import Escape, Session, Sym, args_of, concrete, prod, structure, substitute
+from engine.symbolic import Escape, Session, Sym, args_of, check, concrete, prod, structure, substitute
 from traces.schema import TEMPLATE_BASES_KEPT
 
 MAX_VARIANTS = 16     # guards a choice by size still makes (a batch of 1, a kernel by length) split the inputs
@@ -142,6 +144,8 @@ class CompiledPlans:
         self.moved: set = set()         # the tensors the last compiled growth moved (ids)
         self.written: list = []         # traced: the nodes whose events it wrote (growth.grow)
         self.template = None            # traced: the template the last compiled inference based
+        # structure of the inputs' layouts -> the shape subgraph's function (None: its flow)
+        self.host_fns: dict = {}
 
     def summary(self) -> dict:
         return {"built": self.built, "runs": self.runs, "refused": self.why_not}
@@ -164,9 +168,8 @@ class CompiledPlans:
         cands = self.table.get(self._key())
         if not cands or not any(c.epoch == fast.epoch for c in cands):
             return 0
-        for inst in self.host_insts:            # the shape subgraph: the flow's own steps
-            inst.execute()
         traced = fast.decisions.traced
+        self._run_hosts(traced)
         moved = fast.buffers.memory.changes != fast.recording[2]     # an input took a new buffer
         host_structure, dims = self._dims()
         for c in cands:
@@ -185,6 +188,29 @@ class CompiledPlans:
                     self.last_values = step_events.values(c, got[-1])
                 return 1
         return 2
+
+    def _run_hosts(self, traced: bool) -> None:
+        """The shape subgraph: its function (host_values.HostFn) where one was made for these
+        inputs' structure and it holds, else the flow's own steps (a traced run's too: they
+        write their events)."""
+        h = None if traced else self.host_fns.get(self._key())
+        if h is None or not h.apply(args_of([t.layout for t in self.inputs], ()), self.host_insts[0].rt,
+                                    self.fast.decisions.counters):
+            for inst in self.host_insts:
+                inst.execute()
+
+    def _add(self, key, c: Compiled, ids: tuple) -> None:
+        """A variant just traced, of inputs of structure `key` and these kernels; the shape
+        subgraph's function for that structure made with the first (from the values the flow
+        just computed)."""
+        c.kernel_ids = ids
+        self.built += 1
+        cands = self.table.setdefault(key, [])
+        if len(cands) >= MAX_VARIANTS:
+            cands.pop(0)
+        cands.append(c)
+        if key not in self.host_fns:
+            self.host_fns[key] = host_fn(self.host_insts, self.inputs)
 
     def _write_base(self, c: Compiled, got: tuple) -> dict | None:
         """A traced run's first compiled inference of variant `c` (bound after the first
@@ -310,11 +336,7 @@ class CompiledPlans:
                 self.why_not = f"{type(e).__name__}: {e}"
                 self.refusals[key] = self.refusals.get(key, 0) + 1
                 return None
-            c.kernel_ids = ids
-            self.built += 1
-            if len(cands) >= MAX_VARIANTS:
-                cands.pop(0)
-            cands.append(c)
+            self._add(key, c, ids)
         tpl = None
         if log is not None:            # (the caller counts the base)
             bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
@@ -359,9 +381,7 @@ class CompiledPlans:
         except Exception as e:      # an Escape, or an op's Python a Sym cannot follow
             self.why_not = f"{type(e).__name__}: {e}"
             return
-        c.kernel_ids = _kernel_ids(fast)
-        self.built += 1
-        self.table.setdefault(self._key(), []).append(c)
+        self._add(self._key(), c, _kernel_ids(fast))
         _bind(fast, c, self.host_params, c.steady_counts, launches, ())
         # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
         # put-back by substitution: the flow after a compiled inference, a growth), and the
@@ -685,13 +705,6 @@ def _sym_key(l) -> tuple | None:
         return None
     return (tuple(d.name if d.__class__ is Sym else d for d in l.shape), l.dtype, l.format,
             None if l.pad is None else tuple(d.name if d.__class__ is Sym else d for d in l.pad))
-
-
-def check(ok: bool, inst, what: str) -> None:
-    """The trace must give what the flow did; anything else and nothing is compiled."""
-    if not ok:
-        raise Escape(f"the trace differs from the flow in {what}" +
-                     (f" of {inst.node.name}" if inst is not None else ""))
 
 
 def image_blocks(fast, launches, per_bound) -> list:

@@ -169,7 +169,7 @@ def test_a_traced_run_binds_and_rebinds_as_an_untraced_one(device, tmp_path):
     assert compiled["traced"][1] == compiled["traced"][8] == compiled["traced"][13] == 1, compiled
     assert nets["traced"].fast.compiled.counts_differ == 0
     # after each growth (150, 160) the next lengths of both batches are compiled at once
-    assert all(compiled["traced"][i] for i in (9, 10, 11, 12, 14, 15, 16)), compiled
+    assert all(compiled["traced"][i] for i in (9, 10, 11, 12, 14, 15, 16)), (compiled, lengths)
     for i in range(len(lengths)):
         assert _events(paths["traced"], i) == _events(paths["flow"], i), f"inference {i}"
 
@@ -356,9 +356,10 @@ def test_host_values_and_views_of_inputs_follow_a_compiled_growth(device, length
 
 def test_a_compiled_inference_after_a_replay_reads_the_state_the_plan_leaves(device, monkeypatch):
     """A new length after a whole plan's replay: the guard reads the state the plan left (the
-    nodes' keys) once, kept with the plan (its state never changes), and the next new length
-    after the same plan reads it from there; both compiled, deciding and computing as the
-    flow does."""
+    nodes' keys) kept with the plan, read once when it was recorded (its state never changes),
+    and so does the next new length after the same plan: neither reads the nodes; both
+    compiled, deciding and computing as the flow does. Only flows read the nodes' state (as
+    they end, for what comes next)."""
     from engine.fast_path import compiled
     prog = build_program(bert_encoder(**BERT))
     # 30 -> 20 a third time is its plan's replay (inferences 7 and 10), 25 and 15 new after it
@@ -380,8 +381,14 @@ def test_a_compiled_inference_after_a_replay_reads_the_state_the_plan_leaves(dev
         plans.append(net.fast.restore)
     assert how[7:] == ["replay", "compiled", "compiled", "replay", "compiled"], how
     assert plans[7] is plans[10] and plans[7].leaves is not None
-    # the guard's reads of the nodes' state: after the replay at 7, not after the one at 10
-    assert 8 in reads and 11 not in reads, reads
+    # the guard's reads of the nodes' state: not after the replays at 7 and 10; at flows only
+    assert 8 not in reads and 11 not in reads and reads, reads
+    assert all(how[k] == "flow" for k in reads), (reads, how)
+    # the plan's device nodes' part waited for them; they put back only what their own state
+    # does not set (the views of host values), not the part (replay._put_back, compiled.rest_of)
+    rests = [r for _, r in plans[7].rest.values()]
+    assert rests and all(len(r) <= len(plans[7].split[1]) // 10 for r in rests), \
+        ([len(r) for r in rests], len(plans[7].split[1]))
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
@@ -572,3 +579,32 @@ def test_the_device_holds_a_value_at_the_start_of_the_one_uploaded_only_in_a_con
     own = ids.copy()
     assert not held(own[:, :10], own[:, :30])               # no constant's memory
     assert not held(ids[:, :10], None)
+
+
+def test_a_replayed_plans_device_part_waits_for_what_comes_after_it(device, monkeypatch):
+    """A whole plan recorded by the flow (a repeated length) puts back its device nodes' part
+    only when the next inference needs it (replay._put_back): a compiled length after its
+    replay puts back only what its own state does not set (a few entries of a hundred), a
+    flow after it the whole part; every inference decides and computes as with the fast path
+    off."""
+    from engine.fast_path import compiled
+    prog = build_program(bert_encoder(**BERT))
+    # the flow of 25 at 5 leaves the nodes in a state the plan of 30 (recorded at 3) does not;
+    # the compiled 30 at 6 leaves its state lazily, the plan's replay at 7 too: 25 at 8, made a
+    # flow (no compiled plan tried), decides from the plan's state (30), put back then
+    lengths = WARM + [(1, 30), (1, 30), (1, 25), (1, 25), (1, 30), (1, 30), (1, 25), (1, 30), (1, 30), (1, 20)]
+    steps = _bert_steps(lengths)
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    run = compiled.CompiledPlans.run
+    monkeypatch.setattr(compiled.CompiledPlans, "run",
+                        lambda self: 0 if self.fast.decisions.trace.iter == 8 else run(self))
+    paths = []
+    net, on, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
+    for i in range(len(steps)):
+        assert np.array_equal(on[i]["last_hidden_state"], off[i]["last_hidden_state"]), i
+        assert c_on[i] == c_off[i], i
+    assert "".join(paths[3:]) == "FCFCRFCRC", "".join(paths)
+    plan = net.fast.put_back_plan
+    assert plan is not None and plan.key[0] == plan.key[1] and len(plan.split[1]) > 50, plan
+    rests = [r for _, r in plan.rest.values()]
+    assert len(rests) == 1 and len(rests[0]) <= len(plan.split[1]) // 10, (len(rests[0]), len(plan.split[1]))

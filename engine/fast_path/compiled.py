@@ -87,6 +87,10 @@ class Pending:
             obj.restore(values)
         set_state(c, self.env)
 
+    def restore(self, _values) -> None:
+        """As a state entry (the device nodes' part of a plan recorded from it: Plan.split)."""
+        self.put_back()
+
 
 class Left:
     """The nodes' state a compiled inference left, as the whole plan recorded from it holds it
@@ -130,6 +134,7 @@ class CompiledPlans:
         self.inputs = [tensors[n] for n in fast.program.inputs]
         self.host_params = _host_params(fast)   # the graph's: fixed for the network
         self.host_insts = [i for i in fast.insts if i.node.host]    # (in the flow's order)
+        self.device_insts = [i for i in fast.insts if not i.node.host]
         self.table: dict = {}           # structure of the inputs' layouts -> [Compiled]
         self.built = 0                  # functions traced
         self.runs = 0                   # inferences they served
@@ -141,6 +146,9 @@ class CompiledPlans:
         # (the plan bound after the first inference, that inference, each device node's input
         # dims it left): what _steady_from checks at the next inference, found there
         self.ahead = None
+        # (iteration, _left's answer) of the state a flow or a compiled growth left, read as it
+        # ended (replay.FastPath._record; _apply)
+        self.left = None
         self.moved: set = set()         # the tensors the last compiled growth moved (ids)
         self.written: list = []         # traced: the nodes whose events it wrote (growth.grow)
         self.template = None            # traced: the template the last compiled inference based
@@ -251,21 +259,17 @@ class CompiledPlans:
             return False                # an empty buffer: the flow asks the policy nothing
         self.written = []
         # from here on the inference is the compiled one
+        late, fast.late = fast.late, None
+        if late is not None:            # (what its own state does not set)
+            for obj, values in rest_of(late, c):
+                obj.restore(values)
         if keep:
             upload_host_params(buffers, self.host_params)
             fresh = ()
         else:           # uploaded by their readers in the growth (a buffer may grow)
             fresh = [(t, t.host, t.version) for t in self.host_params
                      if t.host is not None and t.dev_version != t.version]
-        for t, values in c.io_snapshot:
-            t.restore(values)
-        for t, l in zip(c.immediate, layouts):
-            t.layout = l
-            t.host = None
-        for dst, src in c.host_views:
-            dst.buf, dst.offset = src.buf, src.offset
-            dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
-            dst.version, dst.dev_version = src.version, src.dev_version
+        _set_at_once(c, layouts)
         if queue.args_version != c.args[0]:
             put_back_args(queue, c.args[1])
             c.args = (queue.args_version, c.args[1])
@@ -281,6 +285,7 @@ class CompiledPlans:
             # what may have moved: the inputs, the views of them, the host values
             may = self.inputs + [dst for dst, _ in c.host_views] + [t for t, _, _ in fresh]
             counters, self.moved, self.written = growth.grow(fast, c, calls, may)
+            self.left = (fast.decisions.trace.iter, (c.kernel_ids, keys))    # (_left)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
@@ -456,6 +461,20 @@ def upload_host_params(buffers, host_params) -> None:
             buffers.upload(t)
 
 
+def _set_at_once(c: Compiled, layouts: tuple) -> None:
+    """What a compiled inference sets of its tensors at once: the graph's outputs (their
+    `layouts`, read after it), the views of host values (they share their buffers)."""
+    for t, values in c.io_snapshot:
+        t.restore(values)
+    for t, l in zip(c.immediate, layouts):
+        t.layout = l
+        t.host = None
+    for dst, src in c.host_views:
+        dst.buf, dst.offset = src.buf, src.offset
+        dst.host = None if src.host is None else src.host.reshape(dst.layout.shape)
+        dst.version, dst.dev_version = src.version, src.dev_version
+
+
 def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
     """Whether the state the last inference left is one from which every device node takes
     its steady step: the same kernels bound, nothing skipped or done by another node, every
@@ -466,7 +485,7 @@ def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
     elif r is None and ahead is not None and ahead[0] is c and ahead[1] == fast.decisions.trace.iter - 1:
         ids, prev = c.kernel_ids, ahead[2]    # the state the model's first inference left
     else:
-        left = _left(fast, c.device)
+        left = _left(fast)
         if left is None:
             return False
         ids, prev = left
@@ -474,19 +493,42 @@ def _steady_from(fast, c: Compiled, keys: tuple) -> bool:
         not any(map(operator.eq, keys, prev))
 
 
-def _left(fast, device) -> tuple | None:
+def _left(fast) -> tuple | None:
     """(kernel ids, node keys) of the state the flow or a whole plan left, None where a node
-    was skipped, done by another or run in place. A whole plan's state, put back for this
-    inference, never changes: it is read once (0.29 ms for the BERT's 74 device nodes on
-    PoCL's host, at each compiled inference after a replay)."""
+    was skipped, done by another or run in place. Read when that inference ends, while the
+    device runs its kernels (state_left: 156-224 us of the BERT's next inference on an H200
+    host otherwise): a whole plan's with its recording (its state never changes), a flow's
+    (`CompiledPlans.left`) in end_flow; here only where neither was."""
     plan = fast.put_back_plan if fast.restore is None else None
     if plan is not None and plan.leaves is not None:
         return plan.leaves[0]
-    keys = keys_left(device)
-    left = None if keys is None else (_kernel_ids(fast), keys)
+    flow = fast.compiled.left
+    if plan is None and flow is not None and flow[0] == fast.decisions.trace.iter - 1:
+        return flow[1]
+    fast.put_back_late()
+    left = state_left(fast)
     if plan is not None:
         plan.leaves = (left,)
     return left
+
+
+def rest_of(plan, c: Compiled) -> list:
+    """The entries of `plan`'s device nodes' part (Plan.split) that variant `c`'s own state does
+    not set (its snapshot's objects; a compiled plan's put back of the same kernels': the same
+    objects and attributes), once per plan and variant: put back before `c`'s inference, where
+    a replay of `plan` came before it."""
+    got = plan.rest.get(id(c))
+    if got is None or got[0] is not c:
+        covered = {id(obj) for obj, _ in c.snapshot}
+        got = plan.rest[id(c)] = (c, [e for e in plan.split[1] if id(e[0]) not in covered and not (
+            e[0].__class__ is Pending and e[0].c.kernel_ids == c.kernel_ids)])
+    return got[1]
+
+
+def state_left(fast) -> tuple | None:
+    """_left's answer for the nodes' state now."""
+    keys = keys_left(fast.compiled.device_insts)
+    return None if keys is None else (_kernel_ids(fast), keys)
 
 
 def compiled_image(image: list) -> list:

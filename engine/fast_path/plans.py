@@ -11,10 +11,13 @@ import numpy as np
 class Plan:
     __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
                  "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version",
-                 "leaves")
+                 "leaves", "split", "rest")
 
     def __init__(self, **kw):
         self.leaves = None      # what compiled.py's guard reads of the state it leaves, once
+        # `state` as (all but the device nodes' part, that part), and what of that part each
+        # compiled variant after its replay puts back (compiled.rest_of)
+        self.split, self.rest = None, {}
         for k, v in kw.items():
             setattr(self, k, v)
 

@@ -47,6 +47,7 @@ class FastPath(Observer):
         # put back yet
         self.restore: Plan | compiled.Pending | None = None
         self.put_back_plan: Plan | None = None
+        self.late: Plan | None = None  # the whole plan whose device nodes' part waits (_put_back)
         self.recording = None          # (previous signature, signature, memory changes)
         self._launches: list | None = None
         self._reallocs: list | None = None
@@ -74,7 +75,10 @@ class FastPath(Observer):
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
         self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
-        tensors = buffers.tensors
+        self._tensor_roles(program, insts, buffers.tensors, read_after)
+
+    def _tensor_roles(self, program, insts, tensors, read_after) -> None:
+        """The tensors and nodes an inference's recording and replay treat apart."""
         # graph outputs a host impl computes (shape subgraphs) keep their host value; every
         # other output is read back from its buffer
         host = {t.name for i in insts if i.node.host for t in i.outputs}
@@ -89,6 +93,10 @@ class FastPath(Observer):
         # index checks' data and indices): their state is put back at once (outputs are read,
         # callers ask for the shapes), the rest lazily
         self.io_tensors = {tensors[n] for n in list(program.inputs) + program.outputs} | set(read_after)
+        # a whole plan's state of the device nodes and their outputs but the graph's: the part
+        # a compiled inference after its replay mostly sets itself (_put_back)
+        self._device_part = {id(x) for i in insts if not i.node.host
+                             for x in [i] + [t for t in i.outputs if t not in self.io_tensors]}
 
     # ---- the observer: what the flow enqueues and asks the predictor --------------------
     def launched(self, bound, kernel, gws, lws) -> None:
@@ -150,7 +158,9 @@ class FastPath(Observer):
         inference enqueues, asks the predictor and decides (`plan`: the partial plan it runs,
         which records nothing)."""
         if self.restore.__class__ is not compiled.Pending:   # (no partial plan follows one)
-            self._put_back()           # a compiled inference's state waits for run_flow
+            # a compiled inference's state waits for run_flow; so does a whole plan's device
+            # nodes' part where a compiled inference may follow (it sets most of it again)
+            self._put_back(defer=plan is None and self.compiled is not None)
         self._open = True
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
         self._partial, self._steps_ran = plan, False
@@ -163,15 +173,31 @@ class FastPath(Observer):
             self._launches, self._reallocs, self._touches = [], [], []
             self.decisions.log = []
 
-    def _put_back(self) -> None:
-        """The nodes' state as the last inference left it, before the flow reads it."""
+    def _put_back(self, defer: bool = False) -> None:
+        """The nodes' state as the last inference left it, before the flow reads it. `defer`:
+        of a whole plan, all but its device nodes' part (Plan.split), which waits in `late`
+        until the flow needs it; a compiled inference puts back only what its own state does
+        not set (compiled.rest_of: 275-427 us of the BERT's inference after a replay on an H200
+        host, the whole state put back)."""
         r, self.restore = self.restore, None
+        late, self.late = self.late, None
+        if late is not None:
+            _restore(late.split[1])
         # a whole plan's state, put back for this inference (compiled.py reads what it leaves)
         self.put_back_plan = r if r.__class__ is Plan else None
         if r.__class__ is compiled.Pending:
             r.put_back()
+        elif r is not None and defer:
+            _restore(r.split[0])
+            self.late = r
         elif r is not None:
             _restore(r.state)
+
+    def put_back_late(self) -> None:
+        """The device nodes' part of a whole plan's state, where it waits (`late`)."""
+        late, self.late = self.late, None
+        if late is not None:
+            _restore(late.split[1])
 
     def run_flow(self, prebuild) -> None:
         """The nodes' part of an inference of the flow: its compiled plan (compiled.py) where
@@ -181,11 +207,12 @@ class FastPath(Observer):
         plan served."""
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
         ran = self._ran = self.compiled.run() if self.compiled is not None else 0
+        if ran != 1:
+            self._put_back()
         prebuild(ran == 1)
         if ran == 1:
             self.decisions.counters["plan.compiled"] = 1
             return
-        self._put_back()
         steady_only = True
         try:
             for inst, step in zip(self.insts, self.steady_steps):
@@ -277,17 +304,12 @@ class FastPath(Observer):
         self.current = None
         ran, self._ran = self._ran, 0
         if ran == 1:
-            if changed:                    # it moved buffers (growth.py): its plans follow them
-                self._new_epoch()
-                self.compiled.rebind_grown()
-                return None
-            if not self._records_compiled(prev, sig, traced):
-                return None
-            self.plans.put((prev, sig), self._plan_of_compiled(prev, sig, iteration, counters))
-            return []
-        elif not changed and self.compiled is not None and self._all_steady and prev is not None:
+            return self._record_compiled(prev, sig, iteration, counters, changed, traced)
+        if not changed and self.compiled is not None and self._all_steady and prev is not None:
             self._template = self.compiled.record(self._steady.counted, launches, reallocs, touches,
                                                   log if traced else None, iteration)
+        if self.compiled is not None:      # what a compiled inference next reads of it (compiled._left)
+            self.compiled.left = (iteration, compiled.state_left(self))
         ahead = False                      # the model's first inference: its plan traced now
         if ran == 0 and not counters.get("device_reads"):
             if prev is None:
@@ -318,6 +340,17 @@ class FastPath(Observer):
             return clean
         self.plans.put((prev, sig), self._whole_plan(prev, sig, iteration, counters, launches, reallocs, touches))
         return clean or []
+
+    def _record_compiled(self, prev, sig, iteration: int, counters: Counter, changed: bool, traced: bool):
+        """_record after a compiled inference: [] when it records its transition's plan."""
+        if changed:                    # it moved buffers (growth.py): its plans follow them
+            self._new_epoch()
+            self.compiled.rebind_grown()
+            return None
+        if not self._records_compiled(prev, sig, traced):
+            return None
+        self.plans.put((prev, sig), self._plan_of_compiled(prev, sig, iteration, counters))
+        return []
 
     def _record_partial(self, counters, iteration, diverged, changed, launches, reallocs, touches, log) -> None:
         """After a partial replay: bind its compiled steps (a traced run's template goes to
@@ -354,11 +387,15 @@ class FastPath(Observer):
         # (_unfused_writes)
         ran = [m for i in self.insts for m in _ran(i)]
         mine = {id(t) for i in ran for t in i.outputs}
-        state = [entry for i in ran for entry in i.snapshot()]
+        # (split: the device nodes' part apart, _put_back)
+        early, late = [], []
+        for i in ran:
+            (late if id(i) in self._device_part else early).extend(i.snapshot())
         # (not the constants: their buffers only change by an upload, a memory change that
         # ends the plan's epoch; a third of a BERT's tensors)
-        state += [(t, t.snapshot()) for t in self.buffers.tensors.values()
-                  if not t.constant and (id(t) in mine or id(t) not in self._unfused_writes)]
+        for t in self.buffers.tensors.values():
+            if not t.constant and (id(t) in mine or id(t) not in self._unfused_writes):
+                (late if id(t) in self._device_part else early).append((t, t.snapshot()))
         return Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches],
@@ -366,13 +403,15 @@ class FastPath(Observer):
             reallocs=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
                       ((t, tuple(map(int, shape)), bits) for t, shape, bits in reallocs)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
-            counters=Counter(counters), state=state,
-            io_state=[e for e in state if e[0] in self.io_tensors], touches=touches,
+            counters=Counter(counters), state=early + late, split=(early, late),
+            io_state=[e for e in early + late if e[0] in self.io_tensors], touches=touches,
             image=self.queue.arena.image([(b.slot, info) for b, _, _, _, _, info in launches
                                           if b is not None and info is not None and b.slot is not None]),
             infos=[(b, info) for b, _, _, _, _, info in launches if b is not None],
             args=[(b, k, args) for b, k, _, _, args, _ in launches if b is not None],
-            arena_version=-1, args_version=-1)
+            arena_version=-1, args_version=-1,
+            # (read as the flow ended: _record)
+            leaves=None if self.compiled is None else (self.compiled.left[1],))
 
     def _plan_of_compiled(self, prev, sig, iteration, counters: Counter) -> Plan:
         """The plan of the transition (prev, sig) from the compiled inference just run: what its
@@ -399,10 +438,11 @@ class FastPath(Observer):
                       ((t, tuple(map(int, shape)), bits) for t, _, shape, _, bits in calls)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=counters, state=[(compiled.Left(compiled.Pending(c, env, keys), live), None)],
+            split=(live, [(compiled.Pending(c, env, keys), None)]),
             io_state=[(t, t.snapshot()) for t in self.io_tensors if not t.constant], touches=c.touches,
             # (the compiled inference left its bound kernels with no shape_info array: write_image)
             image=compiled.image_of(c, images), infos=[(b, None) for b in c.bounds],
-            args=c.args[1], arena_version=-1, args_version=-1)
+            args=c.args[1], arena_version=-1, args_version=-1, leaves=((c.kernel_ids, keys),))
 
     def _new_epoch(self) -> None:
         self.epoch += 1

@@ -8,9 +8,11 @@ Procedure (one Network, trace off unless --trace):
 2. --warmup more passes, untimed;
 3. --repeat timed passes over the sequence: per inference wall latency, time blocked on the
    device (reads, finish), kernels enqueued, whether the fast path replayed it;
-4. each distinct shape run warm on its own (--same-runs times in a row): the denominator of the
-   dynamic overhead = mean latency over the sequence / mean of each inference's shape run warm
-   on its own (1.0 means a changed shape costs nothing);
+4. each distinct shape run warm on its own (--same-runs times in a row, in --repeat rounds,
+   one after each timed pass: a host whose speed drifts between the sequence and the shapes
+   alone moved the ratio by 0.1-0.2 on an H200 host): the denominator of the dynamic overhead
+   = mean latency over the sequence / mean of each inference's shape run warm on its own (1.0
+   means a changed shape costs nothing);
    then the launch floor: one small kernel launched again and again on the same queue (the
    host us per launch that the host time per kernel above is compared with);
 5. --profile: one more pass on a profiling queue (profiling doubles the launch cost, so it is
@@ -132,7 +134,9 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
     net = Network(prog, device, trace=trace, impls=opts.impls, fast_path=opts.fast_path,
                   predictor=opts.predictor, compile_plans=opts.compiled_plans)
     load_ms = (time.perf_counter() - t0) * 1e3
-    n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * opts.same_runs
+    rounds = max(opts.repeat, 1)
+    per_round = -(-max(opts.same_runs - 1, 1) // rounds)    # (the warm runs of each round)
+    n_total = len(seq) * (1 + opts.warmup + opts.repeat) + len(distinct) * rounds * (per_round + 1)
     done = [0]
 
     def infer(f, what):
@@ -165,22 +169,21 @@ def bench_model(opts: BenchOptions, progress=None) -> dict:
             for f in feeds:
                 infer(f, "warm-up")
         freeze_long_lived()
-        # 3. timed passes over the sequence
-        rows = []
-        for _ in range(opts.repeat):
-            for f, k in zip(feeds, keys):
+        # 3. timed passes over the sequence, 4. after each, a round of each distinct shape warm
+        # on its own
+        rows, alone = [], {k: [] for k in distinct}
+        for r in range(rounds):
+            for f, k in zip(feeds, keys) if r < opts.repeat else ():
                 ms, blocked, c = infer(f, "sequence")
                 rows.append((k, ms, blocked, c.get("kernels", 0), bool(c.get("plan.replay")),
                              bool(c.get("plan.partial")), dict(net.time_ms)))
-        # 4. each distinct shape warm on its own
-        same = {}
-        for k in distinct:
-            f = feeds[keys.index(k)]
-            infer(f, "same shape")          # the change into this shape is not part of its warm time
-            runs = [infer(f, "same shape") for _ in range(max(opts.same_runs - 1, 1))]
-            same[k] = {"median_ms": statistics.median(r[0] for r in runs),
-                       "host_ms": statistics.median(r[0] - r[1] for r in runs),
-                       "kernels": runs[-1][2].get("kernels", 0)}
+            for k in distinct:
+                f = feeds[keys.index(k)]
+                infer(f, "same shape")          # the change into this shape is not part of its warm time
+                alone[k] += [infer(f, "same shape") for _ in range(per_round)]
+        same = {k: {"median_ms": statistics.median(r[0] for r in runs),
+                    "host_ms": statistics.median(r[0] - r[1] for r in runs),
+                    "kernels": runs[-1][2].get("kernels", 0)} for k, runs in alone.items()}
     # the launch floor on the same queue: the host's part of one small kernel's launch
     floor = launch_floor(net.queue.cl_queue)
     # 5. kernel time on a profiling queue (separate network: its launches cost more)

@@ -232,7 +232,8 @@ def bench(
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
     warmup: int = typer.Option(1, "--warmup", metavar="N", help="Untimed passes over the sequence after the first."),
     repeat: int = typer.Option(3, "--repeat", metavar="N", help="Timed passes over the sequence (kernel benchmarks: runs)."),
-    same_runs: int = typer.Option(10, "--same-runs", metavar="N", help="Warm runs of each distinct shape on its own."),
+    same_runs: int = typer.Option(10, "--same-runs", metavar="N", help="Warm runs of each distinct shape on its own (the dynamic overhead's denominator), "
+                                  "spread over rounds after each timed pass."),
     device: Optional[str] = typer.Option(None, "--device", metavar="P:D", help="OpenCL device (see `dyncli devices`)."),
     impls: str = typer.Option("auto", "--impls", metavar="MODE", help="dynamic | static | auto, as for `dyncli run`."),
     predictor: str = typer.Option(CLI_DEFAULT_POLICY, "--predictor", metavar="POLICY", help="Output preallocation "

@@ -589,15 +589,16 @@ def test_a_replayed_plans_device_part_waits_for_what_comes_after_it(device, monk
     off."""
     from engine.fast_path import compiled
     prog = build_program(bert_encoder(**BERT))
-    # the flow of 25 at 5 leaves the nodes in a state the plan of 30 (recorded at 3) does not;
-    # the compiled 30 at 6 leaves its state lazily, the plan's replay at 7 too: 25 at 8, made a
-    # flow (no compiled plan tried), decides from the plan's state (30), put back then
+    # the flow of 25 at 5 (made one: no repeat of the compiled 25 before) leaves the nodes in a
+    # state the plan of 30 (recorded at 3) does not; the compiled 30 at 6 leaves its state
+    # lazily, the plan's replay at 7 too: 25 at 8, made a flow too, decides from the plan's
+    # state (30), put back then
     lengths = WARM + [(1, 30), (1, 30), (1, 25), (1, 25), (1, 30), (1, 30), (1, 25), (1, 30), (1, 30), (1, 20)]
     steps = _bert_steps(lengths)
     _, off, c_off = _run(prog, steps, device, False, "gpu")
     run = compiled.CompiledPlans.run
     monkeypatch.setattr(compiled.CompiledPlans, "run",
-                        lambda self: 0 if self.fast.decisions.trace.iter == 8 else run(self))
+                        lambda self: 0 if self.fast.decisions.trace.iter in (5, 8) else run(self))
     paths = []
     net, on, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
     for i in range(len(steps)):
@@ -608,3 +609,33 @@ def test_a_replayed_plans_device_part_waits_for_what_comes_after_it(device, monk
     assert plan is not None and plan.key[0] == plan.key[1] and len(plan.split[1]) > 50, plan
     rests = [r for _, r in plan.rest.values()]
     assert len(rests) == 1 and len(rests[0]) <= len(plan.split[1]) // 10, (len(rests[0]), len(plan.split[1]))
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_a_repeat_of_a_compiled_length_counts_as_the_flows_repeat(device, kind):
+    """A length met again right after its compiled inference: the first such repeat runs the
+    flow (every node skips), which the variant learns its counts from; later ones of other
+    lengths repeat the compiled launches counted so (CompiledPlans._repeat), their plans
+    recorded at once and replayed on the next repeat; a repeat after a replay or a growth, and
+    another batch, run as before. Each decides and computes as with the fast path off."""
+    import onnxruntime as ort
+    model = bert_encoder(**BERT)
+    prog = build_program(model)
+    lengths = WARM + [(1, 30), (1, 30), (1, 25), (1, 25), (1, 25), (1, 20), (1, 20), (1, 150), (1, 150),
+                      (2, 12), (2, 12), (1, 33), (1, 33), (1, 30), (1, 30)]
+    steps = _bert_steps(lengths)
+    paths = []
+    net, on, c_on = _run(prog, steps, device, True, kind, paths=paths)
+    _, off, c_off = _run(prog, steps, device, False, kind)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, ((feeds, _), a, b) in enumerate(zip(steps, on, off)):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"]), i
+        assert c_on[i] == c_off[i], i
+        np.testing.assert_allclose(a["last_hidden_state"], sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+    # 3: the flow's repeat (learned); 5, 8, 14, 16: repeats of compiled lengths; 6: their plan's
+    # replay; 10: a repeat after a growth (its state put back: the flow)
+    assert paths[2:] == list("CFCCRCCCFFFCCCC"), "".join(paths)
+    assert net.fast.compiled.repeats == 4, net.fast.compiled.summary()
+    # their plans, as the flow's of a repeat: no predictor call, no cache hit to make again
+    repeats = [p for k, p in net.fast.plans.items() if k[0] == k[1]]
+    assert repeats and all(not p.reallocs and not p.touches for p in repeats), len(repeats)

@@ -23,6 +23,11 @@ NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "p
 __all__ = ["COMPILE_MODES", "FastPath", "NOT_DECISIONS", "signature"]
 
 _IMPL_CHANGES = ("update_impl.switch", "update_impl.build", "update_weights.")
+# counters a repeat of a compiled inference measures itself (the network, after the nodes)
+_MEASURED = frozenset({"peak_bytes", "live_bytes_lower_bound"})
+# what a flow that only skipped does not count (a repeat's counts are learned from one)
+_NOT_SKIPS = ("update_impl", "update_weights", "realloc.alloc", "realloc.reuse", "realloc.from_pool",
+              "set_args.set", "fusion", "in_place_concat", "execute.unfused")
 # what is compiled: nothing, a partial plan's dirty steps (a decode step), or whole plans too
 COMPILE_MODES = ("off", "partial", "all")
 SEEN_KEPT = 1024
@@ -73,6 +78,8 @@ class FastPath(Observer):
         self._steps_ran = False        # this partial replay was a compiled one
         self._template = None          # the template of a compiled plan bound now (traced runs)
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
+        self._repeated = None          # the variant this flow repeats the inference of (_learn_repeat)
+        self._entry: dict = {}         # the counters when its nodes began
         self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
         self._tensor_roles(program, insts, buffers.tensors, read_after)
@@ -208,6 +215,11 @@ class FastPath(Observer):
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
         ran = self._ran = self.compiled.run() if self.compiled is not None else 0
         if ran != 1:
+            # (a repeat of the compiled inference before: what the flow counts, learned)
+            self._repeated = self.compiled.last[0] if self.compiled is not None and \
+                self.recording[0] == self.recording[1] and self.restore.__class__ is compiled.Pending and \
+                self.compiled.last is not None and self.restore.env is self.compiled.last[1][-1] else None
+            self._entry = dict(self.decisions.counters)    # (the inputs' decisions, counted before)
             self._put_back()
         prebuild(ran == 1)
         if ran == 1:
@@ -305,6 +317,8 @@ class FastPath(Observer):
         ran, self._ran = self._ran, 0
         if ran == 1:
             return self._record_compiled(prev, sig, iteration, counters, changed, traced)
+        if self._repeated is not None and not changed and ran == 0:
+            self._learn_repeat(self._repeated, counters)
         if not changed and self.compiled is not None and self._all_steady and prev is not None:
             self._template = self.compiled.record(self._steady.counted, launches, reallocs, touches,
                                                   log if traced else None, iteration)
@@ -367,12 +381,27 @@ class FastPath(Observer):
         if changed:
             self._new_epoch()
 
+    def _learn_repeat(self, c, counters: Counter) -> None:
+        """What the flow counted repeating a compiled inference of variant `c`, every node
+        skipping (less what the inputs counted before the nodes ran): what `c`'s repeats count
+        from then on (CompiledPlans._repeat); never where two such flows counted differently,
+        or where a node did more than skip."""
+        entry = self._entry
+        got = Counter({k: v - entry.get(k, 0) for k, v in counters.items()
+                       if k not in NOT_DECISIONS and k not in _MEASURED and not (k in entry and v == entry[k])})
+        if got.get("update_shape.infer") or any(k.startswith(_NOT_SKIPS) for k in got):
+            return
+        c.repeat_counts = got if c.repeat_counts is None or c.repeat_counts == got else False
+
     def _records_compiled(self, prev, sig, traced: bool) -> bool:
         """Whether a compiled inference is recorded as its transition's plan: the second time
         the transition is met, while the transitions met in this epoch fit the plans kept (a run
         of many lengths meets more, each once in a while: its plans would be dropped before
-        their next use). Never in a traced run: the reader expands a replay from its base's
-        events, and a compiled inference's device nodes wrote none."""
+        their next use); a repeated signature at once, as the flow's. Never in a traced run: the
+        reader expands a replay from its base's events, and a compiled inference's device nodes
+        wrote none."""
+        if not traced and prev == sig:
+            return True
         if traced or (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
             self.seen.put((prev, sig), None)
             return False
@@ -432,14 +461,16 @@ class FastPath(Observer):
         live += [(t, t.snapshot()) for t in tensors.values() if not t.constant]
         counters = Counter(counters)       # a replay of it is no compiled inference
         del counters["plan.compiled"]
+        repeat = prev == sig               # (CompiledPlans._repeat: no predictor call, no cache hit)
         return Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=kernels, kernels=kernels,
-            reallocs=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
-                      ((t, tuple(map(int, shape)), bits) for t, _, shape, _, bits in calls)],
+            reallocs=[] if repeat else [(t, t.name, s, math.prod(s), bits) for t, s, bits in
+                                        ((t, tuple(map(int, shape)), bits) for t, _, shape, _, bits in calls)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
             counters=counters, state=[(compiled.Left(compiled.Pending(c, env, keys), live), None)],
             split=(live, [(compiled.Pending(c, env, keys), None)]),
-            io_state=[(t, t.snapshot()) for t in self.io_tensors if not t.constant], touches=c.touches,
+            io_state=[(t, t.snapshot()) for t in self.io_tensors if not t.constant],
+            touches=[] if repeat else c.touches,
             # (the compiled inference left its bound kernels with no shape_info array: write_image)
             image=compiled.image_of(c, images), infos=[(b, None) for b in c.bounds],
             args=c.args[1], arena_version=-1, args_version=-1, leaves=((c.kernel_ids, keys),))

@@ -166,6 +166,8 @@ class Network:
         # the fast path's recording reads no output: it goes while the device runs the kernels
         extra = self.accounting.recording(lambda: fast.end_flow(c, self.iter, upto)) if fast is not None else {}
         outs = self._outputs(want)
+        if fast is not None:
+            fast.ended()
         latency = (time.perf_counter() - t0) * 1e3
         c["latency_ms"] = latency
         self._end(latency, extra)

@@ -639,3 +639,33 @@ def test_a_repeat_of_a_compiled_length_counts_as_the_flows_repeat(device, kind):
     # their plans, as the flow's of a repeat: no predictor call, no cache hit to make again
     repeats = [p for k, p in net.fast.plans.items() if k[0] == k[1]]
     assert repeats and all(not p.reallocs and not p.touches for p in repeats), len(repeats)
+
+
+def test_a_plan_recorded_by_an_inference_whose_outputs_were_not_read_is_not_replayed(device, monkeypatch):
+    """The fast path records while the device runs the kernels, before the outputs are read:
+    when reading them fails (a device error), the plan it recorded (the repeated 30's) is not
+    replayed by the next inference, which decides as the flow does after such a failure."""
+    from engine.device_queue import DeviceQueue
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps(WARM + [(1, 30), (1, 30), (1, 30), (1, 30), (1, 30)])
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
+    net.impls.device_type = "gpu"
+    read = DeviceQueue.read_status
+
+    def fails(self):
+        if net.iter == 3:
+            raise RuntimeError("the device failed")
+        return read(self)
+    monkeypatch.setattr(DeviceQueue, "read_status", fails)
+    paths = []
+    for k, (feeds, _) in enumerate(steps):
+        if k == 3:
+            with pytest.raises(RuntimeError):
+                net.infer(feeds)
+            paths.append("X")
+            continue
+        net.infer(feeds)
+        paths.append("C" if net.counters.get("plan.compiled") else "R" if net.counters.get("plan.replay") else "F")
+    # 3 recorded 30's plan, then failed; 4 runs the flow (a new epoch: no transition known),
+    # 5 the flow of the repeat, 6 replays what 5 recorded
+    assert "".join(paths) == "FCCXFFR", "".join(paths)

@@ -263,8 +263,9 @@ class FastPath(Observer):
         """After the flow's inference, or a partial replay (`upto`: partial.run's answer):
         trace the partial replay or the compiled inference; record whole and partial plans
         from a flow where it allows, bind compiled ones. Returns what the inference's infer_end
-        carries of it (plan_base, clean_nodes, template)."""
-        self._open = False
+        carries of it (plan_base, clean_nodes, template). The inference stays open (`_open`)
+        until its outputs are read (`ended`): it records while the device runs the kernels, and
+        a read that fails must not leave a plan of it in use."""
         p = self._partial
         traced = self.decisions.traced
         if p is not None:
@@ -296,6 +297,10 @@ class FastPath(Observer):
             self.templates += 1
             out["template"] = self._template
         return out
+
+    def ended(self) -> None:
+        """The inference's outputs are read: what it recorded may serve."""
+        self._open = False
 
     def _record(self, counters: Counter, iteration: int, diverged: bool) -> list | None:
         """The node names of the clean nodes of the partial plan recorded ([] when only a

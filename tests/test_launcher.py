@@ -99,3 +99,34 @@ def test_writes_without_events_land_where_asked(device):
     with pytest.raises(cl.LogicError, match="clEnqueueWriteBuffer"):
         launch.write(src, np.zeros(65, np.float32), 0)     # past the buffer's end
     q.finish()
+
+
+def test_sizes_met_once_launch_from_a_scratch_array_each_as_asked(device):
+    """New work sizes in one batch of launches (a new length's): each launch fills the scratch
+    array before its call, so every kernel runs the sizes it was given; sizes met a second
+    time are kept, the others not."""
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx)
+    prg = cl.Program(ctx, SRC).build()
+    a = np.arange(256, dtype=np.float32)
+    mf = cl.mem_flags
+    src = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    launch = launcher_mod.Launcher.for_queue(q)
+    for rnd in range(2):
+        sizes = [(32 * (k + 1),) for k in range(6)]
+        batch, dsts = [], []
+        for n, in sizes:
+            k = cl.Kernel(prg, "add1")
+            dst = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.zeros_like(a))
+            k.set_args(src, dst)
+            batch.append((k, (n,), (32,)))
+            dsts.append((dst, k))
+        launch.launch_all(batch)
+        for (n,), (dst, _) in zip(sizes, dsts):
+            out = np.empty_like(a)
+            cl.enqueue_copy(q, out, dst)
+            assert np.array_equal(out[:n], a[:n] + 1) and not out[n:].any(), (rnd, n)
+        # the local size (32,) came six times: kept from its second; the global ones only
+        # once each in the first round, kept in the second
+        kept = set(launch._sizes)
+        assert (32,) in kept and (all(s in kept for s in sizes) if rnd else not any(s in kept for s in sizes[1:]))

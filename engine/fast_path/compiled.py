@@ -175,11 +175,12 @@ class CompiledPlans:
         fast = self.fast
         if fast.recording[0] == fast.recording[1]:
             return self._repeat()               # a repeated signature
-        cands = self.table.get(self._key())
+        key = self._key()
+        cands = self.table.get(key)
         if not cands or not any(c.epoch == fast.epoch for c in cands):
             return 0
         traced = fast.decisions.traced
-        self._run_hosts(traced)
+        self._run_hosts(key, traced)
         moved = fast.buffers.memory.changes != fast.recording[2]     # an input took a new buffer
         host_structure, dims = self._dims()
         for c in cands:
@@ -208,10 +209,11 @@ class CompiledPlans:
         a traced run (its nodes write their events), a static build the flow would take now,
         a buffer taken by an input. The flow's repeat costs 4.3-5.5 ms on an H200 host, its
         recording included, at the first repeat of each length."""
-        fast, last, r = self.fast, self.last, self.fast.restore
-        if last is None or r.__class__ is not Pending or r.env is not last[1][-1] or fast.decisions.traced:
+        fast = self.fast
+        c = self.standing()
+        if c is None or fast.decisions.traced:
             return 0
-        c, got = last
+        got = self.last[1]
         if not c.repeat_counts or c.epoch != fast.epoch or fast.buffers.memory.changes != fast.recording[2] or \
                 any(i.pending is not None for i in self.device_insts):
             return 0
@@ -226,11 +228,19 @@ class CompiledPlans:
         self.repeats += 1
         return 1
 
-    def _run_hosts(self, traced: bool) -> None:
+    def standing(self) -> Compiled | None:
+        """The variant of the last compiled inference where its state is the nodes' still (the
+        last inference: put back lazily, `fast.restore` its Pending), else None."""
+        r = self.fast.restore
+        if self.last is None or r.__class__ is not Pending or r.env is not self.last[1][-1]:
+            return None
+        return self.last[0]
+
+    def _run_hosts(self, key, traced: bool) -> None:
         """The shape subgraph: its function (host_values.HostFn) where one was made for these
         inputs' structure and it holds, else the flow's own steps (a traced run's too: they
         write their events)."""
-        h = None if traced else self.host_fns.get(self._key())
+        h = None if traced else self.host_fns.get(key)
         if h is None or not h.apply(args_of([t.layout for t in self.inputs], ()), self.host_insts[0].rt,
                                     self.fast.decisions.counters):
             for inst in self.host_insts:

@@ -187,9 +187,7 @@ class FastPath(Observer):
         not set (compiled.rest_of: 275-427 us of the BERT's inference after a replay on an H200
         host, the whole state put back)."""
         r, self.restore = self.restore, None
-        late, self.late = self.late, None
-        if late is not None:
-            _restore(late.split[1])
+        self.put_back_late()
         # a whole plan's state, put back for this inference (compiled.py reads what it leaves)
         self.put_back_plan = r if r.__class__ is Plan else None
         if r.__class__ is compiled.Pending:
@@ -216,9 +214,8 @@ class FastPath(Observer):
         ran = self._ran = self.compiled.run() if self.compiled is not None else 0
         if ran != 1:
             # (a repeat of the compiled inference before: what the flow counts, learned)
-            self._repeated = self.compiled.last[0] if self.compiled is not None and \
-                self.recording[0] == self.recording[1] and self.restore.__class__ is compiled.Pending and \
-                self.compiled.last is not None and self.restore.env is self.compiled.last[1][-1] else None
+            self._repeated = self.compiled.standing() if self.compiled is not None and \
+                self.recording[0] == self.recording[1] else None
             self._entry = dict(self.decisions.counters)    # (the inputs' decisions, counted before)
             self._put_back()
         prebuild(ran == 1)
@@ -457,7 +454,7 @@ class FastPath(Observer):
         a state the flow never left them in)."""
         c, got = self.compiled.last
         kernels, images, calls, keys, env = got[0], got[1], got[2], got[5], got[6]
-        hosts = [i for i in self.insts if i.node.host]
+        hosts = self.compiled.host_insts
         live = [e for i in hosts for e in i.snapshot()]
         tensors = {id(t): t for i in hosts for t in i.outputs}
         tensors.update((id(t), t) for t in c.immediate)
@@ -467,13 +464,13 @@ class FastPath(Observer):
         counters = Counter(counters)       # a replay of it is no compiled inference
         del counters["plan.compiled"]
         repeat = prev == sig               # (CompiledPlans._repeat: no predictor call, no cache hit)
+        pending = compiled.Pending(c, env, keys)
         return Plan(
             key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=kernels, kernels=kernels,
             reallocs=[] if repeat else [(t, t.name, s, math.prod(s), bits) for t, s, bits in
                                         ((t, tuple(map(int, shape)), bits) for t, _, shape, _, bits in calls)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
-            counters=counters, state=[(compiled.Left(compiled.Pending(c, env, keys), live), None)],
-            split=(live, [(compiled.Pending(c, env, keys), None)]),
+            counters=counters, state=[(compiled.Left(pending, live), None)], split=(live, [(pending, None)]),
             io_state=[(t, t.snapshot()) for t in self.io_tensors if not t.constant],
             touches=[] if repeat else c.touches,
             # (the compiled inference left its bound kernels with no shape_info array: write_image)

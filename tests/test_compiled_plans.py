@@ -641,6 +641,46 @@ def test_a_repeat_of_a_compiled_length_counts_as_the_flows_repeat(device, kind):
     assert repeats and all(not p.reallocs and not p.touches for p in repeats), len(repeats)
 
 
+@pytest.mark.parametrize("kept", [64, 1])
+def test_a_traced_repeat_of_a_compiled_length_stands_for_the_flows_repeat(device, tmp_path, monkeypatch, kept):
+    """In a traced run a repeat of a compiled length writes one `plan repeat` event standing for
+    the node events of the flow it learned its counts from (the inputs' events are its own);
+    the reader expands it into the events the flow writes for that repeat, field by field, and
+    it counts what the flow does. With the reader keeping one base only, a repeat whose learned
+    flow is no longer held (the 33's, after the growth's flow) runs the flow again (a stale
+    reference would not read)."""
+    from tests.test_steady_steps import _events
+    from traces import TraceWriter
+    from traces.reader import PlanBases, read_trace
+    monkeypatch.setattr("engine.fast_path.compiled.PLAN_BASES_KEPT", kept)
+    monkeypatch.setattr("engine.fast_path.replay.PLAN_BASES_KEPT", kept)
+    monkeypatch.setattr(PlanBases, "KEEP", kept)
+    prog = build_program(bert_encoder(**BERT))
+    lengths = WARM + [(1, 30), (1, 30), (1, 25), (1, 25), (1, 25), (1, 20), (1, 36), (1, 37), (1, 38),
+                      (1, 39), (1, 20), (1, 150), (1, 150), (1, 33), (1, 33), (2, 12), (2, 12)]
+    paths, counted = {}, {}
+    for fast in (True, False):
+        paths[fast] = tmp_path / f"{fast}.jsonl"
+        net = Network(prog, device, impls="dynamic", fast_path=fast, predictor="adaptive",
+                      compile_plans="all", trace=TraceWriter(str(paths[fast]), {}))
+        net.impls.device_type = "gpu"
+        counted[fast] = []
+        for feeds, _ in _bert_steps(lengths):
+            net.infer(feeds)
+            counted[fast].append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+        net.trace.close()
+        if fast:
+            repeats = net.fast.compiled.repeats
+    assert counted[True] == counted[False]
+    for i in range(len(lengths)):
+        assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
+    plans = [e for e in read_trace(str(paths[True]))[1] if e["kind"] == "plan" and e["action"] == "repeat"]
+    # the 25 twice after its compiled inference (not recorded: a replay would copy the inputs'
+    # events of its base), the 33 once; the batch of 2 is another variant, which has learned none
+    assert [e["iter"] for e in plans] == ([5, 6, 16] if kept == 64 else [5, 6]), [e["iter"] for e in plans]
+    assert repeats == len(plans)
+
+
 def test_a_plan_recorded_by_an_inference_whose_outputs_were_not_read_is_not_replayed(device, monkeypatch):
     """The fast path records while the device runs the kernels, before the outputs are read:
     when reading them fails (a device error), the plan it recorded (the repeated 30's) is not

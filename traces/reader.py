@@ -114,7 +114,7 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                     yield rec
                     base = bases.events(rec["of_iter"])
                     if base is None:
-                        raise TraceError(f"{path}:{lineno}: plan replay of inference "
+                        raise TraceError(f"{path}:{lineno}: plan {rec['action']} of inference "
                                          f"{rec['of_iter']}, which is not a plan base")
                     if rec["action"] != "compiled":    # (a compiled one: its base's template only)
                         yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
@@ -155,10 +155,14 @@ NOT_REPLAYED = frozenset({"infer_start", "infer_end", "check", "run_end", "plan"
 def replayed(base: list[dict], rec: dict, clean_nodes: list | None = None) -> Iterator[dict]:
     """The decision events a `plan` event stands for: copies of its base inference's (for a
     `plan partial`, those of the base's first `upto` clean nodes only: the other nodes' events
-    are the inference's own), renumbered to the replaying inference (ts: the replay's)."""
-    names = set((clean_nodes or [])[:rec.get("upto", 0)]) if rec.get("action") == "partial" else None
+    are the inference's own; for a `plan repeat`, all but the graph inputs' `realloc external`,
+    which the inference wrote itself), renumbered to the replaying inference (ts: the
+    replay's)."""
+    action = rec.get("action")
+    names = set((clean_nodes or [])[:rec.get("upto", 0)]) if action == "partial" else None
     for e in base:
-        if names is None or e["node"] in names:
+        if (names is None or e["node"] in names) and \
+                not (action == "repeat" and e["kind"] == "realloc" and e["action"] == "external"):
             yield {**e, "iter": rec["iter"], "ts": rec["ts"], "replayed": True}
 
 

@@ -206,7 +206,7 @@ KINDS: dict[str, dict] = {
         "doc": "An OpenCL program was built (pyopencl's binary cache may serve it).",
     },
     "plan": {
-        "actions": {"replay", "partial", "compiled"},
+        "actions": {"replay", "partial", "compiled", "repeat"},
         "reasons": {"same_signature", "transition", "diverged"},
         "fields": ("of_iter", "kernels", "upto", "steady", "template_of", "values", "written"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
@@ -234,6 +234,12 @@ KINDS: dict[str, dict] = {
                "bound in inference `template_of` (= `of_iter`), expanded as above, but for the "
                "nodes named in `written`: a compiled inference that moved buffers (a length past "
                "their room) wrote those nodes' events itself (engine/fast_path/growth.py). "
+               "`repeat`: the inference repeats the signature of the compiled inference just "
+               "before it, whose state still stands, so its `kernels` were enqueued again with no "
+               "per-node flow; it stands for the node events of `of_iter`, a flow that repeated "
+               "an inference of the same compiled plan (every node skipping: events that name no "
+               "dim), and the reader copies them, all but the graph inputs' `realloc external`, "
+               "which the inference wrote itself. "
                "Off with `--no-fast-path`.",
     },
     "infer_end": {

@@ -49,7 +49,7 @@ from engine.fast_path.shape_fns import op_answer
 from engine.kernels import shape_info_values
 from engine.predictors import surely_keeps
 from engine.symbolic import Escape, Session, Sym, args_of, check, concrete, prod, structure, substitute
-from traces.schema import TEMPLATE_BASES_KEPT
+from traces.schema import PLAN_BASES_KEPT, TEMPLATE_BASES_KEPT
 
 MAX_VARIANTS = 16     # guards a choice by size still makes (a batch of 1, a kernel by length) split the inputs
 # traces of one input structure refused before it is no longer tried (a model whose host
@@ -70,8 +70,9 @@ class Compiled:
                  "moving", "base", "variables",
                  # what an inference of its steady steps counts (steady.counts_of_steady); the
                  # device nodes' steps; what the flow counts repeating one (None: not seen yet;
-                 # False: two repeats counted differently: CompiledPlans._repeat)
-                 "steady_counts", "steps", "repeat_counts")
+                 # False: two repeats counted differently: CompiledPlans._repeat); in a traced
+                 # run, (iteration, base number) of the flow whose events a repeat stands for
+                 "steady_counts", "steps", "repeat_counts", "repeat_of")
 
 
 class Pending:
@@ -144,6 +145,7 @@ class CompiledPlans:
         self.refusals: dict = {}        # input structure -> builds refused
         self.last = None                # (Compiled, its answer) of the last compiled inference
         self.last_values = None         # traced runs: (base iteration, values) of the last one
+        self.repeat_of = None           # traced runs: the base a repeat just served stands for
         self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
         # (the plan bound after the first inference, that inference, each device node's input
         # dims it left): what _steady_from checks at the next inference, found there
@@ -173,6 +175,7 @@ class CompiledPlans:
         """Try the compiled plan for the inputs just set. 0: none applies (nothing done);
         1: done; 2: the host nodes ran, the flow goes on from the device nodes."""
         fast = self.fast
+        self.repeat_of = None
         if fast.recording[0] == fast.recording[1]:
             return self._repeat()               # a repeated signature
         key = self._key()
@@ -205,18 +208,23 @@ class CompiledPlans:
         lazily, nothing changed since): its launches again, counted as the flow counts such a
         repeat, every node skipping (`Compiled.repeat_counts`, learned from the first flow that
         repeated an inference of the variant: replay.FastPath._learn_repeat); its plan is
-        recorded at once, as the flow's would be. 0 otherwise (the flow runs and records it):
-        a traced run (its nodes write their events), a static build the flow would take now,
-        a buffer taken by an input. The flow's repeat costs 4.3-5.5 ms on an H200 host, its
-        recording included, at the first repeat of each length."""
+        recorded at once, as the flow's would be. In a traced run it stands for the events of
+        the flow it learned from (`repeat_of`: a `plan repeat` event, which the reader expands
+        into that flow's node events; they name no dim) while the reader holds them, and is not
+        recorded (a replay copies its base's input events too). 0 otherwise (the flow runs and
+        records it): a static build the flow would take now, a buffer taken by an input. The
+        flow's repeat costs 4.3-5.5 ms on an H200 host, its recording included, at the first
+        repeat of each length."""
         fast = self.fast
         c = self.standing()
-        if c is None or fast.decisions.traced:
-            return 0
-        got = self.last[1]
-        if not c.repeat_counts or c.epoch != fast.epoch or fast.buffers.memory.changes != fast.recording[2] or \
+        if c is None or not c.repeat_counts or c.epoch != fast.epoch or \
+                fast.buffers.memory.changes != fast.recording[2] or \
                 any(i.pending is not None for i in self.device_insts):
             return 0
+        traced = fast.decisions.traced
+        if traced and (c.repeat_of is None or fast.bases - c.repeat_of[1] >= PLAN_BASES_KEPT):
+            return 0
+        got = self.last[1]
         for t in c.immediate:           # (read after it: written again, as the flow's launches say)
             t.version += 1
             t.dev_version, t.host = t.version, None
@@ -226,6 +234,8 @@ class CompiledPlans:
         fast.buffers.memory.note_many(got[3])
         fast.decisions.counters.update(c.repeat_counts)
         self.repeats += 1
+        if traced:
+            self.repeat_of = c.repeat_of[0]
         return 1
 
     def standing(self) -> Compiled | None:
@@ -666,7 +676,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables, c.counters, c.steps = moving, None, None, None, device_steps
-    c.repeat_counts = None
+    c.repeat_counts = c.repeat_of = None
     owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
     c.steady_counts = steady.counts_of_steady(device, device_steps,
                                               sum(id(t) in owned for t, *_ in calls))

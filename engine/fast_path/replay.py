@@ -80,6 +80,7 @@ class FastPath(Observer):
         self._ran = 0                  # compiled.CompiledPlans.run's answer for this inference
         self._repeated = None          # the variant this flow repeats the inference of (_learn_repeat)
         self._entry: dict = {}         # the counters when its nodes began
+        self._learned = None           # the variant this flow's repeat counts were learned for
         self._all_steady = False       # every device node of this flow took a steady step
         self._open = False             # an inference began and has not ended (it raised)
         self._tensor_roles(program, insts, buffers.tensors, read_after)
@@ -274,19 +275,26 @@ class FastPath(Observer):
                                        of_iter=p.of_iter, kernels=p.kernels,
                                        upto=len(p.clean_nodes) if upto is None else upto,
                                        steady=self._steady.members, **stepped)
+        elif self._ran == 1 and traced and self.compiled.repeat_of is not None:
+            # a repeat: the node events of the flow it learned from (the inputs' are in the file)
+            self.decisions.trace.event("plan", "", "", "repeat", "same_signature", of_iter=self.compiled.repeat_of,
+                                       kernels=counters.get("kernels", 0))
         elif self._ran == 1 and traced and self.compiled.last_values is not None:
             base, values = self.compiled.last_values
             written = self.compiled.written    # (a growth: those nodes' events are in the file)
             self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, template_of=base, values=values,
                                        **({"written": written} if written else {}))
         self._template = None
-        based = self._ran == 1 and traced and self.compiled.last_values is None
+        based = self._ran == 1 and traced and self.compiled.last_values is None and self.compiled.repeat_of is None
         clean = self._record(counters, iteration, upto is not None)
+        learned, self._learned = self._learned, None
         if based:                      # its events are in the file: the template's base
             self._template, self.compiled.template = self.compiled.template, None
         if clean is None and self._template is None:
             return {}
         self.bases += 1                # a base of plan events (the reader keeps the last few)
+        if traced and learned is not None:    # a traced repeat of its variant stands for it
+            learned.repeat_of = (iteration, self.bases)
         out = {"plan_base": True}
         if clean:
             out["clean_nodes"] = clean
@@ -394,6 +402,7 @@ class FastPath(Observer):
         if got.get("update_shape.infer") or any(k.startswith(_NOT_SKIPS) for k in got):
             return
         c.repeat_counts = got if c.repeat_counts is None or c.repeat_counts == got else False
+        self._learned = c if c.repeat_counts else None
 
     def _records_compiled(self, prev, sig, traced: bool) -> bool:
         """Whether a compiled inference is recorded as its transition's plan: the second time

@@ -33,6 +33,10 @@ class _Block:
     constant: bool
     holders: set = field(default_factory=set)
     made: int = 0           # the pool's count of buffers made when this one was (their order)
+    # the last step any holder lives to (past END where a holder is not pooled), for the
+    # lifetimes' version `spans` (-1: not worked out): `take` compares it, not every holder
+    dead_after: int = 0
+    spans: int = -1
 
 
 class MemoryPool:
@@ -91,6 +95,7 @@ class MemoryPool:
             return
         self.changes += holder in b.holders
         b.holders.discard(holder)
+        b.spans = -1
         if not b.holders:
             del self._blocks[id(buf)]
             self.used_bytes -= b.nbytes
@@ -103,17 +108,28 @@ class MemoryPool:
         buffer dead before `holder` is written, `need` more than half the buffer's size."""
         if holder not in self.poolable:
             return None
-        start = self.lifetimes[holder][0]
+        span = self.lifetimes[holder]
+        start, spans = span[0], self._spans
         by_size = self._by_size
         for k in range(bisect.bisect_left(by_size, (need,)), len(by_size)):
             b = by_size[k][2]               # (the smallest first, the first made of a size)
             if b.nbytes >= 2 * need:
                 return None
-            if all(h in self.poolable and self.lifetimes[h][1] < start for h in b.holders):
+            if b.spans != spans:
+                self._dead_after(b)
+            if b.dead_after < start:        # every holder dead before `holder` is written
                 self.changes += 1
                 b.holders.add(holder)
+                b.dead_after = max(b.dead_after, span[1])
                 return b.buf, b.nbytes
         return None
+
+    def _dead_after(self, b: _Block) -> None:
+        """b.dead_after for the lifetimes now (a growth's sixty takes each looked at every
+        holder of every block of a size it may take)."""
+        b.spans = self._spans
+        pooled, lifetimes = self.poolable, self.lifetimes
+        b.dead_after = max((lifetimes[h][1] if h in pooled else END + 1 for h in b.holders), default=-1)
 
     # ---- per-inference figures ----------------------------------------------------------
     def begin_inference(self) -> None:

@@ -104,7 +104,8 @@ def test_take_gives_the_smallest_dead_buffer_that_fits_the_first_made_of_a_size(
     the one made first; a buffer with a live holder, or freed, is never handed on."""
     import pyopencl as cl
     ctx = cl.Context([device])
-    life = {"a": [0, 1], "b": [0, 2], "c": [0, 1], "d": [0, 9], "e": [0, 1], "new": [5, 6], "big": [7, 8]}
+    life = {"a": [0, 1], "b": [0, 2], "c": [0, 1], "d": [0, 9], "e": [0, 1], "new": [5, 6], "big": [7, 8],
+            "mid": [3, 4]}
     pool = MemoryPool(life, set(life))
     bufs = {h: pool.alloc(ctx, n, h) for h, n in (("a", 1000), ("b", 600), ("c", 600), ("d", 500), ("e", 2000))}
     assert pool.take("new", 500)[0] is bufs["b"]         # d is live; b and c alike: b first made
@@ -114,3 +115,61 @@ def test_take_gives_the_smallest_dead_buffer_that_fits_the_first_made_of_a_size(
     assert pool.take("big", 1100) == (bufs["e"], 2000)      # 1000 is under the need
     assert pool.take("big", 900)[0] is bufs["a"]
     assert pool.take("big", 2100) is None
+    # a holder let go: the buffer is dead as soon as the others are (c's, after 1)
+    pool.release(bufs["c"], "new")
+    assert pool.take("mid", 520)[0] is bufs["c"]
+
+
+def _naive_take(pool, holder: str, need: int):
+    """The pool's rule read off its blocks, holder by holder: what `take` must hand on."""
+    if holder not in pool.poolable:
+        return None
+    start = pool.lifetimes[holder][0]
+    for b in sorted(pool._blocks.values(), key=lambda b: (b.nbytes, b.made)):
+        if b.constant or b.nbytes < need:
+            continue
+        if b.nbytes >= 2 * need:
+            return None
+        if all(h in pool.poolable and pool.lifetimes[h][1] < start for h in b.holders):
+            return b.buf
+    return None
+
+
+@given(ops=st.lists(st.tuples(st.sampled_from(["alloc", "take", "release", "scratch"]),
+                              st.integers(0, 7), st.integers(1, 9), st.integers(0, 12)),
+                    min_size=1, max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_take_answers_as_its_rule_read_holder_by_holder(device, ops):
+    """What `take` hands on (it keeps each block's last holder step) is what the rule gives
+    read off every holder's lifetime, through allocs, takes, releases and lifetimes that
+    change (an impl's scratch buffer given a step: add_scratch)."""
+    ctx = _ctx(device)
+    names = [f"t{k}" for k in range(8)]
+    life = {n: [k, k + 3] for k, n in enumerate(names)}
+    pool = MemoryPool(life, set(names[:6]))       # t6, t7: not pooled (inputs, say)
+    held: list = []
+    for op, k, size, step in ops:
+        name = names[k]
+        if op == "alloc":
+            held.append((pool.alloc(ctx, size * 100, name), name))
+        elif op == "take":
+            want = _naive_take(pool, name, size * 100)
+            got = pool.take(name, size * 100)
+            assert (None if got is None else got[0]) is want, (op, name, size)
+            if got is not None:
+                held.append((got[0], name))
+        elif op == "release" and held:
+            buf, holder = held.pop(step % len(held))
+            pool.release(buf, holder)
+        elif op == "scratch":
+            pool.add_scratch(name, step)
+
+
+_CTXS: dict = {}
+
+
+def _ctx(device):
+    import pyopencl as cl
+    if device.int_ptr not in _CTXS:     # one context for all examples (each is a few us)
+        _CTXS[device.int_ptr] = cl.Context([device])
+    return _CTXS[device.int_ptr]

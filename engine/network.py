@@ -205,7 +205,7 @@ class Network:
         c["plan.replay"] = c[f"plan.replay.{why}"] = 1
         tr = self.trace      # the same three records whatever the sink (no-op sinks ignore them)
         tr.event("infer_start", shapes={k: list(np.shape(v)) for k, v in feeds.items()})
-        tr.event("plan", "", "", "replay", why, of_iter=plan.of_iter, kernels=len(plan.launches))
+        tr.event("plan", "", "", "replay", why, of_iter=plan.of_iter, kernels=len(plan.launches), **plan.expands)
         self._end(latency, {})
         return outs
 

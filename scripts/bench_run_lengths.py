@@ -4,11 +4,13 @@ what a run that meets a new length at almost every inference costs from the comm
 
     python examples/make_models.py --bench          # once: examples/bench/bert_minilm.onnx
     python scripts/bench_run_lengths.py [--rounds 2] [--count 200] [--low 8] [--high 128]
-                                        [--model FILE] [TREE ...]
+                                        [--set 8,16,24,32,48,64,96,128] [--model FILE] [TREE ...]
 
 Each round runs, for each source TREE (default: this one; e.g. a `git worktree` of an older
 commit beside it), `dyncli run MODEL --shapes-file` over the same `--count` lengths drawn from
-LOW..HIGH (seed 0, batch 1, inputs input_ids and attention_mask), traced then untraced; odd
+LOW..HIGH, or from the lengths of `--set` as `dyncli bench`'s sequence in docs/performance.md
+draws them (numpy, seed 0: a few lengths that come back), batch 1, inputs input_ids and
+attention_mask, traced then untraced; odd
 rounds reverse both orders, so a drift in the host's speed lands on every side. Per run: the
 mean, median and p90 latency with the first inference left out, the inferences served by a
 compiled plan, those over 5 ms, and the five slowest (docs/performance.md, session 17).
@@ -48,12 +50,17 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--low", type=int, default=8)
     ap.add_argument("--high", type=int, default=128)
+    ap.add_argument("--set", default="", help="draw the lengths from these (comma-separated) instead")
     ap.add_argument("--model", default=os.path.join(ROOT, "examples", "bench", "bert_minilm.onnx"))
     a = ap.parse_args()
     if not os.path.exists(a.model):
         raise SystemExit(f"{a.model} not found: run `python examples/make_models.py --bench` first")
-    r = random.Random(0)
-    lengths = [r.randint(a.low, a.high) for _ in range(a.count)]
+    if a.set:
+        import numpy as np
+        lengths = [int(x) for x in np.random.default_rng(0).choice([int(v) for v in a.set.split(",")], a.count)]
+    else:
+        r = random.Random(0)
+        lengths = [r.randint(a.low, a.high) for _ in range(a.count)]
     seq = os.path.join(tempfile.gettempdir(), "bench_run_lengths.json")
     with open(seq, "w") as f:
         json.dump([{"input_ids": [1, n], "attention_mask": [1, n]} for n in lengths], f)

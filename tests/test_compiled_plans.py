@@ -112,14 +112,15 @@ def test_a_growth_under_the_plugins_policy_decides_as_the_flow(device):
 def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device, tmp_path, kind):
     """A traced run's compiled inference writes one `plan compiled` event; the reader expands it
     into its base's device-node events with the moving fields filled (step_events.py), which
-    are the flow's, fields included. Transitions of compiled inferences met again are not
-    recorded as whole plans there (the reader could not expand them)."""
+    are the flow's, fields included. A transition of compiled inferences met a second time is
+    recorded as a whole plan, as in an untraced run: its replays' `plan replay` events carry the
+    template and values of the inference they stand for, and expand to its events too."""
     from tests.test_steady_steps import _events
     from traces import TraceWriter
     prog = build_program(bert_encoder(**BERT))
-    lengths = WARM + [(1, 39), (1, 30), (1, 35), (1, 30), (1, 35), (1, 150), (1, 38), (1, 37), (1, 20),
-                      (2, 30), (2, 31), (1, 33)]
-    paths, compiled = {}, []
+    lengths = WARM + [(1, 39), (1, 30), (1, 35), (1, 30), (1, 35), (1, 30), (2, 20), (1, 30), (1, 35), (1, 30),
+                      (1, 150), (1, 38), (1, 37), (1, 20), (2, 30), (2, 31), (1, 33)]
+    paths, compiled, replayed = {}, [], []
     for fast in (True, False):
         paths[fast] = tmp_path / f"{fast}.jsonl"
         net = Network(prog, device, impls="dynamic", fast_path=fast, predictor="adaptive",
@@ -129,10 +130,39 @@ def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device,
             net.infer(feeds)
             if fast:
                 compiled.append(net.counters.get("plan.compiled", 0))
+                replayed.append(net.counters.get("plan.replay", 0))
         net.trace.close()
     assert sum(compiled) >= 5, compiled
+    # 30 -> 35 and 35 -> 30 recorded when met again (6, 7), replayed after the batch of 2 (10, 11)
+    assert sum(replayed) == replayed[10] + replayed[11] == 2, replayed
     for i in range(len(lengths)):
         assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
+
+
+@pytest.mark.parametrize("which", ["base", "template"])
+def test_a_traced_run_replays_no_plan_whose_events_a_reader_no_longer_holds(device, which):
+    """A reader keeps the last 64 plan bases and the last 64 templates: once as many were written
+    after a plan's base (here counted up by hand), or after the template its compiled
+    inference expands from, the plan is not replayed; the inference is compiled again."""
+    from traces import MemoryTrace
+    from traces.schema import PLAN_BASES_KEPT, TEMPLATE_BASES_KEPT
+    prog = build_program(bert_encoder(**BERT))
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all", trace=MemoryTrace())
+    net.impls.device_type = "gpu"
+    paths = []
+    for k, (feeds, _) in enumerate(_bert_steps(WARM + [(1, 30), (1, 35)] * 4 + [(1, 30)])):
+        if k == 7:              # before the first replay
+            assert paths[5:] == ["C", "C"]
+            if which == "base":
+                net.fast.bases += PLAN_BASES_KEPT
+            else:
+                net.fast.templates += TEMPLATE_BASES_KEPT
+        net.infer(feeds)
+        paths.append("C" if net.counters.get("plan.compiled") else "R" if net.counters.get("plan.replay") else "F")
+    # 30 -> 35 and 35 -> 30 recorded at their second meeting (5, 6); the first two replays
+    # refused (7, 8: recorded again; a stale template also sends its variant to the flow,
+    # which binds it anew), the next two served (9, 10)
+    assert "".join(paths) == ("FCCCCCCCCRR" if which == "base" else "FCCCCCCFCRR"), "".join(paths)
 
 
 def test_a_traced_run_binds_and_rebinds_as_an_untraced_one(device, tmp_path):

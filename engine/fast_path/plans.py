@@ -11,10 +11,15 @@ import numpy as np
 class Plan:
     __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
                  "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version",
-                 "leaves", "split", "rest")
+                 "leaves", "split", "rest", "base_no", "expands", "template_no")
 
     def __init__(self, **kw):
         self.leaves = None      # what compiled.py's guard reads of the state it leaves, once
+        # traced runs: the fast path's base count that made it a base (the reader keeps the last
+        # few); of a compiled inference, what its `plan replay` event carries besides (the
+        # template its device nodes' events expand from, with its values) and that template's
+        # number
+        self.base_no, self.expands, self.template_no = 0, {}, None
         # `state` as (all but the device nodes' part, that part), and what of that part each
         # compiled variant after its replay puts back (compiled.rest_of)
         self.split, self.rest = None, {}

@@ -13,7 +13,7 @@ from engine.fast_path.plans import (Plan, blocker, grown_only, input_array, put_
                                     repeat_predictor_calls, resource_free, signature)
 from engine.layout import dtype_from_numpy
 from engine.memo import Memo
-from traces.schema import PLAN_BASES_KEPT
+from traces.schema import PLAN_BASES_KEPT, TEMPLATE_BASES_KEPT
 
 # counters that are measurements or the fast path's own, not the flow's decisions
 NOT_DECISIONS = frozenset({"latency_ms", "compile_ms", "compile_ms_critical", "plan.replay",
@@ -373,7 +373,13 @@ class FastPath(Observer):
             return None
         if not self._records_compiled(prev, sig, traced):
             return None
-        self.plans.put((prev, sig), self._plan_of_compiled(prev, sig, iteration, counters))
+        plan = self._plan_of_compiled(prev, sig, iteration, counters)
+        if traced and self.compiled.last_values is not None:
+            # its device nodes' events are its template's, with its values: so are its replays'
+            base, values = self.compiled.last_values
+            plan.expands = {"template_of": base, "values": values}
+            plan.template_no = self.compiled.last[0].base[1]
+        self.plans.put((prev, sig), plan)
         return []
 
     def _record_partial(self, counters, iteration, diverged, changed, launches, reallocs, touches, log) -> None:
@@ -408,12 +414,14 @@ class FastPath(Observer):
         """Whether a compiled inference is recorded as its transition's plan: the second time
         the transition is met, while the transitions met in this epoch fit the plans kept (a run
         of many lengths meets more, each once in a while: its plans would be dropped before
-        their next use); a repeated signature at once, as the flow's. Never in a traced run: the
-        reader expands a replay from its base's events, and a compiled inference's device nodes
-        wrote none."""
+        their next use); a repeated signature at once, as the flow's. In a traced run a replay
+        stands for the inference's events in the file and its template's (Plan.expands), so
+        never for a repeat there (its events are another inference's: `plan repeat`)."""
+        if traced and self.compiled.repeat_of is not None:
+            return False
         if not traced and prev == sig:
             return True
-        if traced or (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
+        if (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
             self.seen.put((prev, sig), None)
             return False
         return True
@@ -437,7 +445,7 @@ class FastPath(Observer):
             if not t.constant and (id(t) in mine or id(t) not in self._unfused_writes):
                 (late if id(t) in self._device_part else early).append((t, t.snapshot()))
         return Plan(
-            key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=launches,
+            key=(prev, sig), epoch=self.epoch, of_iter=iteration, base_no=self.bases + 1, launches=launches,
             kernels=[(k, g, l) for _, k, g, l, _, _ in launches],
             # the flow's predictor calls: (tensor, id, shape, its product, bits)
             reallocs=[(t, t.name, s, math.prod(s), bits) for t, s, bits in
@@ -475,7 +483,8 @@ class FastPath(Observer):
         repeat = prev == sig               # (CompiledPlans._repeat: no predictor call, no cache hit)
         pending = compiled.Pending(c, env, keys)
         return Plan(
-            key=(prev, sig), epoch=self.epoch, of_iter=iteration, launches=kernels, kernels=kernels,
+            key=(prev, sig), epoch=self.epoch, of_iter=iteration, base_no=self.bases + 1, launches=kernels,
+            kernels=kernels,
             reallocs=[] if repeat else [(t, t.name, s, math.prod(s), bits) for t, s, bits in
                                         ((t, tuple(map(int, shape)), bits) for t, _, shape, _, bits in calls)],
             hosts=[(t, t.host) for t in self.host_args if t.buf is not None and t.dev_src is t.host],
@@ -506,7 +515,12 @@ class FastPath(Observer):
         if self.blocker:
             return None
         plan = self.plans.get((self.last_sig, sig))
-        return plan if plan is not None and plan.epoch == self.epoch else None
+        if plan is None or plan.epoch != self.epoch:
+            return None
+        if self.decisions.traced and (self.bases - plan.base_no >= PLAN_BASES_KEPT or (
+                plan.template_no is not None and self.templates - plan.template_no >= TEMPLATE_BASES_KEPT)):
+            return None                # a reader no longer holds what its event stands for
+        return plan
 
     def replay(self, plan: Plan, feeds: dict, want: list) -> dict:
         """Upload the inputs, put back each kernel's arguments and shape_info where they

@@ -676,7 +676,7 @@ def test_a_traced_repeat_of_a_compiled_length_stands_for_the_flows_repeat(device
     """In a traced run a repeat of a compiled length writes one `plan repeat` event standing for
     the node events of the flow it learned its counts from (the inputs' events are its own);
     the reader expands it into the events the flow writes for that repeat, field by field, and
-    it counts what the flow does. With the reader keeping one base only, a repeat whose learned
+    it counts what the flow does. Its plan is recorded; a replay of it names that flow too. With the reader keeping one base only, a repeat whose learned
     flow is no longer held (the 33's, after the growth's flow) runs the flow again (a stale
     reference would not read)."""
     from tests.test_steady_steps import _events
@@ -704,10 +704,14 @@ def test_a_traced_repeat_of_a_compiled_length_stands_for_the_flows_repeat(device
     assert counted[True] == counted[False]
     for i in range(len(lengths)):
         assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
-    plans = [e for e in read_trace(str(paths[True]))[1] if e["kind"] == "plan" and e["action"] == "repeat"]
-    # the 25 twice after its compiled inference (not recorded: a replay would copy the inputs'
-    # events of its base), the 33 once; the batch of 2 is another variant, which has learned none
-    assert [e["iter"] for e in plans] == ([5, 6, 16] if kept == 64 else [5, 6]), [e["iter"] for e in plans]
+    events = [e for e in read_trace(str(paths[True]))[1] if e["kind"] == "plan"]
+    plans = [e["iter"] for e in events if e["action"] == "repeat"]
+    replays = [(e["iter"], e.get("repeat_of")) for e in events if e["action"] == "replay"]
+    # the 25 and the 33 after their compiled inferences; the 25's repeat is recorded and
+    # replayed next, its event naming the flow the repeat stood for (3), unless the reader
+    # keeps one base only; the batch of 2 is another variant, which has learned none
+    assert plans == ([5, 16] if kept == 64 else [5]), plans
+    assert replays[:1] == ([(6, 3)] if kept == 64 else []), replays
     assert repeats == len(plans)
 
 

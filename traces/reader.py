@@ -118,6 +118,12 @@ def read_trace(path: str) -> tuple[dict, Iterator[dict]]:
                                          f"{rec['of_iter']}, which is not a plan base")
                     if rec["action"] != "compiled":    # (a compiled one: its base's template only)
                         yield from replayed(base, rec, bases.clean_nodes(rec["of_iter"]))
+                    if "repeat_of" in rec:             # (a replay of a repeat: what that stood for)
+                        of = bases.events(rec["repeat_of"])
+                        if of is None:
+                            raise TraceError(f"{path}:{lineno}: plan replay of a repeat of inference "
+                                             f"{rec['repeat_of']!r}, which is not a plan base")
+                        yield from replayed(of, {**rec, "action": "repeat"})
                     if "template_of" in rec or rec["action"] == "compiled":
                         try:
                             of = rec.get("template_of")

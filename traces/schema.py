@@ -32,7 +32,8 @@ FIELD_TYPES = {"kind": (str,), "iter": (int,), "node": (str,), "op": (str,), "ac
                "shape": (list,), "dtype": (str,), "bytes": _NUM,
                "max_abs": (*_NUM, type(None)), "max_rel": (*_NUM, type(None)), "inferences": (int,), "plan_base": (bool,),
                "upto": (int,), "steady": (int,), "clean_nodes": (list,), "time_ms": (dict,),
-               "template_of": (int,), "values": (list,), "template": (dict,), "written": (list,)}
+               "template_of": (int,), "values": (list,), "template": (dict,), "written": (list,),
+               "repeat_of": (int,)}
 HEADER_TYPES = {"model": (str,), "device": (str,), "options": (dict,), "inputs": (dict,),
                 "outputs": (list,), "nodes": (int,), "fusions": (dict,), "float16": (dict,)}
 
@@ -208,7 +209,7 @@ KINDS: dict[str, dict] = {
     "plan": {
         "actions": {"replay", "partial", "compiled", "repeat"},
         "reasons": {"same_signature", "transition", "diverged"},
-        "fields": ("of_iter", "kernels", "upto", "steady", "template_of", "values", "written"),
+        "fields": ("of_iter", "kernels", "upto", "steady", "template_of", "values", "written", "repeat_of"),
         "doc": "The fast path, a decision beyond the GPU plugin's flow (engine/fast_path). `replay`: "
                "the inference `of_iter` changed no resource and this one repeats its transition (the same "
                "previous and current input signatures, `same_signature` when they are equal) "
@@ -239,7 +240,10 @@ KINDS: dict[str, dict] = {
                "per-node flow; it stands for the node events of `of_iter`, a flow that repeated "
                "an inference of the same compiled plan (every node skipping: events that name no "
                "dim), and the reader copies them, all but the graph inputs' `realloc external`, "
-               "which the inference wrote itself. "
+               "which the inference wrote itself. A `replay` of a plan recorded from a compiled "
+               "inference carries what that inference's own event stood for besides its events "
+               "in the file: `template_of` and `values`, or for a `repeat`, `repeat_of` (the reader "
+               "copies those node events as the `repeat` did). "
                "Off with `--no-fast-path`.",
     },
     "infer_end": {

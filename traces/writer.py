@@ -108,6 +108,8 @@ class MemoryTrace:
             if action != "compiled":
                 base, end = self._base(fields["of_iter"])
                 self.events.extend(replayed(base, rec, end.get("clean_nodes")))
+            if "repeat_of" in fields:
+                self.events.extend(replayed(self._base(fields["repeat_of"])[0], {**rec, "action": "repeat"}))
             if "template_of" in fields:
                 base, end = self._base(fields["template_of"])
                 self.events.extend(stepped(base, rec, end.get("template")))

@@ -374,13 +374,26 @@ class FastPath(Observer):
         if not self._records_compiled(prev, sig, traced):
             return None
         plan = self._plan_of_compiled(prev, sig, iteration, counters)
-        if traced and self.compiled.last_values is not None:
-            # its device nodes' events are its template's, with its values: so are its replays'
-            base, values = self.compiled.last_values
-            plan.expands = {"template_of": base, "values": values}
-            plan.template_no = self.compiled.last[0].base[1]
+        if traced:
+            self._expansion(plan)
         self.plans.put((prev, sig), plan)
         return []
+
+    def _expansion(self, plan: Plan) -> None:
+        """What the `plan replay` event of a plan recorded from a traced compiled inference
+        carries besides its base (whose events in the file are its inputs' and host nodes'):
+        the template and values its device nodes' events expand from, or for a repeat
+        (`plan repeat`) the flow whose node events it stands for; and how old a base or
+        template a reader must still hold for it (Plan.base_no, template_no)."""
+        cp = self.compiled
+        c = cp.last[0]
+        if cp.repeat_of is not None:
+            plan.expands = {"repeat_of": cp.repeat_of}
+            plan.base_no = min(plan.base_no, c.repeat_of[1])
+        elif cp.last_values is not None:
+            base, values = cp.last_values
+            plan.expands = {"template_of": base, "values": values}
+            plan.template_no = c.base[1]
 
     def _record_partial(self, counters, iteration, diverged, changed, launches, reallocs, touches, log) -> None:
         """After a partial replay: bind its compiled steps (a traced run's template goes to
@@ -414,12 +427,10 @@ class FastPath(Observer):
         """Whether a compiled inference is recorded as its transition's plan: the second time
         the transition is met, while the transitions met in this epoch fit the plans kept (a run
         of many lengths meets more, each once in a while: its plans would be dropped before
-        their next use); a repeated signature at once, as the flow's. In a traced run a replay
-        stands for the inference's events in the file and its template's (Plan.expands), so
-        never for a repeat there (its events are another inference's: `plan repeat`)."""
-        if traced and self.compiled.repeat_of is not None:
-            return False
-        if not traced and prev == sig:
+        their next use); a repeated signature at once, as the flow's. (In a traced run a replay
+        stands for the inference's events in the file and what its own plan event stood for:
+        _expansion.)"""
+        if prev == sig:
             return True
         if (prev, sig) not in self.seen or len(self.seen) > PLAN_BASES_KEPT:
             self.seen.put((prev, sig), None)

@@ -715,6 +715,47 @@ def test_a_traced_repeat_of_a_compiled_length_stands_for_the_flows_repeat(device
     assert repeats == len(plans)
 
 
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_repeat_after_the_replay_of_a_compiled_transition_repeats_its_launches(device, tmp_path, traced):
+    """A length met again right after the replay of a plan recorded from a compiled inference
+    (35 after 30 -> 35, the third time) repeats that inference's launches, counted as the
+    flow's repeat, instead of running the flow, and is recorded as its plan (the next repeat
+    replays it). Outputs, counts and, traced, the events the reader expands are the flow's."""
+    import onnxruntime as ort
+    from tests.test_steady_steps import _events
+    from traces import TraceWriter
+    model = bert_encoder(**BERT)
+    prog = build_program(model)
+    lengths = WARM + [(1, 30), (1, 30), (1, 35), (1, 30), (1, 35), (1, 30), (1, 35), (1, 35), (1, 35), (1, 30)]
+    steps = _bert_steps(lengths)
+    outs, counts, paths, nets = {}, {}, {}, {}
+    for fast in (True, False):
+        paths[fast] = tmp_path / f"{fast}.jsonl"
+        net = nets[fast] = Network(prog, device, impls="dynamic", fast_path=fast, predictor="adaptive",
+                                   compile_plans="all" if fast else "off",
+                                   trace=TraceWriter(str(paths[fast]), {}) if traced else None)
+        net.impls.device_type = "gpu"
+        outs[fast], counts[fast], served = [], [], []
+        for feeds, _ in steps:
+            outs[fast].append(net.infer(feeds)["last_hidden_state"].copy())
+            counts[fast].append({k: v for k, v in net.counters.items() if k not in NOT_DECISIONS})
+            c = net.counters
+            served.append("C" if c.get("plan.compiled") else "R" if c.get("plan.replay") else "F")
+        if traced:
+            net.trace.close()
+        if fast:
+            # 3: the flow's repeat (learned); 6, 7: 30 -> 35, 35 -> 30 recorded; 8: replayed;
+            # 9: the repeat after it, recorded; 10: replayed; 11: 35 -> 30 replayed
+            assert "".join(served) == "FCCFCCCCRCRR", "".join(served)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, (feeds, _) in enumerate(steps):
+        assert np.array_equal(outs[True][i], outs[False][i]), i
+        assert counts[True][i] == counts[False][i], i
+        np.testing.assert_allclose(outs[True][i], sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+        if traced:
+            assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
+
+
 def test_a_plan_recorded_by_an_inference_whose_outputs_were_not_read_is_not_replayed(device, monkeypatch):
     """The fast path records while the device runs the kernels, before the outputs are read:
     when reading them fails (a device error), the plan it recorded (the repeated 30's) is not

@@ -205,18 +205,19 @@ class CompiledPlans:
 
     def _repeat(self) -> int:
         """A repeated signature right after a compiled inference whose state stands (put back
-        lazily, nothing changed since): its launches again, counted as the flow counts such a
-        repeat, every node skipping (`Compiled.repeat_counts`, learned from the first flow that
-        repeated an inference of the variant: replay.FastPath._learn_repeat); its plan is
-        recorded at once, as the flow's would be. In a traced run it stands for the events of
-        the flow it learned from (`repeat_of`: a `plan repeat` event, which the reader expands
-        into that flow's node events; they name no dim) while the reader holds them, and is not
-        recorded (a replay copies its base's input events too). 0 otherwise (the flow runs and
-        records it): a static build the flow would take now, a buffer taken by an input. The
-        flow's repeat costs 4.3-5.5 ms on an H200 host, its recording included, at the first
-        repeat of each length."""
+        lazily, nothing changed since), or after the replay of a plan recorded from one: its
+        launches again, counted as the flow counts such a repeat, every node skipping
+        (`Compiled.repeat_counts`, learned from the first flow that repeated an inference of the
+        variant: replay.FastPath._learn_repeat); its plan is recorded at once, as the flow's
+        would be. In a traced run it stands for the events
+        of the flow it learned from (`repeat_of`: a `plan repeat` event, which the reader
+        expands into that flow's node events; they name no dim) while the reader holds them. 0
+        otherwise (the flow runs and records it): a static build the flow would take now, a
+        buffer taken by an input. The flow's repeat costs 4.3-5.5 ms on an H200 host, its
+        recording included, at the first repeat of each length (and, before this served
+        repeats after replays, at a few more late in a long run)."""
         fast = self.fast
-        c = self.standing()
+        c, got = self._repeatable()
         if c is None or not c.repeat_counts or c.epoch != fast.epoch or \
                 fast.buffers.memory.changes != fast.recording[2] or \
                 any(i.pending is not None for i in self.device_insts):
@@ -224,7 +225,6 @@ class CompiledPlans:
         traced = fast.decisions.traced
         if traced and (c.repeat_of is None or fast.bases - c.repeat_of[1] >= PLAN_BASES_KEPT):
             return 0
-        got = self.last[1]
         for t in c.immediate:           # (read after it: written again, as the flow's launches say)
             t.version += 1
             t.dev_version, t.host = t.version, None
@@ -234,9 +234,23 @@ class CompiledPlans:
         fast.buffers.memory.note_many(got[3])
         fast.decisions.counters.update(c.repeat_counts)
         self.repeats += 1
+        self.last = (c, got)            # (what its plan is recorded from)
         if traced:
             self.repeat_of = c.repeat_of[0]
         return 1
+
+    def _repeatable(self) -> tuple:
+        """(variant, its answer) of the compiled inference whose state the nodes stand in (put
+        back lazily): the last one, or the one the plan replayed by the last inference was
+        recorded from (put back for this one: FastPath.put_back_plan); (None, None) where
+        neither."""
+        c = self.standing()
+        if c is not None:
+            return c, self.last[1]
+        p = self.fast.put_back_plan
+        if p is not None and p.compiled_from is not None and p.epoch == self.fast.epoch:
+            return p.compiled_from
+        return None, None
 
     def standing(self) -> Compiled | None:
         """The variant of the last compiled inference where its state is the nodes' still (the

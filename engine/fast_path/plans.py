@@ -11,7 +11,7 @@ import numpy as np
 class Plan:
     __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
                  "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version",
-                 "leaves", "split", "rest", "base_no", "expands", "template_no")
+                 "leaves", "split", "rest", "base_no", "expands", "template_no", "compiled_from")
 
     def __init__(self, **kw):
         self.leaves = None      # what compiled.py's guard reads of the state it leaves, once
@@ -20,6 +20,9 @@ class Plan:
         # template its device nodes' events expand from, with its values) and that template's
         # number
         self.base_no, self.expands, self.template_no = 0, {}, None
+        # (variant, its answer) of the compiled inference it was recorded from: a repeat after
+        # its replay repeats that inference (CompiledPlans._repeat)
+        self.compiled_from = None
         # `state` as (all but the device nodes' part, that part), and what of that part each
         # compiled variant after its replay puts back (compiled.rest_of)
         self.split, self.rest = None, {}

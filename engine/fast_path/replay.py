@@ -504,7 +504,8 @@ class FastPath(Observer):
             touches=[] if repeat else c.touches,
             # (the compiled inference left its bound kernels with no shape_info array: write_image)
             image=compiled.image_of(c, images), infos=[(b, None) for b in c.bounds],
-            args=c.args[1], arena_version=-1, args_version=-1, leaves=((c.kernel_ids, keys),))
+            args=c.args[1], arena_version=-1, args_version=-1, leaves=((c.kernel_ids, keys),),
+            compiled_from=(c, got))
 
     def _new_epoch(self) -> None:
         self.epoch += 1

@@ -262,13 +262,20 @@ class CompiledPlans:
 
     def _run_hosts(self, key, traced: bool) -> None:
         """The shape subgraph: its function (host_values.HostFn) where one was made for these
-        inputs' structure and it holds, else the flow's own steps (a traced run's too: they
-        write their events)."""
-        h = None if traced else self.host_fns.get(key)
+        inputs' structure and it holds, else the flow's own steps. In a traced run the nodes'
+        events are those of the path the function stands for (run_host computing every node:
+        a Shape whose value changed), written as their flow writes them."""
+        h = self.host_fns.get(key)
+        decisions = self.fast.decisions
         if h is None or not h.apply(args_of([t.layout for t in self.inputs], ()), self.host_insts[0].rt,
-                                    self.fast.decisions.counters):
+                                    decisions.counters):
             for inst in self.host_insts:
                 inst.execute()
+        elif traced:                    # (counted by apply)
+            for inst in self.host_insts:
+                decisions.write("update_shape", "infer", "shape_changed", inst.node,
+                                out_shapes=[t.layout.shape for t in inst.outputs])
+                decisions.write("execute", "host", "", inst.node)
 
     def _add(self, key, c: Compiled, ids: tuple) -> None:
         """A variant just traced, of inputs of structure `key` and these kernels; the shape

@@ -108,8 +108,8 @@ class MemoryPool:
         buffer dead before `holder` is written, `need` more than half the buffer's size."""
         if holder not in self.poolable:
             return None
-        span = self.lifetimes[holder]
-        start, spans = span[0], self._spans
+        life = self.lifetimes[holder]
+        start, spans = life[0], self._spans
         by_size = self._by_size
         for k in range(bisect.bisect_left(by_size, (need,)), len(by_size)):
             b = by_size[k][2]               # (the smallest first, the first made of a size)
@@ -120,7 +120,7 @@ class MemoryPool:
             if b.dead_after < start:        # every holder dead before `holder` is written
                 self.changes += 1
                 b.holders.add(holder)
-                b.dead_after = max(b.dead_after, span[1])
+                b.dead_after = max(b.dead_after, life[1])
                 return b.buf, b.nbytes
         return None
 

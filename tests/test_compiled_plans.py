@@ -756,6 +756,23 @@ def test_a_repeat_after_the_replay_of_a_compiled_transition_repeats_its_launches
             assert _events(paths[True], i) == _events(paths[False], i), f"inference {i}"
 
 
+def test_a_flow_repeating_after_a_replay_teaches_the_variant_its_repeat(device):
+    """The first repeat of the run comes right after the replay of a plan recorded from a
+    compiled inference, before the variant has learned a repeat's counts: the flow runs it, and
+    the variant learns from it (the nodes' state is that compiled inference's), so the next
+    repeat of a compiled length (the 25) repeats its launches. Counts are the flow's."""
+    prog = build_program(bert_encoder(**BERT))
+    lengths = WARM + [(1, 30), (1, 35), (1, 30), (1, 35), (1, 30), (1, 35), (1, 35), (1, 25), (1, 25)]
+    steps = _bert_steps(lengths)
+    paths = []
+    net, _, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
+    _, _, c_off = _run(prog, steps, device, False, "gpu")
+    assert c_on == c_off
+    # 5, 6: 30 -> 35 and 35 -> 30 recorded; 7: replayed; 8: the flow's repeat (learned); 10: served
+    assert "".join(paths) == "FCCCCCCRFCC", "".join(paths)
+    assert net.fast.compiled.repeats == 1
+
+
 def test_a_plan_recorded_by_an_inference_whose_outputs_were_not_read_is_not_replayed(device, monkeypatch):
     """The fast path records while the device runs the kernels, before the outputs are read:
     when reading them fails (a device error), the plan it recorded (the repeated 30's) is not

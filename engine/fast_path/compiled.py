@@ -145,7 +145,7 @@ class CompiledPlans:
         self.refusals: dict = {}        # input structure -> builds refused
         self.last = None                # (Compiled, its answer) of the last compiled inference
         self.last_values = None         # traced runs: (base iteration, values) of the last one
-        self.repeat_of = None           # traced runs: the base a repeat just served stands for
+        self.repeat_of_iter = None      # traced runs: the flow whose events a repeat just served stands for
         self.counts_differ = 0          # flows that bound a plan and counted other than its steady_counts
         # (the plan bound after the first inference, that inference, each device node's input
         # dims it left): what _steady_from checks at the next inference, found there
@@ -175,7 +175,7 @@ class CompiledPlans:
         """Try the compiled plan for the inputs just set. 0: none applies (nothing done);
         1: done; 2: the host nodes ran, the flow goes on from the device nodes."""
         fast = self.fast
-        self.repeat_of = None
+        self.repeat_of_iter = None
         if fast.recording[0] == fast.recording[1]:
             return self._repeat()               # a repeated signature
         key = self._key()
@@ -210,14 +210,16 @@ class CompiledPlans:
         (`Compiled.repeat_counts`, learned from the first flow that repeated an inference of the
         variant: replay.FastPath._learn_repeat); its plan is recorded at once, as the flow's
         would be. In a traced run it stands for the events
-        of the flow it learned from (`repeat_of`: a `plan repeat` event, which the reader
+        of the flow it learned from (`Compiled.repeat_of`: a `plan repeat` event, which the reader
         expands into that flow's node events; they name no dim) while the reader holds them. 0
         otherwise (the flow runs and records it): a static build the flow would take now, a
         buffer taken by an input. The flow's repeat costs 4.3-5.5 ms on an H200 host, its
         recording included, at the first repeat of each length (and, before this served
         repeats after replays, at a few more late in a long run)."""
         fast = self.fast
-        c, got = self._repeatable()
+        c, got = self.repeatable()
+        # (after a replay the device nodes' state is the plan's, put back later: its pending
+        # builds are none, so the live ones checked here can only refuse a repeat)
         if c is None or not c.repeat_counts or c.epoch != fast.epoch or \
                 fast.buffers.memory.changes != fast.recording[2] or \
                 any(i.pending is not None for i in self.device_insts):
@@ -236,19 +238,20 @@ class CompiledPlans:
         self.repeats += 1
         self.last = (c, got)            # (what its plan is recorded from)
         if traced:
-            self.repeat_of = c.repeat_of[0]
+            self.repeat_of_iter = c.repeat_of[0]
         return 1
 
-    def _repeatable(self) -> tuple:
+    def repeatable(self) -> tuple:
         """(variant, its answer) of the compiled inference whose state the nodes stand in (put
         back lazily): the last one, or the one the plan replayed by the last inference was
-        recorded from (put back for this one: FastPath.put_back_plan); (None, None) where
-        neither."""
+        recorded from (its device nodes' part deferred for this one: FastPath.late); (None,
+        None) where neither."""
         c = self.standing()
         if c is not None:
             return c, self.last[1]
-        p = self.fast.put_back_plan
-        if p is not None and p.compiled_from is not None and p.epoch == self.fast.epoch:
+        fast = self.fast
+        p = fast.put_back_plan
+        if p is not None and p is fast.late and p.compiled_from is not None and p.epoch == fast.epoch:
             return p.compiled_from
         return None, None
 

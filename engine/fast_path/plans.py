@@ -15,10 +15,11 @@ class Plan:
 
     def __init__(self, **kw):
         self.leaves = None      # what compiled.py's guard reads of the state it leaves, once
-        # traced runs: the fast path's base count that made it a base (the reader keeps the last
-        # few); of a compiled inference, what its `plan replay` event carries besides (the
-        # template its device nodes' events expand from, with its values) and that template's
-        # number
+        # traced runs: the oldest plan base its replay's event stands for (its own; for a
+        # repeat's plan, the flow's it names, if older), by the fast path's count of bases (the
+        # reader keeps the last few); of a compiled inference, what its `plan replay` event
+        # carries besides (the template its device nodes' events expand from, with its values,
+        # or the flow a repeat stood for) and that template's number
         self.base_no, self.expands, self.template_no = 0, {}, None
         # (variant, its answer) of the compiled inference it was recorded from: a repeat after
         # its replay repeats that inference (CompiledPlans._repeat)

@@ -170,6 +170,7 @@ class FastPath(Observer):
             # nodes' part where a compiled inference may follow (it sets most of it again)
             self._put_back(defer=plan is None and self.compiled is not None)
         self._open = True
+        self._learned = None           # (an inference that raised while recording left one)
         self.recording = (self.last_sig, sig, self.buffers.memory.changes)
         self._partial, self._steps_ran = plan, False
         if plan is not None and self.steps is not None:    # what compiled steps are traced from
@@ -214,8 +215,9 @@ class FastPath(Observer):
         run = self._steady = steady.SteadyRun(self.decisions, self.shape_fns)
         ran = self._ran = self.compiled.run() if self.compiled is not None else 0
         if ran != 1:
-            # (a repeat of the compiled inference before: what the flow counts, learned)
-            self._repeated = self.compiled.standing() if self.compiled is not None and \
+            # (a repeat of the compiled inference before, or of the one the plan replayed
+            # before was recorded from: what the flow counts, learned)
+            self._repeated = self.compiled.repeatable()[0] if self.compiled is not None and \
                 self.recording[0] == self.recording[1] else None
             self._entry = dict(self.decisions.counters)    # (the inputs' decisions, counted before)
             self._put_back()
@@ -275,9 +277,9 @@ class FastPath(Observer):
                                        of_iter=p.of_iter, kernels=p.kernels,
                                        upto=len(p.clean_nodes) if upto is None else upto,
                                        steady=self._steady.members, **stepped)
-        elif self._ran == 1 and traced and self.compiled.repeat_of is not None:
+        elif self._ran == 1 and traced and self.compiled.repeat_of_iter is not None:
             # a repeat: the node events of the flow it learned from (the inputs' are in the file)
-            self.decisions.trace.event("plan", "", "", "repeat", "same_signature", of_iter=self.compiled.repeat_of,
+            self.decisions.trace.event("plan", "", "", "repeat", "same_signature", of_iter=self.compiled.repeat_of_iter,
                                        kernels=counters.get("kernels", 0))
         elif self._ran == 1 and traced and self.compiled.last_values is not None:
             base, values = self.compiled.last_values
@@ -285,7 +287,8 @@ class FastPath(Observer):
             self.decisions.trace.event("plan", "", "", "compiled", of_iter=base, template_of=base, values=values,
                                        **({"written": written} if written else {}))
         self._template = None
-        based = self._ran == 1 and traced and self.compiled.last_values is None and self.compiled.repeat_of is None
+        based = self._ran == 1 and traced and self.compiled.last_values is None and \
+            self.compiled.repeat_of_iter is None
         clean = self._record(counters, iteration, upto is not None)
         learned, self._learned = self._learned, None
         if based:                      # its events are in the file: the template's base
@@ -387,8 +390,8 @@ class FastPath(Observer):
         template a reader must still hold for it (Plan.base_no, template_no)."""
         cp = self.compiled
         c = cp.last[0]
-        if cp.repeat_of is not None:
-            plan.expands = {"repeat_of": cp.repeat_of}
+        if cp.repeat_of_iter is not None:
+            plan.expands = {"repeat_of": cp.repeat_of_iter}
             plan.base_no = min(plan.base_no, c.repeat_of[1])
         elif cp.last_values is not None:
             base, values = cp.last_values

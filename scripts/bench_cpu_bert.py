@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CPU target of issue 21: the MiniLM-architecture BERT (tests/models.py bert_encoder, what
+"""The BERT against onnxruntime on a CPU device: the MiniLM-architecture BERT (tests/models.py bert_encoder, what
 `examples/make_models.py --bench` writes to examples/bench/bert_minilm.onnx), batch 1, against
 onnxruntime's CPU EP in the same process, alternating.
 
@@ -9,7 +9,7 @@ onnxruntime's CPU EP in the same process, alternating.
 Each round runs dyncli `--runs` times, then onnxruntime `--runs` times (warm, same inputs),
 and keeps each one's median; the rounds' medians give the figure (median, min..max) and the
 ratio per round. The load average before and after is printed: CPU ratios only count on an
-idle machine (issue 21, "How to measure"). Each side's timed runs follow WARM_MS of untimed
+idle machine (nothing else running: no tests, builds or helpers). Each side's timed runs follow WARM_MS of untimed
 ones: after the other side's turn (onnxruntime's threads spin a while after each run, its
 default, on the cores PoCL's threads need) or any idle spell the cores run slow for a while
 (dyncli seq 32 after a 0.2 s pause: 11.8, 9.9, 8.8, 8.1, 8.0, 8.0, 6.8, then 5.0-5.4 ms a run;

@@ -209,13 +209,11 @@ class CompiledPlans:
         launches again, counted as the flow counts such a repeat, every node skipping
         (`Compiled.repeat_counts`, learned from the first flow that repeated an inference of the
         variant: replay.FastPath._learn_repeat); its plan is recorded at once, as the flow's
-        would be. In a traced run it stands for the events
-        of the flow it learned from (`Compiled.repeat_of`: a `plan repeat` event, which the reader
-        expands into that flow's node events; they name no dim) while the reader holds them. 0
-        otherwise (the flow runs and records it): a static build the flow would take now, a
-        buffer taken by an input. The flow's repeat costs 4.3-5.5 ms on an H200 host, its
-        recording included, at the first repeat of each length (and, before this served
-        repeats after replays, at a few more late in a long run)."""
+        would be. In a traced run it stands for the events of the flow it learned from
+        (`Compiled.repeat_of`: a `plan repeat` event, which the reader expands into that flow's
+        node events; they name no dim) while the reader holds them. 0 otherwise (the flow runs
+        and records it): a static build the flow would take now, a buffer taken by an input.
+        The flow's repeat costs 4.3-5.5 ms on an H200 host, its recording included."""
         fast = self.fast
         c, got = self.repeatable()
         # (after a replay the device nodes' state is the plan's, put back later: its pending

@@ -643,9 +643,14 @@ class PrimitiveInst:
                 return
             vals = self._host_values(in_layouts)
         self._host_outputs(in_layouts, vals)
-        self._rec("update_shape", "infer", "shape_changed",
-                  out_shapes=[t.layout.shape for t in self.outputs])
-        self._rec("execute", "host")
+        self.host_computed(self.rt.decisions.record)
+
+    def host_computed(self, decide) -> None:
+        """run_host's two decisions for a node that computed its values: `decide` is
+        Decisions.record, or Decisions.write where a caller counted them at once."""
+        decide("update_shape", "infer", "shape_changed", self.node,
+               out_shapes=[t.layout.shape for t in self.outputs])
+        decide("execute", "host", "", self.node)
 
     def host_step(self) -> bool:
         """run_host's work, undecided, for a node (not a Shape) whose Shape sources saw a new

@@ -424,8 +424,8 @@ def test_a_compiled_inference_after_a_replay_reads_the_state_the_plan_leaves(dev
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 def test_a_plan_recorded_from_a_compiled_inference_leaves_the_flow_its_state(device, monkeypatch, kind):
     """A compiled transition met a second time is recorded from what the compiled inference
-    answered, its state put back as the inference's own is (compiled.Left), not snapshot node
-    by node. Its replays, and the flows, compiled inferences and growths after them (another
+    answered, its state put back as the inference's own is (compiled.Pending), not snapshot
+    node by node. Its replays, and the flows, compiled inferences and growths after them (another
     batch, a length past the buffers), decide and compute as with the fast path off."""
     from engine.fast_path import replay
     recorded = []

@@ -94,26 +94,6 @@ class Pending:
         self.put_back()
 
 
-class Left:
-    """The nodes' state a compiled inference left, as the whole plan recorded from it holds it
-    (replay.FastPath._plan_of_compiled): its variant's put back (Pending) and, snapshot when
-    recorded, what that does not cover: the host nodes, their values, the graph inputs and the
-    tensors the inference set at once. A plan's `state` entry `(Left, None)`: put back as the
-    inference's own state is, instead of a snapshot of every node and tensor taken at record
-    time (3.3-3.8 ms of a BERT inference on an H200 host, the second time a transition came)."""
-    __slots__ = ("pending", "live")
-
-    def __init__(self, pending: Pending, live: list):
-        self.pending, self.live = pending, live
-
-    def restore(self, _values) -> None:
-        # the snapshot first: taken before the inference's own put back, it may hold what that
-        # put back sets as it was before
-        for obj, values in self.live:
-            obj.restore(values)
-        self.pending.put_back()
-
-
 def set_state(c, env: dict) -> None:
     """Each (object, attribute) of a variant's `state` set to its value for `env`: substituted
     the first time, by a generated setter from the second on (Session.setter: a few hundred
@@ -274,9 +254,7 @@ class CompiledPlans:
                 inst.execute()
         elif traced:                    # (counted by apply)
             for inst in self.host_insts:
-                decisions.write("update_shape", "infer", "shape_changed", inst.node,
-                                out_shapes=[t.layout.shape for t in inst.outputs])
-                decisions.write("execute", "host", "", inst.node)
+                inst.host_computed(decisions.write)
 
     def _add(self, key, c: Compiled, ids: tuple) -> None:
         """A variant just traced, of inputs of structure `key` and these kernels; the shape

@@ -10,7 +10,7 @@ import numpy as np
 
 class Plan:
     __slots__ = ("key", "epoch", "of_iter", "launches", "kernels", "reallocs", "hosts", "counters",
-                 "state", "io_state", "touches", "image", "infos", "args", "arena_version", "args_version",
+                 "io_state", "touches", "image", "infos", "args", "arena_version", "args_version",
                  "leaves", "split", "rest", "base_no", "expands", "template_no", "compiled_from")
 
     def __init__(self, **kw):
@@ -24,7 +24,8 @@ class Plan:
         # (variant, its answer) of the compiled inference it was recorded from: a repeat after
         # its replay repeats that inference (CompiledPlans._repeat)
         self.compiled_from = None
-        # `state` as (all but the device nodes' part, that part), and what of that part each
+        # the nodes' state it leaves, as (all but the device nodes' part, that part), put back
+        # in that order (a state entry: `(object, its snapshot)`), and what of that part each
         # compiled variant after its replay puts back (compiled.rest_of)
         self.split, self.rest = None, {}
         for k, v in kw.items():

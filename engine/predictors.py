@@ -326,14 +326,13 @@ class AdaptivePredictor:
         return self._take(buf, tr, shape, need, dtype_bits, steady, soon, used_bytes, reclaimed)
 
     def _take(self, buf: BufferState, tr: _Track, shape: tuple, need: int, dtype_bits: int,
-              steady: bool | None, soon: int, used_bytes: int | None, reclaimed: bool) -> ReallocDecision:
+              steady: bool | None, soon: int, used_bytes: int | None, reclaimed: bool,
+              sized: tuple | None = None) -> ReallocDecision:
         """The decision to allocate for a buffer that does not keep, its track's horizon moved
         (`steady`; None: it has no buffer yet, nothing to predict from): at least what it needs
-        soon, the exact need where the 90% rule refuses the extra."""
-        if steady is None:
-            alloc, mode = need, "first"
-        else:
-            alloc, mode = self._grow_size(tr, shape, need, dtype_bits, steady)
+        soon, the exact need where the 90% rule refuses the extra. `sized`: `_size`'s answer,
+        worked out already (the buffers of one track in a growth)."""
+        alloc, mode = sized or self._size(tr, shape, need, dtype_bits, steady)
         alloc = max(alloc, soon)
         used = _bytes_for(buf.held_elems, dtype_bits) if used_bytes is None else used_bytes
         if alloc > need and not can_preallocate(alloc * ((dtype_bits + 7) // 8), used,
@@ -342,6 +341,12 @@ class AdaptivePredictor:
         buf.take(alloc)
         self.version += 1                  # (a capacity replay_plan keeps changed)
         return ReallocDecision("alloc", alloc, alloc > need, mode, reclaimed)
+
+    def _size(self, tr: _Track, shape: tuple, need: int, dtype_bits: int, steady: bool | None) -> tuple[int, str]:
+        """(elements, mode) a buffer that does not keep asks for before the 90% rule."""
+        if steady is None:
+            return need, "first"
+        return self._grow_size(tr, shape, need, dtype_bits, steady)
 
     def _move_horizon(self, tr: _Track) -> bool:
         """What a reallocation from a buffer does to its track; whether it is a steady step."""
@@ -461,10 +466,11 @@ class _GroupedGrowth:
     that grow from a buffer share one copy of it, its horizon moved once (the flow moves each
     one's copy alike); each decision's size is then final where the flow makes it (`_take`:
     the 90% rule with the memory used then)."""
-    __slots__ = ("policy", "rows", "plans")
+    __slots__ = ("policy", "rows", "plans", "sizes")
 
     def __init__(self, policy: AdaptivePredictor, rows: list, groups: dict):
         self.policy, self.rows = policy, rows
+        self.sizes: dict = {}               # AdaptivePredictor._size's answers
         self.plans = [None] * len(rows)     # k -> (track, soon, steady or None for "first", reclaimed)
         base, tracks = policy.settings.base_iters, policy._tracks
         for tr, (shape, need, at) in groups.items():
@@ -502,7 +508,12 @@ class _GroupedGrowth:
             return _KEEP
         tr, soon, steady, reclaimed = plan
         buf, _, _, shape, need, bits = self.rows[k]
-        return self.policy._take(buf, tr, shape, need, bits, steady, soon, used_bytes, reclaimed)
+        # (what _size reads: the same for the buffers of a track that grow alike)
+        key = tr, steady, shape, need, bits
+        sized = self.sizes.get(key)
+        if sized is None:
+            sized = self.sizes[key] = self.policy._size(tr, shape, need, bits, steady)
+        return self.policy._take(buf, tr, shape, need, bits, steady, soon, used_bytes, reclaimed, sized)
 
     def finish(self) -> None:
         pass

@@ -566,12 +566,14 @@ class PrimitiveInst:
         kernel k's argument tensors are the ones bound (a steady step that kept the impl and the
         call's arguments: engine/fast_path/steady.py), so a shape change does not remake them.
         `image`: the shape_info blocks are written already for these dims (a compiled
-        inference's image: engine/fast_path/growth.py), rewritten only where an offset moved."""
+        inference's image: engine/fast_path/growth.py), rewritten only where an offset moved.
+        `force` with `kept`: every argument set again, the tensors kept (a growth moved buffers,
+        not tensors)."""
         did_set = False
         for k, b in enumerate(self.bound):
             # the argument tensors change only with the impl, the weights or the internal
             # buffers (force) or with the call (a shape change)
-            if force or b.tensors is None or (self.shape_changed and not (kept and kept[k])):
+            if b.tensors is None or (not (kept and kept[k]) and (force or self.shape_changed)):
                 b.tensors = [self._arg_tensor(kind, i) for kind, i in b.call.args]
             offsets = tuple(map(_OFFSET, b.tensors))
             # shape_info depends on the call (replaced on a shape change) and the offsets only:

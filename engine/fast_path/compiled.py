@@ -72,7 +72,10 @@ class Compiled:
                  # device nodes' steps; what the flow counts repeating one (None: not seen yet;
                  # False: two repeats counted differently: CompiledPlans._repeat); in a traced
                  # run, (iteration, base number) of the flow whose events a repeat stands for
-                 "steady_counts", "steps", "repeat_counts", "repeat_of")
+                 "steady_counts", "steps", "repeat_counts", "repeat_of",
+                 # what a growth reads of it: the setter of part of `state`
+                 # (Pending.put_back_for_growth), its calls by node (growth.calls_by_node)
+                 "grow_setter", "calls_by_node")
 
 
 class Pending:
@@ -93,6 +96,25 @@ class Pending:
         """As a state entry (the device nodes' part of a plan recorded from it: Plan.split)."""
         self.put_back()
 
+    def put_back_for_growth(self) -> bool:
+        """What growth.py reads of the nodes' state put back (the snapshot, the tensors' and
+        scratch buffers' layouts), the rest left to `put_back`: the nodes' input layouts and
+        their kernels' calls, about two thirds of the setter's time (0.3-0.4 ms of the BERT's
+        growth), which no later compiled inference reads. Whether it put back everything."""
+        c = self.c
+        for obj, values in c.snapshot:
+            obj.restore(values)
+        if c.grow_setter is None:
+            set_state(c, self.env)
+            return True
+        c.grow_setter(self.env)
+        return False
+
+    def settle(self) -> None:
+        """The rest of the state put_back_for_growth left (the symbolic part: its snapshot's
+        objects now hold the growth's buffers)."""
+        set_state(self.c, self.env)
+
 
 def set_state(c, env: dict) -> None:
     """Each (object, attribute) of a variant's `state` set to its value for `env`: substituted
@@ -107,6 +129,12 @@ def set_state(c, env: dict) -> None:
             return
         c.setter, c.session = c.session.setter(c.state), None
     c.setter(env)
+
+
+# what a growth reads of a variant's symbolic state (growth.py): its tensors' layouts and its
+# nodes' scratch buffers' (owned_buffers); not the input layouts or the kernels' calls, except
+# where a shape_info block must be made again (growth._settle)
+GROWTH_READS = ("layout", "internal_layouts")
 
 
 class CompiledPlans:
@@ -326,14 +354,20 @@ class CompiledPlans:
         if keep:
             counters = c.counters
             fast.restore = Pending(c, env, keys)
-        else:                       # the nodes' state now, then the flow's resource decisions
-            Pending(c, env, keys).put_back()
-            fast.restore = None
+        else:       # the nodes' state it reads, then the flow's resource decisions
+            pending = Pending(c, env, keys)
+            if fast.decisions.traced:   # (its nodes' events read the whole state)
+                pending.put_back()
+                whole = True
+            else:
+                whole = pending.put_back_for_growth()
+            # the rest waits as a compiled inference's state does
+            fast.restore = None if whole else pending
             for t, value, version in fresh:
                 t.host, t.version = value, version
             # what may have moved: the inputs, the views of them, the host values
             may = self.inputs + [dst for dst, _ in c.host_views] + [t for t, _, _ in fresh]
-            counters, self.moved, self.written = growth.grow(fast, c, calls, may)
+            counters, self.moved, self.written = growth.grow(fast, c, calls, may, None if whole else pending)
             self.left = (fast.decisions.trace.iter, (c.kernel_ids, keys))    # (_left)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
@@ -437,11 +471,15 @@ class CompiledPlans:
             return
         self._add(self._key(), c, _kernel_ids(fast))
         _bind(fast, c, self.host_params, c.steady_counts, launches, ())
-        # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
-        # put-back by substitution: the flow after a compiled inference, a growth), and the
-        # policy's grouping of its calls (the first inference's buffers each have a history of
-        # their own: merging those that agree is the second length's to do otherwise)
-        c.setter, c.session = c.session.setter(c.state), None
+        # its setters now, inside the model's first inference (10-25 ms, against 3-8 ms for each
+        # put-back by substitution: the flow after a compiled inference, a growth), what its
+        # first growth reads besides, and the policy's grouping of its calls (the first
+        # inference's buffers each have a history of their own: merging those that agree is
+        # the second length's to do otherwise)
+        c.setter = c.session.setter(c.state)
+        c.grow_setter = c.session.setter([e for e in c.state if e[1] in GROWTH_READS])
+        c.session = None
+        growth.calls_by_node(c, got[2])
         group_ahead = getattr(fast.buffers.predictor, "group_ahead", None)
         if group_ahead is not None:
             group_ahead(got[2], c.fn)
@@ -676,7 +714,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables, c.counters, c.steps = moving, None, None, None, device_steps
-    c.repeat_counts = c.repeat_of = None
+    c.repeat_counts = c.repeat_of = c.grow_setter = c.calls_by_node = None
     owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
     c.steady_counts = steady.counts_of_steady(device, device_steps,
                                               sum(id(t) in owned for t, *_ in calls))

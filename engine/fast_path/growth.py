@@ -29,35 +29,36 @@ would (the template's realloc events are reuses); the `plan compiled` event name
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from engine.fast_path import steady
 from engine.predictors import growth_decisions
 
+_OFFSET = attrgetter("offset")
 
-def grow(fast, c, calls, inputs) -> tuple:
+
+def grow(fast, c, calls, inputs, pending=None) -> tuple:
     """The resource decisions of compiled inference `c` whose predictor calls are `calls`
     (module docstring), made on the nodes' state put back; returns the counters of the
     inference (the plan's, adjusted), the tensors that may have moved (ids) and, in a traced
     run, the nodes whose events it wrote. `inputs`: the tensors whose buffers may have moved
     before it (the graph inputs when set, their views, host values uploaded by their first
-    reader here)."""
+    reader here). `pending`: the compiled inference's state where only what a growth reads of
+    it was put back (compiled.Pending.put_back_for_growth)."""
     decisions = fast.decisions
     # the flow's log of this inference is not read after a growth (replay._record): its
     # decisions are counted, or written to the trace, not logged
     log, decisions.log = decisions.log, None
     try:
-        return _grow(fast, c, calls, inputs)
+        return _grow(fast, c, calls, inputs, pending)
     finally:
         decisions.log = log
 
 
-def _grow(fast, c, calls, inputs) -> tuple:
+def _grow(fast, c, calls, inputs, pending) -> tuple:
     buffers, traced = fast.buffers, fast.decisions.traced
     policy = growth_decisions(buffers.predictor, calls)
-    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in steady.owned_buffers(inst)}
-    per_node: dict = {}
-    for j, call in enumerate(calls):
-        per_node.setdefault(mine[id(call[0])][0], []).append(j)
+    per_node, labels = c.calls_by_node or calls_by_node(c, calls)
     moved = {id(t) for t in inputs}       # their readers look (bind_arguments sees what changed)
     # the plan's decisions replaced: reuses, arguments skipped; and arguments set instead
     reuses = skips = sets = 0
@@ -85,11 +86,14 @@ def _grow(fast, c, calls, inputs) -> tuple:
             # its own decision instead of the plan's reuse; a traced run's reuse is written and
             # counted by _rec, where the plan's counters hold it too
             realloced = inst.carry_out(t, policy.decide(j, buffers.used_bytes), None if traced else _counted,
-                                       mine[id(t)][1])
+                                       labels[j])
             if realloced:
                 moved.add(id(t))
                 grown = True
             reuses += realloced or traced
+        if pending is not None and _reads_calls(inst):
+            pending.settle()
+            pending = None
         did = _set_arguments(fast.decisions, inst, grown)
         skips += grown or did
         sets += did and not grown
@@ -98,9 +102,29 @@ def _grow(fast, c, calls, inputs) -> tuple:
     return c.counters - less + _times(steady._SET_ARGS[True], sets), moved, written
 
 
+def calls_by_node(c, calls) -> tuple:
+    """({device node's index: its predictor calls' indices}, each call's realloc label) of
+    variant `c`, kept (`Compiled.calls_by_node`): its function's calls name the same tensors
+    in the same order at every inference. Made when it is built (CompiledPlans.build_ahead)
+    or at its first growth."""
+    mine = {id(t): (k, label) for k, inst in enumerate(c.device) for t, label in steady.owned_buffers(inst)}
+    per_node: dict = {}
+    for j, call in enumerate(calls):
+        per_node.setdefault(mine[id(call[0])][0], []).append(j)
+    c.calls_by_node = per_node, [mine[id(call[0])][1] for call in calls]
+    return c.calls_by_node
+
+
 def _times(events: tuple, n: int) -> Counter:
     """What `n` decisions of a path (steady.py's events) count."""
     return Counter({k: v * n for k, v in steady._path_counts(events).items()}) if n else Counter()
+
+
+def _reads_calls(inst) -> bool:
+    """Whether binding `inst`'s arguments reads a kernel's call (the part of the state a growth
+    puts back last: compiled.Pending.settle): tensors not bound yet, or one at another offset
+    than its shape_info block says, which is then made again."""
+    return any(b.tensors is None or tuple(map(_OFFSET, b.tensors)) != b.offsets for b in inst.bound)
 
 
 def _set_arguments(decisions, inst, grown: bool) -> bool:
@@ -109,14 +133,20 @@ def _set_arguments(decisions, inst, grown: bool) -> bool:
     would, its events in a traced run. Whether a node that reads a moved buffer set any."""
     did = False
     if grown:
-        inst._rec("set_args", "set" if inst.bind_arguments(True, image=True) else "skip")
+        inst._rec("set_args", "set" if inst.bind_arguments(True, _kept(inst), image=True) else "skip")
     else:
-        did = inst.bind_arguments(False, [True] * len(inst.bound), image=True)
+        did = inst.bind_arguments(False, _kept(inst), image=True)
         if decisions.traced:
             decisions.write("set_args", "set" if did else "skip", "", inst.node)
     if decisions.traced:
         decisions.write("execute", "enqueue", "", inst.node, kernels=len(inst.bound))
     return did
+
+
+def _kept(inst) -> list:
+    """Each kernel's argument tensors are the ones bound: a growth moves their buffers (the
+    state put back holds the tensors its kernels were bound to)."""
+    return [True] * len(inst.bound)
 
 
 def _counted() -> None:

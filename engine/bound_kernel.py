@@ -2,6 +2,8 @@
 sizes (the plugin's update_dispatch_data computes them per execution)."""
 from __future__ import annotations
 
+from operator import attrgetter
+
 import pyopencl as cl
 
 from engine.kernels import KernelCall, round_up
@@ -50,8 +52,11 @@ class BoundKernel:
             self.slot.release()
 
     def snapshot(self) -> tuple:
-        return tuple(getattr(self, k) for k in self.STATE)
+        return _STATE_OF(self)          # (one C call)
 
     def restore(self, state: tuple) -> None:
         for k, v in zip(self.STATE, state):
             setattr(self, k, v)
+
+
+_STATE_OF = attrgetter(*BoundKernel.STATE)

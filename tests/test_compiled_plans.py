@@ -108,6 +108,38 @@ def test_a_growth_under_the_plugins_policy_decides_as_the_flow(device):
     assert grown >= 2, grown
 
 
+def _as_the_flow(on, off, c_on, c_off) -> None:
+    """Each inference's output and decisions, fast path on, as the flow's."""
+    for i, (a, b) in enumerate(zip(on, off, strict=True)):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"]), i
+        assert c_on[i] == c_off[i], i
+
+
+def test_a_growth_that_makes_a_shape_info_block_again_puts_the_whole_state_back_first(device, monkeypatch):
+    """An untraced growth puts back only what it reads of its variant's state
+    (Pending.put_back_for_growth); where a kernel's shape_info block must be made again (an
+    offset moved, growth._reads_calls: forced here for the last node with kernels, after every
+    other buffer moved), the rest goes back first (Pending.settle) and the buffers the growth
+    gave stay. Every inference computes and counts what the flow does."""
+    from engine.fast_path import compiled, growth
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps(WARM + [(1, 39), (1, 100), (1, 38), (1, 150), (1, 150), (1, 37), (1, 20)])
+    net, off, c_off = _run(prog, steps, device, False, "gpu")
+    last = [i for i in net.insts if not i.node.host and i.bound][-1].node.name
+    settled, whole = [], []
+    settle, partial = compiled.Pending.settle, compiled.Pending.put_back_for_growth
+    monkeypatch.setattr(compiled.Pending, "settle", lambda self: (settled.append(1), settle(self))[1])
+    monkeypatch.setattr(compiled.Pending, "put_back_for_growth", lambda self: (whole.append(partial(self)), whole[-1])[1])
+    monkeypatch.setattr(growth, "_reads_calls", lambda inst: inst.node.name == last)
+    paths = []
+    _, on, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
+    _as_the_flow(on, off, c_on, c_off)
+    # 100 and 150 grow, compiled; 150 again is the variant's first repeat: the flow, which
+    # reads the state the growth left waiting (and teaches the repeat's counts)
+    assert "".join(paths[3:]) == "CCCFCC", "".join(paths)
+    assert whole == [False, False] and settled, (whole, settled)
+
+
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 def test_a_traced_run_writes_its_compiled_inferences_as_the_flows_events(device, tmp_path, kind):
     """A traced run's compiled inference writes one `plan compiled` event; the reader expands it
@@ -631,9 +663,7 @@ def test_a_replayed_plans_device_part_waits_for_what_comes_after_it(device, monk
                         lambda self: 0 if self.fast.decisions.trace.iter in (5, 8) else run(self))
     paths = []
     net, on, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
-    for i in range(len(steps)):
-        assert np.array_equal(on[i]["last_hidden_state"], off[i]["last_hidden_state"]), i
-        assert c_on[i] == c_off[i], i
+    _as_the_flow(on, off, c_on, c_off)
     assert "".join(paths[3:]) == "FCFCRFCRC", "".join(paths)
     plan = net.fast.put_back_plan
     assert plan is not None and plan.key[0] == plan.key[1] and len(plan.split[1]) > 50, plan

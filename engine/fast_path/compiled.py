@@ -132,8 +132,8 @@ def set_state(c, env: dict) -> None:
 
 
 # what a growth reads of a variant's symbolic state (growth.py): its tensors' layouts and its
-# nodes' scratch buffers' (owned_buffers); not the input layouts or the kernels' calls, except
-# where a shape_info block must be made again (growth._settle)
+# nodes' scratch buffers' (steady.owned_buffers); not the input layouts or the kernels' calls,
+# except where a shape_info block must be made again (growth._reads_calls, Pending.settle)
 GROWTH_READS = ("layout", "internal_layouts")
 
 

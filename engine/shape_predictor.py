@@ -44,6 +44,7 @@ import functools
 import math
 import re
 from collections import deque
+from typing import NamedTuple
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,7 +168,12 @@ def can_preallocate(desired_bytes: int, used_bytes: int = 0, device_mem_bytes: i
         return False
     if device_mem_bytes is None:
         return True
-    return float(_f32(int(used_bytes) + int(desired_bytes))) < _memory_limit(int(device_mem_bytes))
+    total, limit = int(used_bytes) + int(desired_bytes), _memory_limit(int(device_mem_bytes))
+    # float32 rounds an integer by at most 2^-24 of it: well below the limit the answer is
+    # True without rounding (a growth asks for each of its buffers)
+    if total <= limit * (1 - 2.0 ** -22):
+        return True
+    return float(_f32(total)) < limit
 
 
 @functools.lru_cache(maxsize=16)
@@ -330,8 +336,9 @@ class SimResult:
     mean_slack_ratio: float = 0.0     # mean over steps of (capacity - required) / capacity
 
 
-@dataclass(frozen=True)
-class ReallocDecision:
+class ReallocDecision(NamedTuple):
+    """Immutable; a NamedTuple rather than a frozen dataclass, whose __init__ sets each field
+    through object.__setattr__ (a growth makes one per buffer that moves)."""
     action: str             # "alloc" | "reuse"
     alloc_elems: int        # elements of the new buffer (when action == "alloc")
     predicted: bool         # the allocation used the predictor's (larger) shape

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 
 from engine import Network, build_program
+from engine.bound_kernel import BoundKernel
 from engine.device_queue import Observer
 from engine.fast_path import FastPath, signature
 from engine.fast_path.plans import resource_free
@@ -76,3 +77,12 @@ def test_nodes_kernels_and_tensors_snapshot_and_restore_their_own_state(device):
     out.restore(t_state)
     assert inst.in_layouts[0].shape == (3, 32) and out.layout.shape[0] == 3
     assert [(obj, obj.snapshot() if obj is not inst else s) for obj, s in inst.snapshot()][1:] == before[1:]
+
+
+def test_a_bound_kernels_restore_sets_each_field_of_its_state_in_order():
+    """BoundKernel.restore unpacks its state at once: each of STATE's fields gets its own value."""
+    b = object.__new__(BoundKernel)
+    b.slot = None                       # (read when it is collected)
+    values = tuple(object() for _ in BoundKernel.STATE)
+    b.restore(values)
+    assert b.snapshot() == values and all(getattr(b, k) is v for k, v in zip(BoundKernel.STATE, values))

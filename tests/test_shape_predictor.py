@@ -1,7 +1,10 @@
 """ShapePredictor / realloc_if_needed replay: behaviour pinned against OpenVINO's GPU plugin."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.shape_predictor import PreallocSettings, ShapePredictor, simulate_openvino
+from engine.shape_predictor import (PreallocSettings, ShapePredictor, _f32, _memory_limit, can_preallocate,
+                                    simulate_openvino)
 
 MIB = 2 ** 20
 F16 = 16
@@ -142,6 +145,21 @@ def test_can_preallocate_90_percent_rule():
     assert sp.can_preallocate(400, used_bytes=499)
     assert not sp.can_preallocate(400, used_bytes=500)
     assert not ShapePredictor(max_alloc_bytes=100).can_preallocate(101)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2 ** 62), st.integers(0, 2 ** 62), st.integers(1, 2 ** 62))
+def test_can_preallocate_shortcut_answers_as_the_float32_rule(desired, used, device):
+    """Well below the limit the rule answers without rounding to float32 (a growth asks for
+    each buffer): the answer is the float32 comparison's, also next to the limit."""
+    limit = _memory_limit(device)
+    exact = float(_f32(used + desired)) < limit
+    assert can_preallocate(desired, used, device) == exact
+    near = int(limit) - used          # at the limit's edge, where float32 rounding decides
+    if near >= 0:
+        for d in (near - 2, near - 1, near, near + 1):
+            if d >= 0:
+                assert can_preallocate(d, used, device) == (float(_f32(used + d)) < limit)
 
 
 def test_simulator_uses_exact_size_when_preallocation_does_not_fit():

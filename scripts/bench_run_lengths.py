@@ -65,15 +65,24 @@ def main() -> None:
     with open(seq, "w") as f:
         json.dump([{"input_ids": [1, n], "attention_mask": [1, n]} for n in lengths], f)
     model = os.path.abspath(a.model)
+    ratios: dict = {}               # tree -> traced mean / untraced mean, per round
     for rnd in range(a.rounds):
         trees = a.trees if rnd % 2 == 0 else a.trees[::-1]
         for tree in trees:
+            means = {}
             for traced in ((True, False) if rnd % 2 == 0 else (False, True)):
                 s = one_run(tree, model, seq, traced)
+                means[traced] = s["mean"]
                 print(f"round {rnd} {os.path.basename(os.path.abspath(tree)):12s} "
                       f"{'traced' if traced else 'untraced':8s} mean {s['mean']:.3f} median {s['median']:.3f} "
                       f"p90 {s['p90']:.3f} compiled {s['compiled']} over 5 ms {s['over_5ms']} "
                       f"slowest {s['slowest']}", flush=True)
+            ratios.setdefault(tree, []).append(means[True] / means[False])
+    # each run is a process of its own, and a process's host speed varies by tens of percent
+    # from one to the next (docs/performance.md, session 26): a single round's ratio is noise
+    for tree, r in ratios.items():
+        print(f"{os.path.basename(os.path.abspath(tree)):12s} traced/untraced mean, median of {len(r)} rounds: "
+              f"x{statistics.median(r):.2f} (rounds x{min(r):.2f}-x{max(r):.2f})")
 
 
 if __name__ == "__main__":

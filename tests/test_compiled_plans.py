@@ -832,3 +832,57 @@ def test_a_plan_recorded_by_an_inference_whose_outputs_were_not_read_is_not_repl
     # 3 recorded 30's plan, then failed; 4 runs the flow (a new epoch: no transition known),
     # 5 the flow of the repeat, 6 replays what 5 recorded
     assert "".join(paths) == "FCCXFFR", "".join(paths)
+
+
+def test_a_traced_runs_template_base_counts_in_the_trace_part(device, tmp_path, monkeypatch):
+    """The first compiled inference of a traced run writes its nodes' events and checks the
+    variant's template against them (compiled._write_base): work done only for the trace, so
+    its time is the `trace` part of that inference, not `flow`; the parts still sum to the
+    latency. (The template check is slowed here by a known 60 ms.)"""
+    import time
+
+    from engine.fast_path import step_events
+    from traces import TraceWriter
+    attach = step_events.attach
+
+    def slow_attach(*a, **k):
+        time.sleep(0.06)
+        return attach(*a, **k)
+    monkeypatch.setattr(step_events, "attach", slow_attach)
+    net = Network(build_program(bert_encoder(**BERT)), device, impls="dynamic", predictor="adaptive",
+                  compile_plans="all", trace=TraceWriter(str(tmp_path / "t.jsonl"), {}))
+    net.impls.device_type = "gpu"
+    for i, (feeds, _) in enumerate(_bert_steps(WARM + [(1, 30)])):
+        net.infer(feeds)
+        if net.counters.get("plan.compiled"):
+            break
+    assert i == 1 and net.counters.get("plan.compiled"), "the second inference is compiled: the base"
+    parts = net.time_ms
+    assert parts["trace"] >= 60 and parts["flow"] < 60, parts
+    assert abs(sum(parts.values()) - net.counters["latency_ms"]) <= 0.1 * net.counters["latency_ms"] + 0.01
+
+
+def test_preparing_trace_counts_the_events_written_inside_once():
+    """accounting.preparing_trace: the block's time is added to the writer's, its events' own
+    time not twice; a sink without a clock is left alone."""
+    import time
+
+    from engine.accounting import preparing_trace
+    from traces.sinks import NoTrace
+
+    class Clocked:
+        spent_s = 1.0
+
+        def event(self):
+            self.spent_s += 5.0          # an event's own time, inside the block
+
+    w = Clocked()
+    t0 = time.perf_counter()
+    with preparing_trace(w):
+        t1 = time.perf_counter()
+        w.event()
+        inner = time.perf_counter() - t1
+    outer = time.perf_counter() - t0
+    assert 1.0 + inner <= w.spent_s <= 1.0 + outer
+    with preparing_trace(NoTrace()):
+        pass

@@ -41,6 +41,7 @@ import operator
 
 import numpy as np
 
+from engine.accounting import preparing_trace
 from engine.bound_kernel import work_sizes
 from engine.fast_path import growth, steady, step_events
 from engine.fast_path.host_values import host_fn
@@ -302,14 +303,16 @@ class CompiledPlans:
         inference: no template yet): its device nodes' events written as their steady steps
         write them, and the variant's template attached to them, so that later compiled
         inferences are one `plan compiled` event each. Returns the template (for infer_end),
-        or None when it does not hold (the variant is dropped; the inference stands)."""
+        or None when it does not hold (the variant is dropped; the inference stands). Its time
+        is the trace's part (accounting.preparing_trace)."""
         fast = self.fast
-        fast.restore.put_back()         # the nodes' layouts, for the events' fields
-        fast.restore = None
         decisions = fast.decisions
-        for inst, step in zip(c.device, c.steps):
-            steady.write_events(decisions, inst, step)
-        bound = step_events.attach(c, decisions.log, got[-1], decisions.trace.iter, fast.templates + 1)
+        with preparing_trace(decisions.trace):
+            fast.restore.put_back()         # the nodes' layouts, for the events' fields
+            fast.restore = None
+            for inst, step in zip(c.device, c.steps):
+                steady.write_events(decisions, inst, step)
+            bound = step_events.attach(c, decisions.log, got[-1], decisions.trace.iter, fast.templates + 1)
         if bound is None:               # dropped, counted with the refused traces
             key = self._key()
             self.table[key].remove(c)
@@ -427,7 +430,8 @@ class CompiledPlans:
             self._add(key, c, ids)
         tpl = None
         if log is not None:            # (the caller counts the base)
-            bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
+            with preparing_trace(fast.decisions.trace):
+                bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
             if bound is None:          # a refused trace: dropped, counted with the others
                 cands.remove(c)
                 self.why_not = step_events.REFUSED

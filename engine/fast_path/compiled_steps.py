@@ -37,6 +37,7 @@ from collections import Counter
 
 import numpy as np
 
+from engine.accounting import preparing_trace
 from engine.fast_path import steady, step_events
 from engine.fast_path.compiled import (Pending, agrees, answer_sources, answers_of, buffers_keep, check,
                                        compiled_image, image_blocks, keys_left, trace_node, upload_host_params,
@@ -221,7 +222,8 @@ class CompiledSteps:
             return None
         tpl = None
         if log is not None:            # (the caller counts the base)
-            bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
+            with preparing_trace(fast.decisions.trace):
+                bound = step_events.attach(c, log, got[-1], iteration, fast.templates + 1)
             if bound is None:          # a refused trace: dropped, counted with the others
                 variants.remove(c)
                 if self.last.get(d.key) is c:

@@ -107,6 +107,8 @@ def template(device: list, moving: dict, log: list, env: dict) -> tuple | None:
         key = (name, kind, seen[name, kind])
         seen[name, kind] += 1
         names = _moving_fields(kind, fields)
+        if not names and key not in moving:
+            continue                     # (most events: nothing moves)
         values = moving.get(key, {})
         if set(names) != set(values):
             return None
@@ -116,7 +118,9 @@ def template(device: list, moving: dict, log: list, env: dict) -> tuple | None:
                     return None
                 spec.append([name, kind, key[2], field, {"$": variables.setdefault(v.tensor, len(variables))}])
                 continue
-            if _plain(substitute(v, env)) != _plain(fields[field]):
+            got, logged = substitute(v, env), fields[field]
+            # (equal as they are, the common case, or as the JSON holds them: tuples as lists)
+            if got != logged and _plain(got) != _plain(logged):
                 return None
             if _has_sym(v):
                 spec.append([name, kind, key[2], field, _encode(v, variables)])

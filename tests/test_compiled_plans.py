@@ -868,12 +868,12 @@ def test_preparing_trace_counts_the_events_written_inside_once():
     import time
 
     from engine.accounting import preparing_trace
-    from traces.sinks import NoTrace
+    from traces.sinks import DecisionsOnly, NoTrace
 
     class Clocked:
         spent_s = 1.0
 
-        def event(self):
+        def event(self, *a, **k):
             self.spent_s += 5.0          # an event's own time, inside the block
 
     w = Clocked()
@@ -886,3 +886,11 @@ def test_preparing_trace_counts_the_events_written_inside_once():
     assert 1.0 + inner <= w.spent_s <= 1.0 + outer
     with preparing_trace(NoTrace()):
         pass
+    # `--trace-level decisions` wraps the writer: the block's time reaches the writer's clock,
+    # which every later inference's `trace` part reads
+    wrapped = DecisionsOnly(Clocked())
+    with preparing_trace(wrapped):
+        wrapped.event("update_shape")
+    assert "spent_s" not in vars(wrapped) and wrapped._w.spent_s == wrapped.spent_s < 6.0
+    wrapped.event("update_shape")
+    assert wrapped.spent_s == wrapped._w.spent_s >= 6.0

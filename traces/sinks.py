@@ -35,6 +35,14 @@ class DecisionsOnly:
     def iter(self, value: int) -> None:
         self._w.iter = value
 
+    @property
+    def spent_s(self) -> float:      # (the writer's clock, which the accounting also sets)
+        return self._w.spent_s
+
+    @spent_s.setter
+    def spent_s(self, value: float) -> None:
+        self._w.spent_s = value
+
     def __getattr__(self, name):
         return getattr(self._w, name)
 

@@ -60,3 +60,6 @@ class BoundKernel:
 
 
 _STATE_OF = attrgetter(*BoundKernel.STATE)
+# a tensor's offset: mapped over a kernel's `tensors`, what its shape_info block must say
+# (`offsets`: what it says)
+offset_of = attrgetter("offset")

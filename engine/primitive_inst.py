@@ -14,11 +14,11 @@ runtime services (engine/runtime.py), never the network.
 from __future__ import annotations
 
 import math
-from operator import attrgetter, is_not
+from operator import is_not
 
 import numpy as np
 
-from engine.bound_kernel import BoundKernel
+from engine.bound_kernel import BoundKernel, offset_of
 from engine.diagnose import shape_failure
 from engine.fused_ops import fusion_valid, with_fused_ops
 from engine.host_eval import host_outputs
@@ -31,7 +31,6 @@ from engine.ops.movement import copy_call
 from engine.shape_predictor import BufferState
 from engine.weights import WeightsCache, weights_cache_capacity
 
-_OFFSET = attrgetter("offset")
 
 
 def same_value(a: np.ndarray, b: np.ndarray) -> bool:
@@ -575,7 +574,7 @@ class PrimitiveInst:
             # buffers (force) or with the call (a shape change)
             if b.tensors is None or (not (kept and kept[k]) and (force or self.shape_changed)):
                 b.tensors = [self._arg_tensor(kind, i) for kind, i in b.call.args]
-            offsets = tuple(map(_OFFSET, b.tensors))
+            offsets = tuple(map(offset_of, b.tensors))
             # shape_info depends on the call (replaced on a shape change) and the offsets only:
             # on a repeated shape nothing is recomposed or rewritten.
             if offsets != b.offsets or (not image and (b.info is None or self.shape_changed)):

@@ -44,8 +44,8 @@ import functools
 import math
 import re
 from collections import deque
-from typing import NamedTuple
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 

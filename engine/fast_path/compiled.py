@@ -88,10 +88,12 @@ class Pending:
         self.c, self.env, self.keys = c, env, keys
 
     def put_back(self) -> None:
-        c = self.c
-        for obj, values in c.snapshot:
+        self._snapshot_back()
+        set_state(self.c, self.env)
+
+    def _snapshot_back(self) -> None:
+        for obj, values in self.c.snapshot:
             obj.restore(values)
-        set_state(c, self.env)
 
     def restore(self, _values) -> None:
         """As a state entry (the device nodes' part of a plan recorded from it: Plan.split)."""
@@ -103,8 +105,7 @@ class Pending:
         their kernels' calls, about two thirds of the setter's time (0.3-0.4 ms of the BERT's
         growth), which no later compiled inference reads. Whether it put back everything."""
         c = self.c
-        for obj, values in c.snapshot:
-            obj.restore(values)
+        self._snapshot_back()
         if c.grow_setter is None:
             set_state(c, self.env)
             return True

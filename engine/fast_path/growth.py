@@ -29,13 +29,10 @@ would (the template's realloc events are reuses); the `plan compiled` event name
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter
 
+from engine.bound_kernel import offset_of
 from engine.fast_path import steady
 from engine.predictors import growth_decisions
-
-_OFFSET = attrgetter("offset")
-
 
 def grow(fast, c, calls, inputs, pending=None) -> tuple:
     """The resource decisions of compiled inference `c` whose predictor calls are `calls`
@@ -124,7 +121,7 @@ def _reads_calls(inst) -> bool:
     """Whether binding `inst`'s arguments reads a kernel's call (the part of the state a growth
     puts back last: compiled.Pending.settle): tensors not bound yet, or one at another offset
     than its shape_info block says, which is then made again."""
-    return any(b.tensors is None or tuple(map(_OFFSET, b.tensors)) != b.offsets for b in inst.bound)
+    return any(b.tensors is None or tuple(map(offset_of, b.tensors)) != b.offsets for b in inst.bound)
 
 
 def _set_arguments(decisions, inst, grown: bool) -> bool:

@@ -83,6 +83,19 @@ class Buffers:
         finally:
             self.alloc_s += since(t0)
 
+    def take_for(self, t: Tensor, d, count: int, itemsize: int) -> tuple:
+        """A buffer of the size the policy's decision `d` asks for (at least `count` elements
+        of `itemsize` bytes) given to `t`: (its bytes, "alloc" or "from_pool", whether the
+        policy's extra is in it). The predictor's record of `t`'s buffer follows (a pooled
+        buffer may be larger)."""
+        nbytes = max(d.alloc_elems, count) * itemsize
+        how = self.give(t, nbytes, exact=count * itemsize)
+        predicted = d.predicted
+        if how == "alloc" and t.capacity < nbytes:   # the extra was dropped to fit the device
+            nbytes, predicted = t.capacity, False
+        t.state.take(t.capacity // itemsize)
+        return nbytes, how, predicted
+
     def _give(self, t: Tensor, nbytes: int, exact: int | None) -> str:
         self.release(t)
         taken = self.memory.take(t.name, nbytes)

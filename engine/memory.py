@@ -43,5 +43,12 @@ class Tensor:
         # one C-level update (no STATE name is a property): plan replays put back hundreds
         self.__dict__.update(zip(self.STATE, values))
 
+    def moved_into(self, values: tuple) -> tuple:
+        """Snapshot `values` (STATE's order) with this tensor's buffer as it is now: the buffer,
+        offset, capacity and predictor state; the rest as they were (a growth moves buffers
+        and changes nothing else of a tensor: engine/fast_path/growth.py rebound)."""
+        layout, _, _, host, version, dev_version, _, by_other, _ = values
+        return layout, self.buf, self.offset, host, version, dev_version, self.capacity, by_other, self.state
+
 
 _STATE_OF = itemgetter(*Tensor.STATE)

@@ -529,12 +529,7 @@ class PrimitiveInst:
                 self._rec("realloc", "reuse", bytes=l.nbytes, capacity=t.capacity, shape=l.shape,
                           dtype=l.dtype, **label)
             return False
-        nbytes = max(d.alloc_elems, l.count) * l.itemsize
-        how = buffers.give(t, nbytes, exact=l.count * l.itemsize)
-        predicted = d.predicted
-        if how == "alloc" and t.capacity < nbytes:   # the extra was dropped to fit the device
-            nbytes, predicted = t.capacity, False
-        t.state.take(t.capacity // l.itemsize)   # a pooled buffer may be larger
+        nbytes, how, predicted = buffers.take_for(t, d, l.count, l.itemsize)
         decisions = self.rt.decisions
         if decisions.itemized:
             self._rec("realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes,

@@ -115,29 +115,43 @@ def _as_the_flow(on, off, c_on, c_off) -> None:
         assert c_on[i] == c_off[i], i
 
 
-def test_a_growth_that_makes_a_shape_info_block_again_puts_the_whole_state_back_first(device, monkeypatch):
-    """An untraced growth puts back only what it reads of its variant's state
-    (Pending.put_back_for_growth); where a kernel's shape_info block must be made again (an
-    offset moved, growth._reads_calls: forced here for the last node with kernels, after every
-    other buffer moved), the rest goes back first (Pending.settle) and the buffers the growth
-    gave stay. Every inference computes and counts what the flow does."""
+@pytest.mark.parametrize("table", [True, False])
+def test_an_untraced_growth_leaves_the_nodes_state_waiting(device, monkeypatch, table):
+    """An untraced growth reads and sets no node's state but the buffers it moves and the
+    arguments naming them (growth.grow_counted): the state stays waiting (Pending), put back by
+    the next flow only. Where the variant's table does not hold (a kernel's tensor at an offset
+    other than 0: forced here), the state is put back first and each node binds its arguments
+    (growth.grow). Every inference computes and counts what the flow does."""
     from engine.fast_path import compiled, growth
     prog = build_program(bert_encoder(**BERT))
     steps = _bert_steps(WARM + [(1, 39), (1, 100), (1, 38), (1, 150), (1, 150), (1, 37), (1, 20)])
-    net, off, c_off = _run(prog, steps, device, False, "gpu")
-    last = [i for i in net.insts if not i.node.host and i.bound][-1].node.name
-    settled, whole = [], []
-    settle, partial = compiled.Pending.settle, compiled.Pending.put_back_for_growth
-    monkeypatch.setattr(compiled.Pending, "settle", lambda self: (settled.append(1), settle(self))[1])
-    monkeypatch.setattr(compiled.Pending, "put_back_for_growth", lambda self: (whole.append(partial(self)), whole[-1])[1])
-    monkeypatch.setattr(growth, "_reads_calls", lambda inst: inst.node.name == last)
-    paths = []
-    _, on, c_on = _run(prog, steps, device, True, "gpu", paths=paths)
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    if not table:
+        monkeypatch.setattr(growth, "table", lambda c: None)
+    put_back, ways = [], []
+    snapshot_back = compiled.Pending._snapshot_back
+    monkeypatch.setattr(compiled.Pending, "_snapshot_back", lambda self: (put_back.append(1), snapshot_back(self))[1])
+    for name in ("grow", "grow_counted"):
+        monkeypatch.setattr(growth, name, lambda *a, f=getattr(growth, name), name=name: (ways.append(name), f(*a))[1])
+    paths, at_growth = [], []
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
+    net.impls.device_type = "gpu"
+    on, c_on = [], []
+    for feeds, _ in steps:
+        put_back.clear()
+        grown = len(ways)
+        on.append({k: np.array(v) for k, v in net.infer(feeds).items()})
+        c = net.counters
+        c_on.append({k: v for k, v in c.items() if k not in NOT_DECISIONS})
+        paths.append("C" if c.get("plan.compiled") else "R" if c.get("plan.replay") else "F")
+        if len(ways) > grown:
+            at_growth.append(len(put_back))
     _as_the_flow(on, off, c_on, c_off)
     # 100 and 150 grow, compiled; 150 again is the variant's first repeat: the flow, which
     # reads the state the growth left waiting (and teaches the repeat's counts)
     assert "".join(paths[3:]) == "CCCFCC", "".join(paths)
-    assert whole == [False, False] and settled, (whole, settled)
+    assert ways == (["grow_counted"] * 2 if table else ["grow"] * 2), ways
+    assert at_growth == ([0, 0] if table else [1, 1]), at_growth
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])

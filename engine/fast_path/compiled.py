@@ -74,9 +74,9 @@ class Compiled:
                  # False: two repeats counted differently: CompiledPlans._repeat); in a traced
                  # run, (iteration, base number) of the flow whose events a repeat stands for
                  "steady_counts", "steps", "repeat_counts", "repeat_of",
-                 # what a growth reads of it: the setter of part of `state`
-                 # (Pending.put_back_for_growth), its calls by node (growth.calls_by_node)
-                 "grow_setter", "calls_by_node")
+                 # what a growth reads of it: its calls by node (growth.calls_by_node), its
+                 # kernels' argument tensors (growth.table: made where it is bound)
+                 "calls_by_node", "growth_table")
 
 
 class Pending:
@@ -99,24 +99,6 @@ class Pending:
         """As a state entry (the device nodes' part of a plan recorded from it: Plan.split)."""
         self.put_back()
 
-    def put_back_for_growth(self) -> bool:
-        """What growth.py reads of the nodes' state put back (the snapshot, the tensors' and
-        scratch buffers' layouts), the rest left to `put_back`: the nodes' input layouts and
-        their kernels' calls, about two thirds of the setter's time (0.3-0.4 ms of the BERT's
-        growth), which no later compiled inference reads. Whether it put back everything."""
-        c = self.c
-        self._snapshot_back()
-        if c.grow_setter is None:
-            set_state(c, self.env)
-            return True
-        c.grow_setter(self.env)
-        return False
-
-    def settle(self) -> None:
-        """The rest of the state put_back_for_growth left (the symbolic part: its snapshot's
-        objects now hold the growth's buffers)."""
-        set_state(self.c, self.env)
-
 
 def set_state(c, env: dict) -> None:
     """Each (object, attribute) of a variant's `state` set to its value for `env`: substituted
@@ -131,12 +113,6 @@ def set_state(c, env: dict) -> None:
             return
         c.setter, c.session = c.session.setter(c.state), None
     c.setter(env)
-
-
-# what a growth reads of a variant's symbolic state (growth.py): its tensors' layouts and its
-# nodes' scratch buffers' (steady.owned_buffers); not the input layouts or the kernels' calls,
-# except where a shape_info block must be made again (growth._reads_calls, Pending.settle)
-GROWTH_READS = ("layout", "internal_layouts")
 
 
 class CompiledPlans:
@@ -358,21 +334,8 @@ class CompiledPlans:
         if keep:
             counters = c.counters
             fast.restore = Pending(c, env, keys)
-        else:       # the nodes' state it reads, then the flow's resource decisions
-            pending = Pending(c, env, keys)
-            if fast.decisions.traced:   # (its nodes' events read the whole state)
-                pending.put_back()
-                whole = True
-            else:
-                whole = pending.put_back_for_growth()
-            # the rest waits as a compiled inference's state does
-            fast.restore = None if whole else pending
-            for t, value, version in fresh:
-                t.host, t.version = value, version
-            # what may have moved: the inputs, the views of them, the host values
-            may = self.inputs + [dst for dst, _ in c.host_views] + [t for t, _, _ in fresh]
-            counters, self.moved, self.written = growth.grow(fast, c, calls, may, None if whole else pending)
-            self.left = (fast.decisions.trace.iter, (c.kernel_ids, keys))    # (_left)
+        else:
+            counters = self._grow(c, calls, Pending(c, env, keys), fresh)
         queue.arena.flush(queue.write)
         queue.enqueue(kernels)
         for cache, key in c.touches:            # the flow's cache hits, in the LRU orders too
@@ -385,6 +348,28 @@ class CompiledPlans:
         fast.decisions.counters.update(counters)
         self.last = (c, got)
         return True
+
+    def _grow(self, c: Compiled, calls, pending: Pending, fresh: list):
+        """The flow's resource decisions of a compiled inference whose buffers do not all keep
+        (growth.py), `fresh`: (host value, its value, its version) of those newer on the host.
+        Returns the inference's counters."""
+        fast = self.fast
+        # what may have moved: the inputs, the views of them, the host values
+        may = self.inputs + [dst for dst, _ in c.host_views] + [t for t, _, _ in fresh]
+        counted = not fast.decisions.traced and growth.counted(c, may)
+        if counted:         # the nodes' state waits, as a compiled inference's does
+            fast.restore = pending
+        else:               # (a traced one's nodes' events read the whole state)
+            pending.put_back()
+            fast.restore = None
+        for t, value, version in fresh:
+            t.host, t.version = value, version
+        if counted:
+            counters, self.moved = growth.grow_counted(fast, c, calls, may)
+        else:
+            counters, self.moved, self.written = growth.grow(fast, c, calls, may)
+        self.left = (fast.decisions.trace.iter, (c.kernel_ids, pending.keys))    # (_left)
+        return counters
 
     def rebind_grown(self) -> None:
         """After a compiled inference that moved buffers (growth.py), in the epoch it leaves:
@@ -476,13 +461,12 @@ class CompiledPlans:
             return
         self._add(self._key(), c, _kernel_ids(fast))
         _bind(fast, c, self.host_params, c.steady_counts, launches, ())
-        # its setters now, inside the model's first inference (10-25 ms, against 3-8 ms for each
+        # its setter now, inside the model's first inference (10-25 ms, against 3-8 ms for each
         # put-back by substitution: the flow after a compiled inference, a growth), what its
         # first growth reads besides, and the policy's grouping of its calls (the first
         # inference's buffers each have a history of their own: merging those that agree is
         # the second length's to do otherwise)
         c.setter = c.session.setter(c.state)
-        c.grow_setter = c.session.setter([e for e in c.state if e[1] in GROWTH_READS])
         c.session = None
         growth.calls_by_node(c, got[2])
         group_ahead = getattr(fast.buffers.predictor, "group_ahead", None)
@@ -719,7 +703,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables, c.counters, c.steps = moving, None, None, None, device_steps
-    c.repeat_counts = c.repeat_of = c.grow_setter = c.calls_by_node = None
+    c.repeat_counts = c.repeat_of = c.calls_by_node = c.growth_table = None
     owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
     c.steady_counts = steady.counts_of_steady(device, device_steps,
                                               sum(id(t) in owned for t, *_ in calls))
@@ -879,3 +863,4 @@ def _bind(fast, c: Compiled, host_params, counters, launches, touches) -> None:
         snap += [(t, t.snapshot()) for t in inst.outputs if id(t) not in skip]
     c.snapshot = snap
     c.io_snapshot = [(t, t.snapshot()) for t in c.immediate]
+    c.growth_table = growth.table(c)

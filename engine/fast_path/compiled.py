@@ -75,8 +75,9 @@ class Compiled:
                  # run, (iteration, base number) of the flow whose events a repeat stands for
                  "steady_counts", "steps", "repeat_counts", "repeat_of",
                  # what a growth reads of it: its calls by node (growth.calls_by_node), its
-                 # kernels' argument tensors (growth.table: made where it is bound)
-                 "calls_by_node", "growth_table")
+                 # kernels' argument tensors (growth.table: made where it is bound); the
+                 # tensors growths moved since its snapshot was last read (growth.rebound)
+                 "calls_by_node", "growth_table", "moved")
 
 
 class Pending:
@@ -92,7 +93,8 @@ class Pending:
         set_state(self.c, self.env)
 
     def _snapshot_back(self) -> None:
-        for obj, values in self.c.snapshot:
+        c = self.c      # (a compiled step's variant, compiled_steps.Steps, never grows)
+        for obj, values in growth.snapshot_of(c) if c.__class__ is Compiled else c.snapshot:
             obj.restore(values)
 
     def restore(self, _values) -> None:
@@ -703,7 +705,7 @@ def _build(fast, host_params, launches, reallocs, log=None) -> Compiled:
     c = Compiled()
     c.fn, c.source, c.state, c.setter, c.session, c.put_backs = fn, src, state, None, s, 0
     c.moving, c.base, c.variables, c.counters, c.steps = moving, None, None, None, device_steps
-    c.repeat_counts = c.repeat_of = c.calls_by_node = c.growth_table = None
+    c.repeat_counts = c.repeat_of = c.calls_by_node = c.growth_table = c.moved = None
     owned = {id(t) for i in device for t in list(i.outputs) + i.internals}
     c.steady_counts = steady.counts_of_steady(device, device_steps,
                                               sum(id(t) in owned for t, *_ in calls))
@@ -861,6 +863,6 @@ def _bind(fast, c: Compiled, host_params, counters, launches, touches) -> None:
             continue
         snap += inst.snapshot()
         snap += [(t, t.snapshot()) for t in inst.outputs if id(t) not in skip]
-    c.snapshot = snap
+    c.snapshot, c.moved = snap, None
     c.io_snapshot = [(t, t.snapshot()) for t in c.immediate]
     c.growth_table = growth.table(c)

@@ -108,6 +108,57 @@ def test_a_growth_under_the_plugins_policy_decides_as_the_flow(device):
     assert grown >= 2, grown
 
 
+def test_a_counted_growth_that_raises_leaves_its_moved_buffers_to_the_snapshot(device, monkeypatch):
+    """A counted growth that raises midway (the device cannot give a buffer: forced on its third)
+    has moved some buffers: the variant's snapshot, which the next flow puts back, then names
+    the buffers those tensors hold in the memory pool, not the ones they gave back."""
+    from engine.buffers import Buffers
+    from engine.diagnose import DeviceMemoryError
+    from engine.fast_path import growth
+    prog = build_program(bert_encoder(**BERT))
+    net = Network(prog, device, impls="dynamic", predictor="adaptive", compile_plans="all")
+    net.impls.device_type = "gpu"
+    steps = _bert_steps(WARM + [(1, 39), (1, 150)])
+    for feeds, _ in steps[:3]:
+        net.infer(feeds)
+    assert net.counters.get("plan.compiled")
+    taken, real = [], Buffers.take_for
+
+    def take_for(self, t, *a):
+        if len(taken) == 2:
+            raise DeviceMemoryError("forced")
+        taken.append(t)
+        return real(self, t, *a)
+    monkeypatch.setattr(Buffers, "take_for", take_for)
+    with pytest.raises(DeviceMemoryError):
+        net.infer(steps[3][0])
+    (c,) = [c for cands in net.fast.compiled.table.values() for c in cands]
+    pool = net.buffers.memory
+    snap = dict((id(obj), v) for obj, v in growth.snapshot_of(c))
+    for t in taken:
+        buf, capacity = snap[id(t)][1], snap[id(t)][6]     # (Tensor.STATE's order)
+        assert buf is t.buf and capacity == t.capacity and t.name in pool._blocks[id(buf)].holders, t.name
+
+
+def test_a_growth_from_an_empty_input_binds_as_the_flow():
+    """An empty tensor among those that moved before a growth (a graph input, a host value) is
+    bound to the network's dummy buffer by the flow (Buffers.device_buffer): such a growth
+    binds node by node (growth.grow), not counted."""
+    from engine.fast_path import growth
+    from engine.layout import Layout
+    from engine.memory import Tensor
+
+    class Variant:
+        growth_table = []
+    full, empty, moved = Tensor("a", Layout((1, 8), "i64")), Tensor("b", Layout((1, 0), "i64")), Tensor("c", Layout((4,)))
+    moved.offset = 4
+    assert growth.counted(Variant, [full])
+    assert not growth.counted(Variant, [full, empty])
+    assert not growth.counted(Variant, [moved])
+    Variant.growth_table = None
+    assert not growth.counted(Variant, [full])
+
+
 def _as_the_flow(on, off, c_on, c_off) -> None:
     """Each inference's output and decisions, fast path on, as the flow's."""
     for i, (a, b) in enumerate(zip(on, off, strict=True)):

@@ -97,13 +97,24 @@ def _grow(fast, c, calls, inputs) -> tuple:
 
 def grow_counted(fast, c, calls, inputs) -> tuple:
     """`grow` of an untraced inference whose variant's table holds (module docstring): the
-    same decisions and counters, made without the nodes' state. Returns (counters, moved)."""
+    same decisions and counters, made without the nodes' state. Returns (counters, moved).
+    Where it raises midway (a buffer the device cannot give), the variant's snapshot takes the
+    buffers moved so far when it is next read, as after a whole growth (`rebound`): the nodes'
+    state put back then names the buffers the memory pool says they hold."""
+    moved = {id(t) for t in inputs}
+    try:
+        return _grow_counted(fast, c, calls, moved), moved
+    except BaseException:
+        c.moved = moved if c.moved is None else c.moved | moved
+        raise
+
+
+def _grow_counted(fast, c, calls, moved: set) -> Counter:
     buffers, queue = fast.buffers, fast.queue
     count_many = fast.decisions.count_many
     policy = growth_decisions(buffers.predictor, calls)
     keeps, decide, memory = policy.keeps, policy.decide, buffers.memory
     per_node = (c.calls_by_node or calls_by_node(c, calls))[0]
-    moved = {id(t) for t in inputs}
     reuses = sets = 0
     for k, (inst, kernels) in enumerate(c.growth_table):
         if kernels is None:
@@ -144,7 +155,7 @@ def grow_counted(fast, c, calls, inputs) -> tuple:
                 did = True
         sets += grown or did
     policy.finish()
-    return _counters(c, reuses, sets, sets), moved
+    return _counters(c, reuses, sets, sets)
 
 
 def table(c) -> list | None:
@@ -172,8 +183,9 @@ def table(c) -> list | None:
 
 def counted(c, inputs) -> bool:
     """Whether an untraced growth of `c` may be `grow_counted`: its table holds and the tensors
-    that moved before it are at offset 0."""
-    return c.growth_table is not None and not any(t.offset for t in inputs)
+    that moved before it are at offset 0, none empty (a kernel binds an empty one to the
+    network's dummy buffer: Buffers.device_buffer)."""
+    return c.growth_table is not None and not any(t.offset or not t.layout.count for t in inputs)
 
 
 def _view(inst, moved: set) -> None:

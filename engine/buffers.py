@@ -89,7 +89,13 @@ class Buffers:
         policy's extra is in it). The predictor's record of `t`'s buffer follows (a pooled
         buffer may be larger)."""
         nbytes = max(d.alloc_elems, count) * itemsize
-        how = self.give(t, nbytes, exact=count * itemsize)
+        try:
+            how = self.give(t, nbytes, exact=count * itemsize)
+        except DeviceMemoryError:
+            # (its old buffer given back already: the decision's record of the size asked for
+            # would otherwise let a later inference reuse a buffer it does not hold)
+            t.state.drop()
+            raise
         predicted = d.predicted
         if how == "alloc" and t.capacity < nbytes:   # the extra was dropped to fit the device
             nbytes, predicted = t.capacity, False

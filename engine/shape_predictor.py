@@ -368,6 +368,12 @@ class BufferState:
         self.has_buffer = True
         self.cap_elems = self.held_elems = alloc_elems
 
+    def drop(self) -> None:
+        """The held buffer is gone and none replaced it (the device could not give the one the
+        decision asked for): the next decision allocates rather than reuse a size never had."""
+        self.has_buffer = False
+        self.cap_elems = self.held_elems = 0
+
 
 def simulate(shapes, dtype_bits: int, predictor, id: str = "buf") -> SimResult:
     """Replay ``shapes`` (one per inference) of a single output buffer through

@@ -128,9 +128,9 @@ def _grow_counted(fast, c, calls, moved: set) -> Counter:
             d = decide(j, memory.used_bytes)
             if d.action == "reuse" and t.capacity:   # (carry_out's reuse)
                 continue
+            moved.add(id(t))            # (before: one the device cannot give has moved too)
             nbytes, how, _ = buffers.take_for(t, d, need, bits // 8)
             count_many(1, "realloc", how, "reclaim" if d.reclaimed else "", bytes=nbytes)
-            moved.add(id(t))
             grown = True
             reuses += 1
         did = False

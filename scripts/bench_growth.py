@@ -6,9 +6,10 @@
 
 - growth: the benchmark's first-pass order (96, 64, 48, 24, 8, 16, 96, 64), then 128, past
   every buffer: that inference's host part (`CompiledPlans._apply`), the growth itself
-  (`growth.grow`), the nodes' state put back (`Pending.put_back`), the arguments set
-  (`growth._set_arguments`), the decisions carried out (`PrimitiveInst.carry_out`); the least
-  over --networks fresh networks (one growth each);
+  (`growth.grow_counted`, or `growth.grow` where the state is put back first), the nodes' state
+  put back (`Pending.put_back`: none in an untraced growth), the arguments set node by node
+  (`growth._set_arguments`: `grow` only), the decisions carried out (`Buffers.take_for`); the
+  least over --networks fresh networks (one growth each);
 - transition: then 59 random lengths in 8..128 (almost all new, all compiled), the median
   host part of `CompiledPlans.run` less its launches.
 Each part is timed by a wrapper around the engine's function (a microsecond or so each).
@@ -56,14 +57,15 @@ def main() -> None:
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.tree))
     import onnx
-    from engine import Network, build_program, launcher, primitive_inst, select_device
+    from engine import Network, build_program, buffers, launcher, select_device
     from engine.fast_path import compiled, growth
 
     spent = collections.defaultdict(float)
     for owner, name, label in ((compiled.CompiledPlans, "_apply", "inference"), (compiled.CompiledPlans, "run", "run"),
-                               (growth, "grow", "growth"), (compiled.Pending, "put_back", "put_back"),
+                               (growth, "grow", "growth"), (growth, "grow_counted", "growth"),
+                               (compiled.Pending, "put_back", "put_back"),
                                (growth, "_set_arguments", "arguments"),
-                               (primitive_inst.PrimitiveInst, "carry_out", "carried_out"),
+                               (buffers.Buffers, "take_for", "carried_out"),
                                (launcher.Launcher, "launch_all", "launches")):
         time_calls(spent, owner, name, label)
     if not os.path.exists(MODEL):

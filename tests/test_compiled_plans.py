@@ -169,10 +169,11 @@ def test_a_growth_the_device_cannot_give_leaves_a_state_the_next_inferences_run_
         np.testing.assert_allclose(a, sess.run(None, f)[0], rtol=1e-4, atol=1e-4)
 
 
-def test_a_growth_from_an_empty_input_binds_as_the_flow():
+def test_a_growth_after_an_empty_input_or_one_at_an_offset_is_not_counted():
     """An empty tensor among those that moved before a growth (a graph input, a host value) is
-    bound to the network's dummy buffer by the flow (Buffers.device_buffer): such a growth
-    binds node by node (growth.grow), not counted."""
+    bound to the network's dummy buffer by the flow (Buffers.device_buffer), one at an offset
+    other than 0 changes a shape_info block: such a growth binds node by node (growth.grow),
+    as does a variant with no table."""
     from engine.fast_path import growth
     from engine.layout import Layout
     from engine.memory import Tensor

@@ -39,6 +39,7 @@ from collections import Counter
 from engine.fast_path import steady
 from engine.predictors import growth_decisions
 
+
 def grow(fast, c, calls, inputs) -> tuple:
     """The resource decisions of compiled inference `c` whose predictor calls are `calls`
     (module docstring), made on the nodes' state put back; returns the counters of the

@@ -49,14 +49,16 @@ def _matmul_macs_bound(ins, outs) -> int:
     return outs[0].count // max(m, 1) * (m + M_ALIGN) * k
 
 
-def build_static(ctx: cl.Context, cache: ImplCache, prebuilt: dict, key: ImplParams, weights=None):
+def build_static(ctx: cl.Context, cache: ImplCache, prebuilt: dict, key: ImplParams, weights=None,
+                 optimize: bool = True):
     """The static program of `key`; in the background, also the reorder program of the weight
     layout it wants (into `prebuilt` unless `cache` has it), so that the switch to it builds
     nothing in the critical path (on PoCL with empty caches that build took 102 ms of the
     switching inference). Queued builds call this with the manager's parts, never the manager:
     a network that is gone is collected while its build runs, and its queued builds dropped
     (the network's finalizer stops the queue)."""
-    built = compile_program(ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),), dynamic=False)
+    built = compile_program(ctx, key.source, key.jit + (("SHAPE_INFO_INIT", key.table()),), dynamic=False,
+                            optimize=optimize)
     if weights is not None and not weights.compatible:
         call = reorder_call(weights)
         jit = call.jit + (("NUM_TENSORS", len(call.args)),)
@@ -64,7 +66,7 @@ def build_static(ctx: cl.Context, cache: ImplCache, prebuilt: dict, key: ImplPar
             done: Future = Future()
             prebuilt[(call.source, jit)] = done
             try:
-                done.set_result(compile_program(ctx, call.source, jit))
+                done.set_result(compile_program(ctx, call.source, jit, optimize=optimize))
             except Exception as e:  # noqa: BLE001 - raised where the flow takes it
                 done.set_exception(e)
     return built
@@ -112,6 +114,14 @@ class ImplManager:
 
     def __len__(self) -> int:
         return len(self.cache)
+
+    @property
+    def optimize(self) -> bool:
+        """Whether builds optimize: not those of a GPU kind's kernels on a CPU device (tests,
+        and scripts that time the host's part, check or time nothing else of them there). PoCL
+        spends most of a cold build optimizing: a GPU kind's GEMV took 6-7 s against 1.2
+        unoptimized, the suite's largest cost with empty caches; CPU kernels keep it."""
+        return self.device_type != "gpu" or not self.ctx.devices[0].type & cl.device_type.CPU
 
     def in_flight(self, busy: bool) -> None:
         """An inference starts or ends: background builds wait for the end on a CPU device."""
@@ -191,7 +201,8 @@ class ImplManager:
         built = self.prebuilt.pop((call.source, jit), None)
         t0 = mark()
         try:
-            prg, ms = built.result() if built is not None else compile_program(self.ctx, call.source, jit)
+            prg, ms = built.result() if built is not None else \
+                compile_program(self.ctx, call.source, jit, optimize=self.optimize)
         except cl.RuntimeError as e:
             raise ModelError(f"kernel build failed for node {node.name} ({call.source}): {e}") from None
         finally:
@@ -242,7 +253,7 @@ class ImplManager:
 
     def _build_static(self, key: ImplParams, weights=None):
         """The static program of `key` (build_static)."""
-        return build_static(self.ctx, self.cache, self.prebuilt, key, weights)
+        return build_static(self.ctx, self.cache, self.prebuilt, key, weights, self.optimize)
 
     def find_static(self, key: ImplParams, name: str, node, weights=None) -> tuple[Impl | None, str]:
         """A static impl for `key`: ("hit") from the impl cache, ("ready") a finished background
@@ -262,7 +273,7 @@ class ImplManager:
         if not self.async_compile:
             return self._build_static_now(key, name, node)
         fresh = self.compile_queue.submit(key, partial(build_static, self.ctx, self.cache, self.prebuilt,
-                                                       key, weights))
+                                                       key, weights, self.optimize))
         self.decisions.record("update_impl", "queue", "static" if fresh else "already_queued", node,
                               impl=name, impl_kind="static")
         return None, "queued"

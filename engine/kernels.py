@@ -147,10 +147,14 @@ def build_options() -> list[str]:
 EXACT_DIVISION = {"quant"}
 
 
-def compile_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True) -> tuple[cl.Program, float]:
-    """Static builds (dynamic=False) need SHAPE_INFO_INIT among the JIT constants."""
+def compile_program(ctx: cl.Context, source: str, jit: tuple, dynamic: bool = True,
+                    optimize: bool = True) -> tuple[cl.Program, float]:
+    """Static builds (dynamic=False) need SHAPE_INFO_INIT among the JIT constants. `optimize`
+    False: the compiler's optimizations off (ImplManager.optimize: a GPU kind's kernels on a
+    CPU device)."""
     src = jit_header(jit, dynamic) + load_source("common") + load_source(source)
-    options = build_options() + (["-cl-fp32-correctly-rounded-divide-sqrt"] if source in EXACT_DIVISION else [])
+    options = build_options() + (["-cl-fp32-correctly-rounded-divide-sqrt"] if source in EXACT_DIVISION else []) + \
+        ([] if optimize else ["-cl-opt-disable"])
     t0 = time.perf_counter()
     prg = cl.Program(ctx, src).build(options=options)
     return prg, (time.perf_counter() - t0) * 1e3

@@ -84,15 +84,15 @@ def start_builds(impls, insts, tensors, feeds: dict) -> int:
         return len(todo)
     pool = ThreadPoolExecutor(max_workers=impls.prebuild_workers, thread_name_prefix="prebuild")
     for (source, jit), kernels in todo.items():
-        impls.prebuilt[(source, jit)] = pool.submit(_build_loaded, impls.ctx, source, jit, kernels)
+        impls.prebuilt[(source, jit)] = pool.submit(_build_loaded, impls.ctx, source, jit, kernels, impls.optimize)
     pool.shutdown(wait=False)
     return len(todo)
 
 
-def _build_loaded(ctx, source: str, jit: tuple, kernels) -> tuple:
+def _build_loaded(ctx, source: str, jit: tuple, kernels, optimize: bool) -> tuple:
     """compile_program, then a kernel object of each of `kernels` (dropped): the driver loads
     the program at the first one (NVIDIA: 1.2 ms), here rather than in an inference."""
-    prg, ms = compile_program(ctx, source, jit)
+    prg, ms = compile_program(ctx, source, jit, optimize=optimize)
     for name in sorted(kernels):
         cl.Kernel(prg, name)
     return prg, ms

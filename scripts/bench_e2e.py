@@ -18,6 +18,7 @@
   torch or CUDA is missing.
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -100,7 +101,9 @@ def bench_bert(device, out):
     ratios = sorted(t / u for t, u in zip(rounds[True], rounds[False]))
     print(f"traced vs untraced mean latency, median of 3 alternating rounds: {lat[True]:.3f} vs "
           f"{lat[False]:.3f} ms (x{lat[True] / lat[False]:.2f}, rounds x{ratios[0]:.2f}-x{ratios[-1]:.2f}); "
-          f"trace {out['trace_bytes'] / 1e6:.1f} MB for {4 * len(seq)} inferences", flush=True)
+          f"trace {out['trace_bytes'] / 1e6:.1f} MB for {4 * len(seq)} inferences, written with "
+          f"{'orjson' if importlib.util.find_spec('orjson') else 'json (orjson, a dependency, is missing: 3x the cost)'}",
+          flush=True)
 
 
 def gpt2_feeds(prog, past=0):

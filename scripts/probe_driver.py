@@ -19,6 +19,11 @@ another: a build in flight can hold an inference's launches for a long time.
    later launch, its release? (What a growth pays beyond its decisions.)
 H200 (driver 580.159), session 19: created in 1.4-3.6 us, but its first launch took 26-65 us
 against 9-11 for the next ones (the memory is placed at first use), its release 7-44 us.
+   With the memory made resident first, while the device idles (clEnqueueMigrateMemObjects,
+   what a growth could do before its launches), do the first launches cost what later ones do,
+   and what does the migration cost? H200, session 28 (`.device/resid.py`, 12 buffers of 370 KB
+   among 66 launches behind a busy kernel): the launches cost kept buffers' time, the migration
+   53-160 us, as much as it took off them: the cost is per new buffer, moved, not removed.
 """
 import threading
 import time
@@ -135,9 +140,22 @@ def new_buffers(ctx, q, n=10):
         t = time.perf_counter()
         del bufs
         freed = time.perf_counter() - t
+        # the same with the memory made resident first (one call for all of them)
+        bufs = [cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes) for _ in range(n)]
+        t = time.perf_counter()
+        cl.enqueue_migrate_mem_objects(q, bufs, flags=cl.mem_migration_flags.CONTENT_UNDEFINED)
+        q.finish()
+        migrated = time.perf_counter() - t
+        t = time.perf_counter()
+        for b in bufs:
+            k.set_args(b)
+            cl.enqueue_nd_range_kernel(q, k, (256,), (256,))
+        after = time.perf_counter() - t
+        q.finish()
         print(f"{n} new buffers of {nbytes / 1e6:.2f} MB: created in {(t1 - t0) / n * 1e6:.1f} us each; "
               f"first launch using one {laps[0] / n * 1e6:.1f} us, the next {laps[1] / n * 1e6:.1f} us; "
-              f"released in {freed / n * 1e6:.1f} us each")
+              f"released in {freed / n * 1e6:.1f} us each; migrated first: {migrated / n * 1e6:.1f} us "
+              f"each, then its first launch {after / n * 1e6:.1f} us")
 
 
 def main():

@@ -60,10 +60,10 @@ def _shared_context_init(self, program, device=None, *args, **kwargs):
     _network_init(self, program, device, *args, **kwargs)
 
 
-def _compile_once(ctx, source, jit, dynamic=True):
+def _compile_once(ctx, source, jit, dynamic=True, optimize=True):
     t0 = time.perf_counter()
     shared = ctx.int_ptr in {c.int_ptr for c in list(_CONTEXTS.values())}
-    key = (ctx.int_ptr, source, jit, dynamic, tuple(kernels.build_options())) if shared else None
+    key = (ctx.int_ptr, source, jit, dynamic, optimize, tuple(kernels.build_options())) if shared else None
     try:
         hash(key)
     except TypeError:
@@ -74,7 +74,7 @@ def _compile_once(ctx, source, jit, dynamic=True):
             _PROGRAMS.move_to_end(key)
     if prg is not None:
         return prg, (time.perf_counter() - t0) * 1e3
-    prg, ms = _compile_program(ctx, source, jit, dynamic)
+    prg, ms = _compile_program(ctx, source, jit, dynamic, optimize)
     if key is not None:
         with _programs_lock:
             _PROGRAMS[key] = prg
@@ -93,12 +93,12 @@ for _module in (kernels, impl_manager, prebuild):
 # long file taken last keeps one worker busy while the other idles. Any other file follows
 # these, in pytest's order (short files last even out the two workers' ends).
 LONGEST_FIRST = [
-    "test_onnx_node.py", "test_conv_gemm.py", "test_ln_gemv.py", "test_conv_tiled.py",
-    "test_exporters.py", "test_light_models.py", "test_ms_fused_ops.py", "test_shape_functions.py",
-    "test_gemv.py", "test_recurrent_ops.py", "test_gemm_vector_epilogue.py",
-    "test_compiled_steps.py", "test_partial_replay_adversarial.py", "test_attention.py",
-    "test_user_errors.py", "test_partial_replay.py", "test_gemm_tiles.py", "test_ops_vision.py",
-    "test_readme_commands.py", "test_packed_projections.py",
+    "test_onnx_node.py", "test_light_models.py", "test_conv_gemm.py", "test_conv_tiled.py",
+    "test_exporters.py", "test_readme_commands.py", "test_compiled_plans.py",
+    "test_gemm_vector_epilogue.py", "test_shape_functions.py", "test_ln_gemv.py",
+    "test_ms_fused_ops.py", "test_recurrent_ops.py", "test_partial_replay.py", "test_user_errors.py",
+    "test_steady_steps.py", "test_gemm_tiles.py", "test_packed_projections.py", "test_impls.py",
+    "test_compiled_steps.py", "test_partial_replay_adversarial.py",
 ]
 
 

@@ -47,10 +47,10 @@ def test_the_first_inferences_builds_wait_for_its_end(device, monkeypatch):
     net = Network(build_program(mlp()), device)
     starts, compile_program = [], impl_manager.compile_program
 
-    def timed(ctx, source, jit, dynamic=True):
+    def timed(ctx, source, jit, dynamic=True, optimize=True):
         if not dynamic:
             starts.append(time.perf_counter())
-        return compile_program(ctx, source, jit, dynamic)
+        return compile_program(ctx, source, jit, dynamic, optimize)
 
     monkeypatch.setattr(impl_manager, "compile_program", timed)
     net.infer(_feeds(net, 3))
@@ -67,12 +67,12 @@ def test_a_dropped_network_is_collected_and_its_queued_builds_dropped(device, mo
     gate, running, keys = threading.Event(), threading.Event(), []
     compile_program = impl_manager.compile_program
 
-    def held(ctx, source, jit, dynamic=True):
+    def held(ctx, source, jit, dynamic=True, optimize=True):
         if not dynamic:
             keys.append(jit)
             running.set()
             gate.wait(60)
-        return compile_program(ctx, source, jit, dynamic)
+        return compile_program(ctx, source, jit, dynamic, optimize)
 
     monkeypatch.setattr(impl_manager, "compile_program", held)
     net = Network(build_program(mlp()), device)

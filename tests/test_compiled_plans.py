@@ -418,6 +418,35 @@ def test_a_structure_refused_twice_is_not_traced_again(device, monkeypatch):
     assert net.fast.compiled.summary() == {"built": 0, "runs": 0, "refused": "Escape: a dim was hashed"}
 
 
+def test_a_kernel_whose_traced_arguments_differ_from_its_bound_ones_refuses_the_plan(device, monkeypatch):
+    """A variant binds each kernel to the tensors the node is bound to when it is traced, and a
+    growth re-binds them by position (growth.table): an op's symbolic answer that names its
+    arguments in another order than the bound call (here the first two of one node's first
+    kernel, swapped at every trace) refuses the plan, and every inference is the flow's."""
+    from dataclasses import replace
+
+    from engine.fast_path import compiled
+    answer, swapped = compiled.op_answer, []
+
+    def other_order(inst, *a):
+        out, unfuse, calls = answer(inst, *a)
+        if calls and len(calls[0].args) >= 2 and swapped in ([], [inst.node.name]):
+            swapped[:] = [inst.node.name]
+            args = calls[0].args
+            calls = [replace(calls[0], args=(args[1], args[0]) + args[2:])] + list(calls[1:])
+        return out, unfuse, calls
+    monkeypatch.setattr(compiled, "op_answer", other_order)
+    prog = build_program(bert_encoder(**BERT))
+    steps = _bert_steps([(1, n) for n in (41, 40, 39, 60, 38)])
+    net, on, c_on = _run(prog, steps, device, True, "gpu")
+    _, off, c_off = _run(prog, steps, device, False, "gpu")
+    assert swapped and c_on == c_off
+    for a, b in zip(on, off):
+        assert np.array_equal(a["last_hidden_state"], b["last_hidden_state"])
+    summary = net.fast.compiled.summary()
+    assert summary["built"] == 0 and summary["runs"] == 0 and "its impl" in summary["refused"], summary
+
+
 def test_repeated_shapes_and_cycles_still_replay_whole_plans(device):
     """A repeated signature is no compiled inference (the flow records its plan, replayed from
     then on), and a compiled transition met again is recorded as a whole plan: with compiled

@@ -96,6 +96,25 @@ def test_acceptance_sequence_dynamic_then_static_switch_weights_cache():
     assert "static[M8" in switch[1]["old_impl"] and "static[M16" in switch[1]["new_impl"]
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_a_gpu_kinds_kernels_build_unoptimized_only_on_a_cpu_device(device, kind):
+    """ImplManager.optimize: the GPU kind's kernels on a CPU device (the suite's, a script's)
+    are built with the compiler's optimizations off, its static and dynamic impls alike; the
+    CPU kind's, and any kernel on a GPU, keep them. Outputs match onnxruntime either way."""
+    import pyopencl as cl
+    net = Network(build_program(mm_model()), device, impls="static")
+    net.impls.device_type = kind
+    rng = np.random.default_rng(1)
+    run_vs_ort(mm_model(), [{"x": rng.standard_normal((1, n, 32)).astype(np.float32)} for n in (8, 16)],
+               device, net=net)
+    off = kind == "gpu" and bool(device.type & cl.device_type.CPU)
+    assert net.impls.optimize is not off
+    kinds = {impl.kind for impl in net.impls.cache._d.values()}
+    options = [impl.program.get_build_info(device, cl.program_build_info.OPTIONS)
+               for impl in net.impls.cache._d.values()]
+    assert kinds == {"static", "dynamic"} and all(("-cl-opt-disable" in o) is off for o in options), options
+
+
 def test_capacity_one_evicts_and_evicted_static_impls_are_not_rebuilt():
     net, ev = run_seq(mm_model(), SEQ, impl_cache_capacity=1)
     evicted = [f["impl"] for i, n, k, a, r, f in ev.events if a == "evict"]

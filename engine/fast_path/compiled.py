@@ -808,10 +808,13 @@ def trace_node(inst, step, sym, state, per_bound, host_valued, host_views, answe
         sym[id(t)] = l
         state.append((t, "layout", l))
     for call, b in zip(calls, inst.bound):
-        # the same impl (kernel_step's check): what picks it becomes guards
+        # the same impl (kernel_step's check): what picks it becomes guards. Its arguments in
+        # the same order too: the variant binds the tensors the node is bound to now (its
+        # growth table included), and an op whose order depended on a dim would have met it
+        # as a guard in this trace
         rec = b.call
         check(call.kernel == rec.kernel and call.source == rec.source and
-               len(call.args) == len(rec.args) and call.jit == rec.jit, inst, "its impl")
+               call.args == rec.args and call.jit == rec.jit, inst, "its impl")
         gws, lws = work_sizes(call, b.cpu)
         blocks = [(t.offset, call.dims.get(p, sym.get(id(t), t.layout).shape))
                   for p, t in enumerate(b.tensors)]

@@ -111,6 +111,9 @@ class ImplManager:
         # on the H100's host, for nothing once every kernel is built)
         self._idle_walks = 0
         self.prebuild_s = 0.0          # ... spent walking a new signature for prebuild
+        # whether builds optimize, where a script says so (one timing a GPU kind's kernels on a
+        # CPU device); None: the rule of `optimize`
+        self.optimized: bool | None = None
 
     def __len__(self) -> int:
         return len(self.cache)
@@ -121,6 +124,8 @@ class ImplManager:
         and scripts that time the host's part, check or time nothing else of them there). PoCL
         spends most of a cold build optimizing: a GPU kind's GEMV took 6-7 s against 1.2
         unoptimized, the suite's largest cost with empty caches; CPU kernels keep it."""
+        if self.optimized is not None:
+            return self.optimized
         return self.device_type != "gpu" or not self.ctx.devices[0].type & cl.device_type.CPU
 
     def in_flight(self, busy: bool) -> None:

@@ -78,6 +78,7 @@ def bench(case: str, shape: tuple, device=None, repeat: int = 20, kind: str | No
     net = Network(build_program(model, **kw), dev, impls="dynamic", profile=True)
     if kind:
         net.impls.device_type = kind
+        net.impls.optimized = True      # timed: built as on a device of that kind
     net.infer(feeds)
     insts = [i for i in net.insts if i.bound and not i.node.host]
     us = sum(kernel_us(net, i, repeat) for i in insts)

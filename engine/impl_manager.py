@@ -112,7 +112,9 @@ class ImplManager:
         self._idle_walks = 0
         self.prebuild_s = 0.0          # ... spent walking a new signature for prebuild
         # whether builds optimize, where a script says so (one timing a GPU kind's kernels on a
-        # CPU device); None: the rule of `optimize`
+        # CPU device); None: the rule of `optimize`. Set it, and device_type, before the first
+        # inference: the impl cache's keys do not hold it (a cache shared by networks of both
+        # kinds on a CPU device hands each the other's builds: slower kernels, the same values)
         self.optimized: bool | None = None
 
     def __len__(self) -> int:

@@ -18,7 +18,6 @@
   torch or CUDA is missing.
 """
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -76,6 +75,7 @@ def bench_bert(device, out):
             print(f"  onnxruntime CPU mean {r['peers']['onnxruntime']['mean_ms']:.3f} ms", flush=True)
     # the trace's cost: the same sequence with the trace `dyncli run` writes, and without
     from traces import TraceWriter
+    from traces.writer import ENCODER
     prog = build_program(onnx.load(BERT), BERT)
     rng = np.random.default_rng(0)
     feeds = [{"input_ids": rng.integers(0, 30000, (1, s)), "attention_mask": np.ones((1, s), np.int64)}
@@ -104,8 +104,8 @@ def bench_bert(device, out):
     ratios = sorted(t / u for t, u in zip(rounds[True], rounds[False]))
     print(f"traced vs untraced mean latency, median of {TRACE_ROUNDS} alternating rounds: {lat[True]:.3f} vs "
           f"{lat[False]:.3f} ms (x{lat[True] / lat[False]:.2f}, rounds x{ratios[0]:.2f}-x{ratios[-1]:.2f}); "
-          f"trace {out['trace_bytes'] / 1e6:.1f} MB for {4 * len(seq)} inferences, written with "
-          f"{'orjson' if importlib.util.find_spec('orjson') else 'json (orjson, a dependency, is missing: 3x the cost)'}",
+          f"trace {out['trace_bytes'] / 1e6:.1f} MB for {(TRACE_ROUNDS + 1) * len(seq)} inferences, written with "
+          f"{ENCODER}{'' if ENCODER == 'orjson' else ' (orjson, a dependency, is missing: 3x the cost)'}",
           flush=True)
 
 

@@ -19,11 +19,14 @@ another: a build in flight can hold an inference's launches for a long time.
    later launch, its release? (What a growth pays beyond its decisions.)
 H200 (driver 580.159), session 19: created in 1.4-3.6 us, but its first launch took 26-65 us
 against 9-11 for the next ones (the memory is placed at first use), its release 7-44 us.
-   With the memory made resident first, while the device idles (clEnqueueMigrateMemObjects,
-   what a growth could do before its launches), do the first launches cost what later ones do,
-   and what does the migration cost? H200, session 28 (`.device/resid.py`, 12 buffers of 370 KB
-   among 66 launches behind a busy kernel): the launches cost kept buffers' time, the migration
-   53-160 us, as much as it took off them: the cost is per new buffer, moved, not removed.
+   With the memory made resident first (clEnqueueMigrateMemObjects, what a growth could do
+   before its launches), do the first launches cost what later ones do, and what does the
+   migration cost? H200, session 28, this probe (idle device, enqueue time): 0.29 MB buffers
+   41.6 us at their first launch against 7.4 after, or 8.2 to migrate and 8.7 to launch; 1.77
+   MB 57.0 against 10.8, or 35.0 and 10.8 (new buffers here may take memory the probe just
+   freed). Behind a busy kernel (`.device/resid.py`, 12 buffers of 370 KB among 66 launches)
+   the migration cost 53-160 us, as much as it took off the launches, and in the BERT's growth
+   itself as much again: the cost is per new buffer, moved, not removed (performance.md).
 """
 import threading
 import time

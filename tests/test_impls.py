@@ -96,25 +96,36 @@ def test_acceptance_sequence_dynamic_then_static_switch_weights_cache():
     assert "static[M8" in switch[1]["old_impl"] and "static[M16" in switch[1]["new_impl"]
 
 
-@pytest.mark.parametrize("kind", ["gpu", "cpu"])
-def test_a_gpu_kinds_kernels_build_unoptimized_only_on_a_cpu_device(device, kind):
+@pytest.mark.parametrize("kind,optimized", [("gpu", None), ("cpu", None), ("gpu", True)])
+def test_a_gpu_kinds_kernels_build_unoptimized_only_on_a_cpu_device(device, kind, optimized, monkeypatch):
     """ImplManager.optimize: the GPU kind's kernels on a CPU device (the suite's, a script's)
-    are built with the compiler's optimizations off, its static and dynamic impls alike; the
-    CPU kind's, and any kernel on a GPU, keep them. Outputs match onnxruntime either way."""
+    are built with the compiler's optimizations off: static and dynamic impls, and the
+    first inference's parallel prebuilds (the MLP's several programs); the CPU kind's, any
+    kernel on a GPU, and a GPU kind a script marks `optimized`, keep them. Outputs match
+    onnxruntime either way."""
     import pyopencl as cl
-    net = Network(build_program(mm_model()), device, impls="static")
-    net.impls.device_type = kind
+
+    from engine import prebuild
+    prebuilt, build_loaded = [], prebuild._build_loaded
+
+    def recorded(ctx, source, jit, kernels, optimize):
+        prebuilt.append(optimize)
+        return build_loaded(ctx, source, jit, kernels, optimize)
+    monkeypatch.setattr(prebuild, "_build_loaded", recorded)
+    off = kind == "gpu" and optimized is None and bool(device.type & cl.device_type.CPU)
     rng = np.random.default_rng(1)
-    run_vs_ort(mm_model(), [{"x": rng.standard_normal((1, n, 32)).astype(np.float32)} for n in (8, 16)],
-               device, net=net)
-    off = kind == "gpu" and bool(device.type & cl.device_type.CPU)
-    assert net.impls.optimize is not off
-    kinds = {impl.kind for impl in net.impls.cache._d.values()}
-    options = [impl.program.get_build_info(device, cl.program_build_info.OPTIONS)
-               for impl in net.impls.cache._d.values()]
-    assert kinds == {"static", "dynamic"} and all(("-cl-opt-disable" in o) is off for o in options), options
-    net.impls.optimized = True          # a script timing them says so
-    assert net.impls.optimize
+    for model, impls, feeds in ((mm_model(), "static", [{"x": rng.standard_normal((1, n, 32))} for n in (8, 16)]),
+                                (mlp(), "auto", [{"x": rng.standard_normal((b, 32))} for b in (2, 3)])):
+        net = Network(build_program(model), device, impls=impls)
+        net.impls.device_type, net.impls.optimized = kind, optimized
+        run_vs_ort(model, [{k: v.astype(np.float32) for k, v in f.items()} for f in feeds], device, net=net)
+        assert net.impls.optimize is not off
+        built = [(impl.kind, impl.program.get_build_info(device, cl.program_build_info.OPTIONS))
+                 for impl in net.impls.cache._d.values()]
+        assert all(("-cl-opt-disable" in o) is off for _, o in built), built
+        assert {"dynamic", "static"} <= {k for k, _ in built} if impls == "static" else \
+            "dynamic" in {k for k, _ in built}, built
+    assert prebuilt and all(optimize is not off for optimize in prebuilt)
 
 
 def test_capacity_one_evicts_and_evicted_static_impls_are_not_rebuilt():

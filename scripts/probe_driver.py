@@ -128,18 +128,22 @@ def builds_beside(ctx, q, builds=3):
 def new_buffers(ctx, q, n=10):
     prg = cl.Program(ctx, "__kernel void touch(__global float* a) { a[get_global_id(0)] = 1.0f; }").build()
     k = prg.touch
+
+    def launches(bufs) -> float:
+        """One launch on each of `bufs`: the enqueues' time, the queue drained after."""
+        t = time.perf_counter()
+        for b in bufs:
+            k.set_args(b)
+            cl.enqueue_nd_range_kernel(q, k, (256,), (256,))
+        took = time.perf_counter() - t
+        q.finish()
+        return took
+
     for nbytes in (294912, 1769472):     # a BERT activation at 192 tokens, a 12-head score block
         t0 = time.perf_counter()
         bufs = [cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes) for _ in range(n)]
         t1 = time.perf_counter()
-        laps = []
-        for _ in range(2):
-            t = time.perf_counter()
-            for b in bufs:
-                k.set_args(b)
-                cl.enqueue_nd_range_kernel(q, k, (256,), (256,))
-            laps.append(time.perf_counter() - t)
-            q.finish()
+        laps = [launches(bufs) for _ in range(2)]
         t = time.perf_counter()
         del bufs
         freed = time.perf_counter() - t
@@ -149,12 +153,7 @@ def new_buffers(ctx, q, n=10):
         cl.enqueue_migrate_mem_objects(q, bufs, flags=cl.mem_migration_flags.CONTENT_UNDEFINED)
         q.finish()
         migrated = time.perf_counter() - t
-        t = time.perf_counter()
-        for b in bufs:
-            k.set_args(b)
-            cl.enqueue_nd_range_kernel(q, k, (256,), (256,))
-        after = time.perf_counter() - t
-        q.finish()
+        after = launches(bufs)
         print(f"{n} new buffers of {nbytes / 1e6:.2f} MB: created in {(t1 - t0) / n * 1e6:.1f} us each; "
               f"first launch using one {laps[0] / n * 1e6:.1f} us, the next {laps[1] / n * 1e6:.1f} us; "
               f"released in {freed / n * 1e6:.1f} us each; migrated first: {migrated / n * 1e6:.1f} us "

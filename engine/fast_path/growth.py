@@ -106,7 +106,7 @@ def grow_counted(fast, c, calls, inputs) -> tuple:
     try:
         return _grow_counted(fast, c, calls, moved), moved
     except BaseException:
-        c.moved = moved if c.moved is None else c.moved | moved
+        _note_moved(c, moved)
         raise
 
 
@@ -216,6 +216,11 @@ def snapshot_of(c) -> list:
     return c.snapshot
 
 
+def _note_moved(c, moved: set) -> None:
+    """Tensors (ids) whose buffers moved, for `snapshot_of` to patch into `c`'s snapshot."""
+    c.moved = moved if c.moved is None else c.moved | moved
+
+
 def calls_by_node(c, calls) -> tuple:
     """({device node's index: its predictor calls' indices}, each call's realloc label) of
     variant `c`, kept (`Compiled.calls_by_node`): its function's calls name the same tensors
@@ -268,5 +273,5 @@ def rebound(c, epoch: int, moved: set) -> None:
     the BERT's growth on an H200 host)."""
     c.epoch = epoch
     c.args = (-1, [(b, k, b.arg_ids) for b, k, _ in c.args[1]])
-    c.moved = moved if c.moved is None else c.moved | moved
+    _note_moved(c, moved)
     c.io_snapshot = [(t, t.snapshot()) for t, _ in c.io_snapshot]
